@@ -1,0 +1,1 @@
+"""Example kernels written once in the portable xsync API."""

@@ -1,0 +1,36 @@
+"""Pipelined GEMM: a copy role streams A and B tiles through a ring of `STAGES` slots
+to a matrix role that accumulates C = A @ B in fp32.
+
+On Hopper the copy role is a 1-warp TMA producer and the ring lives in shared memory;
+on Ascend both roles sit on the cube core and the ring becomes program order; on the
+CPU emulator each role is a thread.
+"""
+import xsync as xs
+
+
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32,
+                        BM=128, BN=128, BK=64, STAGES=3))
+def gemm(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+         STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES,
+                    a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+
+    off_m = xs.program_id(0) * BM
+    off_n = xs.program_id(1) * BN
+    with mma:
+        acc = xs.zeros([BM, BN], xs.float32)
+    for k in range(0, K, BK):
+        with load:
+            slot = tiles.acquire()
+            slot.a = xs.load(a, [off_m, k], [BM, BK])
+            slot.b = xs.load(b, [k, off_n], [BK, BN])
+            tiles.commit()
+        with mma:
+            ab = tiles.wait()
+            acc = xs.mma(ab.a, ab.b, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release()
+    with mma:
+        xs.store(c, [off_m, off_n], acc)

@@ -1,0 +1,13 @@
+"""xsync: one producer/consumer synchronization vocabulary for accelerator kernels,
+lowered onto NVIDIA Hopper (Gluon), Huawei Ascend (triton-ascend) and a CPU emulator."""
+from xsync.api import (  # noqa: F401
+    DType, arange, barrier, bfloat16, cdiv, constexpr, event, exp2, float16, float32, full,
+    int32, kernel, load, log2, max, maximum, minimum, mma, mma_wait, num_programs, pipe,
+    program_id, replica_id, role, signal, store, sum, tile, trans, wait, where, zeros,
+)
+from xsync.errors import (  # noqa: F401
+    AllocationError, BackendError, DeadlockError, KernelSourceError, LaunchError, ProtocolError,
+    StallError, XSyncError,
+)
+
+__version__ = "0.1.0"

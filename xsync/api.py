@@ -1,0 +1,246 @@
+"""The portable vocabulary.
+
+A kernel is an ordinary Python function decorated with :func:`kernel`. Its body reads
+like one sequential program; statements inside ``with <role>:`` blocks belong to that
+role, everything else (index arithmetic, loop bounds) is replicated into every agent.
+xsync never executes the body as Python: the frontend reads its source, builds the
+protocol IR, verifies it and hands it to one renderer per backend.
+
+Declarations (top of the kernel body)::
+
+    load = xs.role("load", kind="copy")               # data movement
+    mma = xs.role("mma", kind="matrix")               # matrix core work
+    soft = xs.role("softmax", kind="vector", replicas=2)
+    tiles = xs.pipe(load, mma, stages=3,              # ring of 3 slots
+                    a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+    done = xs.event(mma, soft)                         # counting signal
+    team = xs.barrier(soft)                            # all replicas of `soft` meet
+
+Pipe verbs (CuTeDSL style)::
+
+    producer:  slot = tiles.acquire()   # wait for a free slot
+               slot.a = xs.load(a, [m, k], [BM, BK])
+               tiles.commit()           # hand the slot to the consumer
+    consumer:  slot = tiles.wait()      # wait for a full slot
+               acc = xs.mma(slot.a, slot.b, acc)
+               tiles.release()          # give the slot back
+
+    slot i lives in ring position i % stages; the k-th wait returns the k-th commit;
+    acquire blocks while `stages` slots are committed-or-held and not yet released.
+
+    acquire -> [producer writes] -> commit -> wait -> [consumer reads] -> release
+       ^                                                                  |
+       +---------------------------- empty slot --------------------------+
+
+Event verbs: ``xs.signal(ev)`` in the source role, ``xs.wait(ev)`` in the destination
+role; the k-th wait returns after the k-th signal. Barrier verb: ``team.sync()``
+(every member waits) or ``team.arrive()`` (a member that only announces itself).
+
+The user never writes a phase, a parity, an event ID, a barrier ID or an arrive
+count: xsync derives them (``python -m xsync check module:kernel`` prints them).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+ROLE_KINDS = ("copy", "matrix", "vector")
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    bits: int
+
+    @property
+    def bytes(self) -> int:
+        return self.bits // 8
+
+    def __repr__(self) -> str:
+        return f"xs.{self.name}"
+
+
+float16 = DType("float16", 16)
+bfloat16 = DType("bfloat16", 16)
+float32 = DType("float32", 32)
+int32 = DType("int32", 32)
+int1 = DType("int1", 8)
+DTYPES = {d.name: d for d in (float16, bfloat16, float32, int32, int1)}
+
+
+class constexpr:  # noqa: N801 - mirrors triton's spelling on purpose
+    """Annotation for compile-time parameters (`BM: xs.constexpr`): specialised per value."""
+
+
+def _outside(name: str):
+    raise RuntimeError(
+        f"xsync.{name}() only has meaning inside an @xsync.kernel body; the kernel is "
+        f"compiled from its source, never called as plain Python. Launch it with "
+        f"kernel[grid](*args).")
+
+
+# Each entry: name -> (min positional args, max positional args, allowed keywords).
+# The frontend checks calls against this table; renderers must render every entry.
+TILE_OPS: dict[str, tuple[int, int, tuple[str, ...]]] = {}
+SYNC_DECLS = ("role", "pipe", "event", "barrier")
+
+
+def _tile_op(min_args: int, max_args: int, keywords: tuple[str, ...] = ()):
+    def wrap(fn):
+        TILE_OPS[fn.__name__] = (min_args, max_args, keywords)
+
+        @functools.wraps(fn)
+        def marker(*args, **kwargs):
+            _outside(fn.__name__)
+        return marker
+    return wrap
+
+
+# ---------------------------------------------------------------- declarations
+def role(name: str, kind: str = "vector", replicas: int = 1):
+    """Declare a role: code executed by one agent (``replicas`` identical agents).
+
+    kind: "copy" (data movement: TMA producer warp / cube MTE), "matrix" (mma work:
+    wgmma warpgroup / cube core) or "vector" (elementwise work: warpgroup / vector cores).
+    """
+    _outside("role")
+
+
+def pipe(src, dst, stages: int, **payload):
+    """Declare a ring of ``stages`` slots from role ``src`` to role ``dst``.
+
+    Payload fields are tiles: ``a=xs.tile([BM, BK], a.dtype)``. Every replica of
+    ``dst`` receives every slot (broadcast); a slot is free once all replicas released it.
+    """
+    _outside("pipe")
+
+
+def event(src, dst):
+    """Declare a counting event from role ``src`` to role ``dst``."""
+    _outside("event")
+
+
+def barrier(*roles):
+    """Declare a group barrier whose members are all replicas of ``roles``."""
+    _outside("barrier")
+
+
+def tile(shape, dtype):
+    """Shape and dtype of one pipe payload field (used inside :func:`pipe`)."""
+    _outside("tile")
+
+
+def signal(ev):
+    """Signal event ``ev`` once (source role only)."""
+    _outside("signal")
+
+
+def wait(ev):
+    """Wait for the next signal of event ``ev`` (destination role only)."""
+    _outside("wait")
+
+
+# ---------------------------------------------------------------- tile operations
+@_tile_op(1, 1)
+def program_id(axis):
+    """Index of this program along grid axis ``axis``."""
+
+
+@_tile_op(1, 1)
+def num_programs(axis):
+    """Number of programs along grid axis ``axis``."""
+
+
+@_tile_op(0, 0)
+def replica_id():
+    """Which replica of the enclosing role runs this code (0 .. replicas-1)."""
+
+
+@_tile_op(2, 2)
+def cdiv(a, b):
+    """Ceiling division of two scalars."""
+
+
+@_tile_op(2, 2)
+def arange(start, end):
+    """1-D int32 tile [start, end) (end - start a power of two)."""
+
+
+@_tile_op(2, 2)
+def zeros(shape, dtype):
+    """Tile of zeros."""
+
+
+@_tile_op(3, 3)
+def full(shape, value, dtype):
+    """Tile filled with ``value``."""
+
+
+@_tile_op(3, 3)
+def load(tensor, offsets, shape):
+    """Load the ``shape`` tile at ``offsets`` of a 2-D tensor; out-of-bounds reads 0."""
+
+
+@_tile_op(3, 3)
+def store(tensor, offsets, value):
+    """Store tile ``value`` at ``offsets`` of a 2-D tensor; out-of-bounds parts are dropped."""
+
+
+@_tile_op(2, 3)
+def mma(a, b, acc=None):
+    """Asynchronous ``a @ b (+ acc)`` with fp32 accumulation; pair with :func:`mma_wait`."""
+
+
+@_tile_op(1, 1, ("pending",))
+def mma_wait(acc, pending=0):
+    """Wait until at most ``pending`` mmas are in flight; returns ``acc`` ready to read."""
+
+
+@_tile_op(1, 1)
+def trans(x):
+    """Transpose a 2-D tile (for mma operands, e.g. K^T)."""
+
+
+@_tile_op(2, 2)
+def max(x, axis):  # noqa: A001 - portable name
+    """Reduce with max along ``axis``."""
+
+
+@_tile_op(2, 2)
+def sum(x, axis):  # noqa: A001 - portable name
+    """Reduce with + along ``axis``."""
+
+
+@_tile_op(1, 1)
+def exp2(x):
+    """2**x elementwise."""
+
+
+@_tile_op(1, 1)
+def log2(x):
+    """log2(x) elementwise."""
+
+
+@_tile_op(3, 3)
+def where(cond, a, b):
+    """Elementwise select."""
+
+
+@_tile_op(2, 2)
+def maximum(a, b):
+    """Elementwise maximum (tiles or scalars)."""
+
+
+@_tile_op(2, 2)
+def minimum(a, b):
+    """Elementwise minimum (tiles or scalars)."""
+
+
+# ---------------------------------------------------------------- kernels
+def kernel(fn=None, **options):
+    """Mark ``fn`` as an xsync kernel; launch with ``fn[grid](*args, **constexprs)``."""
+    from xsync.kernel import Kernel
+
+    if fn is None:
+        return lambda f: Kernel(f, **options)
+    return Kernel(fn, **options)

@@ -1,0 +1,381 @@
+"""CPU emulator runtime: threads, exact sync semantics, torch tile ops, stall watchdog.
+
+Every agent instance of a program is a thread. All sync objects of a program share one
+condition variable, so the runtime always knows who waits on what: when every live
+agent is blocked, no signal can ever arrive, and the watchdog raises a StallError that
+names each agent, the object it waits on, the kernel line and the loop iteration —
+within milliseconds, instead of hanging.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from xsync import api
+from xsync.errors import LaunchError, SourceLoc, StallError
+
+TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+                "int32": torch.int32, "int1": torch.bool}
+
+
+class _Aborted(Exception):
+    """Raised in agents when another agent failed or the program stalled."""
+
+
+class Monitor:
+    def __init__(self, kernel_name: str, file: str, labels: list[str]):
+        self.cond = threading.Condition()
+        self.kernel_name = kernel_name
+        self.file = file
+        self.status = {label: "running" for label in labels}
+        self.failure: BaseException | None = None
+
+    def block_until(self, label: str, ready, describe, line: int, at: dict | None):
+        """Wait (holding the lock) until ready(); raise StallError if nobody can move."""
+        while not ready():
+            if self.failure is not None:
+                raise _Aborted()
+            self.status[label] = ("blocked", describe(), line, at)
+            live = [s for s in self.status.values() if s != "done"]
+            if live and all(isinstance(s, tuple) for s in live):
+                self.failure = self._stall_error()
+                self.cond.notify_all()
+                raise _Aborted()
+            self.cond.wait(timeout=0.25)
+        self.status[label] = "running"
+
+    def changed(self):
+        """A counter moved: every blocked agent must re-check before anyone calls a stall."""
+        for label, s in self.status.items():
+            if isinstance(s, tuple):
+                self.status[label] = "woken"
+        self.cond.notify_all()
+
+    def finish(self, label: str):
+        with self.cond:
+            self.status[label] = "done"
+            self.changed()
+
+    def fail(self, exc: BaseException):
+        with self.cond:
+            if self.failure is None:
+                self.failure = exc
+            self.cond.notify_all()
+
+    def _stall_error(self) -> StallError:
+        lines, first_line, objects = [], None, []
+        width = max(len(k) for k in self.status)
+        for label, s in self.status.items():
+            if s == "done":
+                lines.append(f"{label:<{width}}  finished")
+                continue
+            _, what, line, at = s
+            first_line = first_line or line
+            it = (" (" + ", ".join(f"{k}={v}" for k, v in at.items()) + ")") if at else ""
+            lines.append(f"{label:<{width}}  line {line}{it}: {what}")
+            objects.append(label)
+        return StallError(
+            f"kernel '{self.kernel_name}' stalled on the CPU emulator: every live agent waits "
+            f"and no signal can arrive", loc=SourceLoc(self.file, first_line or 0, self.kernel_name),
+            objects=tuple(objects), details="\n".join(lines),
+            fix=("run `python -m xsync check module:kernel` for the counterexample; the verifier "
+                 "was off (XSYNC_VERIFY=0) or the stall depends on run-time values"))
+
+
+class PipeRT:
+    """Ring of ``stages`` slots; 1 -> N broadcast or N -> N paired by replica."""
+
+    def __init__(self, mon: Monitor, name: str, stages: int, n_src: int, n_dst: int):
+        self.mon, self.name, self.stages = mon, name, stages
+        self.paired = n_src == n_dst and n_src > 1
+        self.acquired = [0] * n_src
+        self.committed = [0] * n_src
+        self.waited = [0] * n_dst
+        self.released = [0] * n_dst
+        self.n_dst = n_dst
+        self.ring = [[{} for _ in range(stages)] for _ in range(n_src)]
+
+    def _consumers(self, q):
+        return [q] if self.paired else range(self.n_dst)
+
+    def _producer(self, r):
+        return r if self.paired else 0
+
+    def acquire(self, label, q, line, at):
+        with self.mon.cond:
+            def free():
+                return all(self.acquired[q] - self.released[r] < self.stages for r in self._consumers(q))
+
+            def what():
+                low = min(self._consumers(q), key=lambda r: self.released[r])
+                return (f"acquire on pipe '{self.name}': all {self.stages} slot(s) in use "
+                        f"({self.acquired[q]} acquired, {self.released[low]} released by consumer {low})")
+            self.mon.block_until(label, free, what, line, at)
+            slot = self.ring[q][self.acquired[q] % self.stages]
+            self.acquired[q] += 1
+            return slot
+
+    def commit(self, label, q):
+        with self.mon.cond:
+            self.committed[q] += 1
+            self.mon.changed()
+
+    def wait(self, label, r, line, at):
+        q = self._producer(r)
+        with self.mon.cond:
+            self.mon.block_until(
+                label, lambda: self.waited[r] < self.committed[q],
+                lambda: (f"wait on pipe '{self.name}': slot {self.waited[r]} not committed "
+                         f"({self.committed[q]} committed by the producer)"), line, at)
+            slot = self.ring[q][self.waited[r] % self.stages]
+            self.waited[r] += 1
+            return slot
+
+    def release(self, label, r):
+        with self.mon.cond:
+            self.released[r] += 1
+            self.mon.changed()
+
+
+class EventRT:
+    """Counting event: 1 -> N broadcast, N -> 1 gather (needs all N), N -> N paired."""
+
+    def __init__(self, mon: Monitor, name: str, n_src: int, n_dst: int):
+        self.mon, self.name = mon, name
+        self.paired = n_src == n_dst and n_src > 1
+        self.signals = [0] * n_src
+        self.waits = [0] * n_dst
+
+    def signal(self, label, q):
+        with self.mon.cond:
+            self.signals[q] += 1
+            self.mon.changed()
+
+    def wait(self, label, r, line, at):
+        srcs = [r] if self.paired else range(len(self.signals))
+        with self.mon.cond:
+            self.mon.block_until(
+                label, lambda: self.waits[r] < min(self.signals[q] for q in srcs),
+                lambda: (f"wait on event '{self.name}': signal {self.waits[r] + 1} not sent "
+                         f"({min(self.signals[q] for q in srcs)} sent)"), line, at)
+            self.waits[r] += 1
+
+
+class BarrierRT:
+    def __init__(self, mon: Monitor, name: str, members: list[str]):
+        self.mon, self.name = mon, name
+        self.arrivals = {m: 0 for m in members}
+
+    def arrive(self, label):
+        with self.mon.cond:
+            self.arrivals[label] += 1
+            self.mon.changed()
+
+    def sync(self, label, line, at):
+        with self.mon.cond:
+            self.arrivals[label] += 1
+            self.mon.changed()
+            mine = self.arrivals[label]
+            self.mon.block_until(
+                label, lambda: min(self.arrivals.values()) >= mine,
+                lambda: (f"sync on barrier '{self.name}' (meeting {mine}): waiting for "
+                         + ", ".join(m for m, n in self.arrivals.items() if n < mine)), line, at)
+
+
+class Agent:
+    """What generated agent code calls: sync verbs for one agent instance, plus ids."""
+
+    def __init__(self, label: str, replica: int, pid: tuple[int, ...], grid: tuple[int, ...],
+                 objects: dict, monitor: Monitor):
+        self.label, self.replica, self.pid, self.grid = label, replica, pid, grid
+        self.objects, self.monitor = objects, monitor
+        self.in_flight: list[tuple[int, tuple]] = []   # (mma id, slots it reads)
+        self.mma_count = 0
+
+    def program_id(self, axis):
+        return self.pid[axis]
+
+    def num_programs(self, axis):
+        return self.grid[axis]
+
+    # sync verbs -------------------------------------------------------
+    def acquire(self, pipe, line, at=None):
+        return self.objects[pipe].acquire(self.label, self.replica, line, at)
+
+    def commit(self, pipe):
+        self.objects[pipe].commit(self.label, self.replica)
+
+    def wait(self, pipe, line, at=None):
+        return self.objects[pipe].wait(self.label, self.replica, line, at)
+
+    def release(self, pipe, slot, line):
+        for _, reads in self.in_flight:
+            if any(s is slot for s in reads):
+                raise StallError(
+                    f"{self.label} releases a slot of pipe '{pipe}' while an xs.mma that reads it "
+                    f"is still in flight", loc=SourceLoc(self.monitor.file, line, self.monitor.kernel_name),
+                    objects=(pipe, self.label),
+                    fix="call xs.mma_wait(acc, pending=0) (or a pending count that retires that mma) "
+                        "before releasing the slot")
+        self.objects[pipe].release(self.label, self.replica)
+
+    def signal(self, event):
+        self.objects[event].signal(self.label, self.replica)
+
+    def wait_event(self, event, line, at=None):
+        self.objects[event].wait(self.label, self.replica, line, at)
+
+    def sync(self, barrier, line, at=None):
+        self.objects[barrier].sync(self.label, line, at)
+
+    def arrive(self, barrier):
+        self.objects[barrier].arrive(self.label)
+
+    # asynchronous mma bookkeeping ------------------------------------------
+    def mma(self, a, b, acc=None, reads=()):
+        out = torch.matmul(a.float(), b.float())
+        if acc is not None:
+            out = out + acc
+        self.mma_count += 1
+        self.in_flight.append((self.mma_count, tuple(reads)))
+        return out
+
+    def mma_wait(self, acc, pending=0):
+        if pending < len(self.in_flight):
+            self.in_flight = self.in_flight[len(self.in_flight) - pending:] if pending else []
+        return acc
+
+
+# ---------------------------------------------------------------- tile ops on torch
+def torch_dtype(d: api.DType):
+    return TORCH_DTYPES[d.name]
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def arange(start, end):
+    return torch.arange(start, end, dtype=torch.int32)
+
+
+def zeros(shape, dtype):
+    return torch.zeros(list(shape), dtype=dtype)
+
+
+def full(shape, value, dtype):
+    return torch.full(list(shape), value, dtype=dtype)
+
+
+def load(tensor, offsets, shape):
+    """Tile of ``shape`` at ``offsets``; out-of-bounds elements read as 0 (TMA semantics)."""
+    r0, c0 = (int(o) for o in offsets)
+    rows, cols = shape
+    out = torch.zeros((rows, cols), dtype=tensor.dtype)
+    r1, c1 = min(r0 + rows, tensor.shape[0]), min(c0 + cols, tensor.shape[1])
+    if r0 < r1 and c0 < c1 and r0 >= 0 and c0 >= 0:
+        out[: r1 - r0, : c1 - c0] = tensor[r0:r1, c0:c1]
+    return out
+
+
+def store(tensor, offsets, value):
+    """Write ``value`` at ``offsets``; out-of-bounds parts are dropped."""
+    r0, c0 = (int(o) for o in offsets)
+    rows, cols = value.shape
+    r1, c1 = min(r0 + rows, tensor.shape[0]), min(c0 + cols, tensor.shape[1])
+    if r0 < r1 and c0 < c1 and r0 >= 0 and c0 >= 0:
+        tensor[r0:r1, c0:c1] = value[: r1 - r0, : c1 - c0].to(tensor.dtype)
+
+
+def trans(x):
+    return x.transpose(0, 1)
+
+
+def reduce_max(x, axis):
+    return torch.amax(x, dim=axis)
+
+
+def reduce_sum(x, axis):
+    return torch.sum(x, dim=axis)
+
+
+def exp2(x):
+    return torch.exp2(x)
+
+
+def log2(x):
+    return torch.log2(x)
+
+
+def where(c, a, b):
+    return torch.where(c, torch.as_tensor(a), torch.as_tensor(b))
+
+
+def maximum(a, b):
+    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+        return a if a >= b else b
+    return torch.maximum(torch.as_tensor(a), torch.as_tensor(b))
+
+
+def minimum(a, b):
+    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+        return a if a <= b else b
+    return torch.minimum(torch.as_tensor(a), torch.as_tensor(b))
+
+
+# ---------------------------------------------------------------- the grid
+def run_grid(compiled, grid: tuple[int, ...], args: dict, join_timeout: float):
+    """Run every program of ``grid``; each program's agent instances run as threads."""
+    import itertools
+
+    for pid in itertools.product(*(range(g) for g in grid)):
+        _run_program(compiled, tuple(pid), grid, args, join_timeout)
+
+
+def _run_program(compiled, pid, grid, args, join_timeout):
+    k, placement = compiled.kernel, compiled.placement
+    labels = []
+    for a in placement.agents:
+        labels += [a.name if a.replicas == 1 else f"{a.name}[{r}]" for r in range(a.replicas)]
+    mon = Monitor(k.name, k.file, labels)
+    objects = {}
+    for p in k.pipes:
+        objects[p.name] = PipeRT(mon, p.name, p.stages, k.role(p.src).replicas, k.role(p.dst).replicas)
+    for e in k.events:
+        objects[e.name] = EventRT(mon, e.name, k.role(e.src).replicas, k.role(e.dst).replicas)
+    for b in k.barriers:
+        members = [lb for a in placement.agents if set(a.roles) & set(b.members)
+                   for lb in labels if lb.split("[")[0] == a.name]
+        objects[b.name] = BarrierRT(mon, b.name, members)
+
+    threads = []
+    for a in placement.agents:
+        fn = compiled.agent_functions[a.name]
+        for r in range(a.replicas):
+            label = a.name if a.replicas == 1 else f"{a.name}[{r}]"
+            ag = Agent(label, r, pid, grid, objects, mon)
+
+            def body(fn=fn, ag=ag):
+                try:
+                    fn(ag, **args)
+                except _Aborted:
+                    pass
+                except BaseException as exc:  # noqa: BLE001 - reported by the launcher
+                    mon.fail(exc)
+                finally:
+                    mon.finish(ag.label)
+            threads.append(threading.Thread(target=body, name=f"xsync-{label}", daemon=True))
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + join_timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        mon.fail(LaunchError(
+            f"kernel '{k.name}' program {pid} did not finish within {join_timeout:.0f} s on the CPU "
+            f"emulator (agents still computing, none blocked)",
+            fix="use smaller shapes, or raise XSYNC_CPU_TIMEOUT"))
+    if mon.failure is not None:
+        raise mon.failure

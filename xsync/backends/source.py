@@ -1,0 +1,100 @@
+"""Shared Python-source emitter for the renderers.
+
+All three targets (torch threads, Gluon, triton-ascend) are Python, so one emitter
+walks the IR and each renderer overrides how tile ops, sync verbs and dtypes are
+spelled. Generated code keeps the kernel's own names and cites the kernel's lines.
+"""
+from __future__ import annotations
+
+from xsync.lowering import ir
+
+_PRECEDENCE = {"or": 1, "and": 2, "not": 3, "cmp": 4, "|": 5, "^": 6, "&": 7, "<<": 8, ">>": 8,
+               "+": 9, "-": 9, "*": 10, "/": 10, "//": 10, "%": 10, "unary": 11}
+
+
+class Emitter:
+    """Collects indented lines."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def line(self, text: str = ""):
+        self.lines.append(("    " * self.depth + text) if text else "")
+
+    def indent(self):
+        self.depth += 1
+
+    def dedent(self):
+        self.depth -= 1
+
+    def source(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+class PythonRenderer:
+    """Renders IR expressions as Python; subclasses spell the target's ops."""
+
+    def expr(self, e, parent: int = 0) -> str:
+        if isinstance(e, ir.Const):
+            return self.const(e.value)
+        if isinstance(e, ir.Name):
+            return self.name(e.id)
+        if isinstance(e, ir.BinOp):
+            p = _PRECEDENCE[e.op]
+            out = f"{self.expr(e.left, p)} {e.op} {self.expr(e.right, p + 1)}"
+            return f"({out})" if p < parent else out
+        if isinstance(e, ir.Compare):
+            p = _PRECEDENCE["cmp"]
+            out = f"{self.expr(e.left, p + 1)} {e.op} {self.expr(e.right, p + 1)}"
+            return f"({out})" if p < parent else out
+        if isinstance(e, ir.BoolOp):
+            p = _PRECEDENCE[e.op]
+            out = f" {self.bool_op(e.op)} ".join(self.expr(v, p + 1) for v in e.values)
+            return f"({out})" if p < parent else out
+        if isinstance(e, ir.UnaryOp):
+            p = _PRECEDENCE["unary"] if e.op != "not" else _PRECEDENCE["not"]
+            op = "not " if e.op == "not" else e.op
+            out = f"{op}{self.expr(e.operand, p)}"
+            return f"({out})" if p < parent else out
+        if isinstance(e, ir.TupleExpr):
+            return "[" + ", ".join(self.expr(i) for i in e.items) + "]"
+        if isinstance(e, ir.Subscript):
+            idx = ", ".join("None" if i is None else ":" for i in e.index)
+            return f"{self.expr(e.value, 99)}[{idx}]"
+        if isinstance(e, ir.Cast):
+            return self.cast(e)
+        if isinstance(e, ir.Attr):
+            return self.attr(e)
+        if isinstance(e, ir.Call):
+            return self.call(e)
+        raise TypeError(f"cannot render {e!r}")
+
+    # hooks
+    def const(self, v) -> str:
+        if isinstance(v, float):
+            return repr(v)
+        if v is None or isinstance(v, (bool, int)):
+            return repr(v)
+        return self.dtype(v)
+
+    def name(self, n: str) -> str:
+        return n
+
+    def bool_op(self, op: str) -> str:
+        return op
+
+    def dtype(self, d) -> str:
+        raise NotImplementedError
+
+    def cast(self, e: ir.Cast) -> str:
+        return f"{self.expr(e.value, 99)}.to({self.dtype(e.dtype)})"
+
+    def attr(self, e: ir.Attr) -> str:
+        return f"{self.expr(e.value, 99)}.{e.attr}"
+
+    def call(self, e: ir.Call) -> str:
+        raise NotImplementedError
+
+    def args(self, e: ir.Call) -> str:
+        return ", ".join([self.expr(a) for a in e.args] + [f"{k}={self.expr(v)}" for k, v in e.kwargs])

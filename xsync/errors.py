@@ -1,0 +1,74 @@
+"""Errors are part of the API.
+
+Every error xsync raises names where it happened in the user's kernel (file:line),
+which role / pipe / event / barrier is involved, and how to fix it. The message is
+assembled from those parts so that every raise site supplies them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    """A position in the user's kernel source."""
+
+    file: str
+    line: int
+    function: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}"
+        return f"{where} (in {self.function})" if self.function else where
+
+
+class XSyncError(Exception):
+    """Base class: `what` went wrong at `loc`, involving `objects`; `fix` says how to mend it."""
+
+    def __init__(self, what: str, *, loc: SourceLoc | None = None, objects: tuple[str, ...] = (),
+                 fix: str = "", details: str = ""):
+        self.what = what
+        self.loc = loc
+        self.objects = tuple(objects)
+        self.fix = fix
+        self.details = details
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        head = f"{self.loc}: {self.what}" if self.loc else self.what
+        parts = [head]
+        if self.objects:
+            parts.append("  involves: " + ", ".join(self.objects))
+        if self.details:
+            parts.append("\n".join("  " + line for line in self.details.rstrip().splitlines()))
+        if self.fix:
+            parts.append("  fix: " + self.fix)
+        return "\n".join(parts)
+
+
+class KernelSourceError(XSyncError):
+    """The kernel source uses the xsync vocabulary wrongly (found by the frontend)."""
+
+
+class ProtocolError(XSyncError):
+    """The synchronization protocol is wrong (found by the verifier before compilation)."""
+
+
+class DeadlockError(ProtocolError):
+    """Some interleaving of the agents reaches a state where nobody can move."""
+
+
+class AllocationError(XSyncError):
+    """A hardware budget (event IDs, named barriers, shared memory) is exceeded."""
+
+
+class BackendError(XSyncError):
+    """The requested backend is unknown or cannot run on this machine."""
+
+
+class StallError(XSyncError):
+    """At run time every live agent waits and none can proceed (CPU emulator / GPU debug mode)."""
+
+
+class LaunchError(XSyncError):
+    """The kernel was launched with arguments that do not fit its signature."""

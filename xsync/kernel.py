@@ -1,0 +1,179 @@
+"""A kernel object: compile pipeline, cache and launch.
+
+    source --frontend--> KernelIR --placement--> agents --verify--> (ok)
+           --alloc--> resources --backend renderer--> generated code --> run
+
+Compiled kernels are cached by (source hash, backend, constexprs, tensor dtypes).
+``XSYNC_DUMP=<dir>`` writes each generated source and its allocation table.
+``XSYNC_VERIFY=0`` skips the verifier (the CPU emulator's stall watchdog still reports
+hangs).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+
+from xsync import api
+from xsync.errors import LaunchError
+from xsync.lowering import ir
+from xsync.lowering.alloc import Allocation, allocate
+from xsync.lowering.frontend import parse_kernel
+from xsync.lowering.placement import Placement, place
+from xsync.lowering.verify import VerifyReport, enabled_verification, verify
+
+_TORCH_TO_XS = {"torch.float16": api.float16, "torch.bfloat16": api.bfloat16,
+                "torch.float32": api.float32, "torch.int32": api.int32}
+
+
+@dataclass
+class Lowered:
+    """Everything xsync derives for one specialization on one backend."""
+
+    kernel: ir.KernelIR
+    placement: Placement
+    allocation: Allocation
+    report: VerifyReport | None
+    backend: str
+
+
+class Kernel:
+    def __init__(self, fn, example: dict | None = None):
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.signature = inspect.signature(fn)
+        self.example = dict(example or {})
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return f"<xsync kernel {self.fn.__module__}.{self.__name__}>"
+
+    def __call__(self, *args, **kwargs):
+        raise LaunchError(f"xsync kernel '{self.__name__}' needs a grid: {self.__name__}[grid](...)",
+                          fix="launch with kernel[(programs,)](*args, CONST=value)")
+
+    def __getitem__(self, grid):
+        def launcher(*args, backend: str | None = None, **kwargs):
+            return self.launch(grid, args, kwargs, backend=backend)
+        return launcher
+
+    # ---------------------------------------------------------------- lowering
+    def constexpr_names(self) -> list[str]:
+        out = []
+        for name, p in self.signature.parameters.items():
+            ann = p.annotation
+            if ann is api.constexpr or ann == "xs.constexpr" or ann == "constexpr" or \
+                    (isinstance(ann, str) and ann.endswith("constexpr")):
+                out.append(name)
+        return out
+
+    def source_hash(self) -> str:
+        return hashlib.sha256(inspect.getsource(self.fn).encode()).hexdigest()[:16]
+
+    def lower(self, backend: str, constexprs: dict | None = None,
+              tensor_dtypes: dict | None = None, check: bool | None = None) -> Lowered:
+        """Frontend, placement, verification and allocation for one specialization."""
+        constexprs, tensor_dtypes = self._example_defaults(constexprs, tensor_dtypes)
+        kernel = parse_kernel(self.fn, constexprs, tensor_dtypes)
+        placement = place(kernel, backend)
+        run_check = enabled_verification() if check is None else check
+        report = verify(kernel, placement) if run_check else None
+        allocation = allocate(kernel, placement)
+        return Lowered(kernel, placement, allocation, report, backend)
+
+    def _example_defaults(self, constexprs, tensor_dtypes):
+        if constexprs is None:
+            constexprs = {k: v for k, v in self.example.items() if not isinstance(v, api.DType)}
+        if tensor_dtypes is None:
+            tensor_dtypes = {k: v for k, v in self.example.items() if isinstance(v, api.DType)}
+        return dict(constexprs), dict(tensor_dtypes)
+
+    def compile(self, backend: str, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
+        constexprs, tensor_dtypes = self._example_defaults(constexprs, tensor_dtypes)
+        key = (self.source_hash(), backend, tuple(sorted(constexprs.items())),
+               tuple(sorted((k, v.name) for k, v in tensor_dtypes.items())), enabled_verification())
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        lowered = self.lower(backend, constexprs, tensor_dtypes)
+        module = importlib.import_module(f"xsync.backends.{backend}")
+        compiled = module.compile_kernel(lowered.kernel, lowered.placement, lowered.allocation)
+        compiled.lowered = lowered
+        dump_dir = os.environ.get("XSYNC_DUMP")
+        if dump_dir:
+            dump(dump_dir, lowered, compiled.source)
+        with self._lock:
+            self._cache[key] = compiled
+        return compiled
+
+    # ---------------------------------------------------------------- launch
+    def bind(self, args, kwargs):
+        """Split launch arguments into run-time args, constexprs and tensor dtypes."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise LaunchError(f"kernel '{self.__name__}': {exc}",
+                              fix=f"signature is {self.__name__}{self.signature}") from exc
+        consts = set(self.constexpr_names())
+        run_args, constexprs, dtypes = {}, {}, {}
+        for name, value in bound.arguments.items():
+            if name in consts:
+                constexprs[name] = value
+                continue
+            if hasattr(value, "dtype") and hasattr(value, "shape"):
+                xs_dtype = _TORCH_TO_XS.get(str(value.dtype))
+                if xs_dtype is None:
+                    raise LaunchError(f"kernel '{self.__name__}': tensor `{name}` has dtype {value.dtype}",
+                                      fix="use float16, bfloat16, float32 or int32 tensors")
+                if value.dim() != 2:
+                    raise LaunchError(
+                        f"kernel '{self.__name__}': tensor `{name}` has {value.dim()} dims; "
+                        f"xs.load/xs.store address 2-D tensors", fix="pass a 2-D view (e.g. x.view(-1, x.shape[-1]))")
+                dtypes[name] = xs_dtype
+            elif not isinstance(value, (int, float)):
+                raise LaunchError(f"kernel '{self.__name__}': argument `{name}` is a {type(value).__name__}",
+                                  fix="pass tensors, ints or floats")
+            run_args[name] = value
+        return run_args, constexprs, dtypes
+
+    def launch(self, grid, args, kwargs, backend: str | None = None):
+        from xsync.backends import select
+
+        name = select(backend)
+        run_args, constexprs, dtypes = self.bind(args, kwargs)
+        if callable(grid):
+            grid = grid(constexprs)
+        grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
+        if not grid or any(g < 0 for g in grid) or len(grid) > 3:
+            raise LaunchError(f"kernel '{self.__name__}': grid {grid} must be 1-3 non-negative sizes")
+        compiled = self.compile(name, constexprs, dtypes)
+        compiled.launch(grid, run_args)
+        return compiled
+
+
+def dump(directory: str, lowered: Lowered, source: str):
+    """Write generated source + allocation table atomically (no half-written files)."""
+    os.makedirs(directory, exist_ok=True)
+    k = lowered.kernel
+    stem = os.path.join(directory, f"{k.name}.{lowered.backend}")
+    ext = ".py"
+    table = lowered.allocation.table() + "\n"
+    if lowered.report is not None:
+        table += "\n" + lowered.report.summary() + "\n"
+    for path, text in ((stem + ext, source), (stem + ".alloc.txt", table)):
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".xsync-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise

@@ -1,0 +1,245 @@
+"""Allocation: the hardware resources behind each sync object, per backend.
+
+* nvidia: mbarrier arrays (slot = i % stages, parity = (i // stages) & 1), arrive
+  counts, named-barrier IDs above the compiler's own, partitions and warps.
+* ascend: one event ID (flag) per cross-core direction from a budget of 16 (or a lower
+  cap), the sync_block_all mode, and the global-memory workspace ring of each pipe.
+* cpu: semaphores and slot buffers.
+
+The user never writes any of these; ``python -m xsync check`` prints the table.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from xsync.errors import AllocationError
+from xsync.lowering import ir
+from xsync.lowering.placement import Placement
+
+ASCEND_EVENT_IDS = 16
+ASCEND_FLAG_MAX_PENDING = 15
+HOPPER_SMEM_BYTES = 227 * 1024
+# Gluon 3.6 warp_specialize uses named barrier 0 (default partition), 1 (CTA-wide at
+# partition entry/exit) and 2 + i for worker partition i; hardware has 16.
+HOPPER_NAMED_BARRIERS = 16
+WARPS = {"producer": 1, "consumer": 4}
+
+
+@dataclass(frozen=True)
+class Row:
+    obj: str          # pipe / event / barrier / partition name
+    what: str         # "full barriers", "event ID", ...
+    resource: str     # the concrete resource ("mbarrier[3] count=1", "flag 4")
+    rule: str = ""    # how it is used at run time (phase / slot formula)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    backend: str
+    rows: tuple[Row, ...]
+    # machine-readable pieces renderers use
+    event_ids: tuple[tuple[str, int], ...] = ()       # ascend: "pipe:full" -> flag
+    barrier_ids: tuple[tuple[str, int], ...] = ()     # nvidia: barrier -> named barrier id
+    partitions: tuple[tuple[str, int], ...] = ()      # nvidia: instance label -> warps
+    workspace_bytes: int = 0                          # ascend: per program
+
+    def event_id(self, key: str) -> int:
+        return dict(self.event_ids)[key]
+
+    def barrier_id(self, name: str) -> int:
+        return dict(self.barrier_ids)[name]
+
+    def table(self) -> str:
+        head = ("object", "what", "resource", "rule")
+        rows = [head] + [(r.obj, r.what, r.resource, r.rule) for r in self.rows]
+        widths = [max(len(r[c]) for r in rows) for c in range(3)]
+        lines = [f"allocation for {self.backend}:"]
+        for k, r in enumerate(rows):
+            lines.append("  " + "  ".join(r[c].ljust(widths[c]) for c in range(3)) + "  " + r[3])
+            if k == 0:
+                lines.append("  " + "  ".join("-" * w for w in widths) + "  " + "-" * 4)
+        return "\n".join(lines)
+
+
+def allocate(kernel: ir.KernelIR, placement: Placement) -> Allocation:
+    return {"cpu": _cpu, "nvidia": _nvidia, "ascend": _ascend}[placement.backend](kernel, placement)
+
+
+def _agent_hw(placement, role):
+    return placement.agent_of(role)
+
+
+# ---------------------------------------------------------------- cpu
+def _cpu(kernel, placement):
+    rows = []
+    for a in placement.agents:
+        rows.append(Row(a.name, "thread(s)", f"{a.replicas} x {a.hardware}", f"roles: {', '.join(a.roles)}"))
+    for p in kernel.pipes:
+        rows.append(Row(p.name, "pipe", f"{p.stages} slot(s), 2 counting semaphores",
+                        "slot = i % stages"))
+    for e in kernel.events:
+        rows.append(Row(e.name, "event", "counting semaphore", "k-th wait after k-th signal"))
+    for b in kernel.barriers:
+        rows.append(Row(b.name, "barrier", "threading barrier", f"members: {', '.join(b.members)}"))
+    return Allocation("cpu", tuple(rows))
+
+
+# ---------------------------------------------------------------- nvidia
+def _nvidia(kernel, placement):
+    rows, partitions = [], []
+    # Consumers first: the first consumer warpgroup is the default partition.
+    ordered = sorted(placement.agents, key=lambda a: a.name.startswith("producer"))
+    for a in ordered:
+        warps = WARPS["producer" if a.name.startswith("producer") else "consumer"]
+        for r in range(a.replicas):
+            label = a.name if a.replicas == 1 else f"{a.name}[{r}]"
+            partitions.append((label, warps))
+    for k, (label, warps) in enumerate(partitions):
+        kind = "default partition" if k == 0 else f"worker partition {k}"
+        roles = ", ".join(placement.agents[[a.name for a in placement.agents].index(label.split('[')[0])].roles)
+        rows.append(Row(label, kind, f"{warps} warp(s)", f"roles: {roles}"))
+    smem = 0
+    for p in kernel.pipes:
+        if not placement.crosses(p):
+            rows.append(Row(p.name, "register hand-off", "no barrier",
+                            f"'{p.src}' and '{p.dst}' share {placement.agent_of(p.src).name}"))
+            continue
+        consumers = _dst_count(kernel, placement, p)
+        tma = f", expect {p.slot_bytes} B" if p.fields else ""
+        rows.append(Row(p.name, "full barriers", f"mbarrier[{p.stages}] count=1{tma}",
+                        "slot = i % stages; consumer waits parity (i // stages) & 1"))
+        rows.append(Row(p.name, "empty barriers", f"mbarrier[{p.stages}] count={consumers}",
+                        "producer waits parity ((i // stages) & 1) ^ 1 (fresh barrier passes)"))
+        if p.fields:
+            rows.append(Row(p.name, "shared-memory ring",
+                            f"{p.stages} x {p.slot_bytes} B = {p.stages * p.slot_bytes} B",
+                            ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name}" for f in p.fields)))
+        smem += p.stages * p.slot_bytes
+    if smem > HOPPER_SMEM_BYTES:
+        big = [p for p in kernel.pipes if placement.crosses(p)]
+        raise AllocationError(
+            f"pipes need {smem} B of shared memory; a Hopper SM has {HOPPER_SMEM_BYTES} B",
+            loc=big[0].loc if big else kernel.loc,
+            objects=tuple(f"{p.name} (stages={p.stages}, {p.slot_bytes} B/slot)" for p in big),
+            fix="lower stages or tile sizes")
+    for e in kernel.events:
+        if not placement.crosses(e):
+            rows.append(Row(e.name, "MMA/program order", "no barrier",
+                            "same partition: program order (warpgroup_mma_wait orders async MMAs)"))
+            continue
+        rows.append(Row(e.name, "event barrier", f"mbarrier count={_src_count(kernel, placement, e)}",
+                        "k-th wait waits parity k & 1"))
+    barrier_ids = []
+    # IDs 0, 1 and 2 + i (worker partition i, padding partitions included) belong to the
+    # compiler; allocate user barriers from the top (15) down so they never meet.
+    reserved = 2 + _padded_workers(partitions)
+    for k, b in enumerate(kernel.barriers):
+        bid = HOPPER_NAMED_BARRIERS - 1 - k
+        if bid < reserved:
+            raise AllocationError(
+                f"barrier '{b.name}' needs named barrier {bid}, but IDs 0..{reserved - 1} belong to "
+                f"the compiler ({len(partitions)} partitions) and Hopper has {HOPPER_NAMED_BARRIERS}",
+                loc=b.loc, objects=(b.name,),
+                fix="use fewer group barriers (merge groups with the same members)")
+        threads = 32 * sum(w for label, w in partitions
+                           if any(r in b.members for r in _roles_of(placement, label)))
+        barrier_ids.append((b.name, bid))
+        rows.append(Row(b.name, "named barrier", f"bar id {bid}, {threads} threads",
+                        "sync = bar.sync; arrive = bar.arrive"))
+    return Allocation("nvidia", tuple(rows), barrier_ids=tuple(barrier_ids),
+                      partitions=tuple(partitions))
+
+
+def _padded_workers(partitions) -> int:
+    """Worker partitions after Gluon pads worker warps up to a multiple of 4."""
+    workers = [w for _, w in partitions[1:]]
+    return len(workers) + (-sum(workers) % 4)
+
+
+def _roles_of(placement, label):
+    return placement.agents[[a.name for a in placement.agents].index(label.split("[")[0])].roles
+
+
+def _dst_count(kernel, placement, p):
+    src, dst = kernel.role(p.src), kernel.role(p.dst)
+    return 1 if src.replicas == dst.replicas and dst.replicas > 1 else dst.replicas
+
+
+def _src_count(kernel, placement, e):
+    src, dst = kernel.role(e.src), kernel.role(e.dst)
+    return 1 if src.replicas == dst.replicas and src.replicas > 1 else src.replicas
+
+
+# ---------------------------------------------------------------- ascend
+def ascend_event_budget() -> int:
+    raw = os.environ.get("XSYNC_ASCEND_EVENT_IDS", "")
+    if not raw:
+        return ASCEND_EVENT_IDS
+    try:
+        cap = int(raw)
+    except ValueError:
+        cap = -1
+    if not 1 <= cap <= ASCEND_EVENT_IDS:
+        from xsync.errors import BackendError
+        raise BackendError(f"XSYNC_ASCEND_EVENT_IDS={raw!r} is not a number from 1 to 16",
+                           fix="unset it (16 IDs) or set a lower cap, e.g. 11 for CANN documenting 0-10")
+    return cap
+
+
+def _ascend(kernel, placement):
+    rows, ids, users = [], [], []
+
+    def take(key, obj, direction):
+        ids.append((key, len(ids)))
+        users.append((obj, direction))
+        return len(ids) - 1
+
+    def core(role):
+        return "cube" if placement.agent_of(role).name.startswith("cube") else "vector"
+
+    workspace = 0
+    for a in placement.agents:
+        rows.append(Row(a.name, "core", f"{a.replicas} x {a.hardware}", f"roles: {', '.join(a.roles)}"))
+    for p in kernel.pipes:
+        if not placement.crosses(p):
+            rows.append(Row(p.name, "same core", "no flag", "program order on one core"))
+            continue
+        if p.stages > ASCEND_FLAG_MAX_PENDING:
+            raise AllocationError(
+                f"pipe '{p.name}' has stages={p.stages}: its producer could push {p.stages} pending "
+                f"sets on one flag, and an Ascend flag counts at most {ASCEND_FLAG_MAX_PENDING}",
+                loc=p.loc, objects=(p.name,), fix=f"use stages <= {ASCEND_FLAG_MAX_PENDING}")
+        s, d = core(p.src), core(p.dst)
+        full = take(f"{p.name}:full", p, f"{s}->{d}")
+        empty = take(f"{p.name}:empty", p, f"{d}->{s}")
+        rows.append(Row(p.name, "full flag", f"flag {full} ({s} -> {d})", "set after the slot is written"))
+        rows.append(Row(p.name, "empty flag", f"flag {empty} ({d} -> {s})",
+                        f"set after the slot is read; producer pre-counts {p.stages} free slots"))
+        if p.fields:
+            rows.append(Row(p.name, "GM workspace ring", f"{p.stages} x {p.slot_bytes} B per program",
+                            "slot = i % stages"))
+            workspace += p.stages * p.slot_bytes
+    for e in kernel.events:
+        if not placement.crosses(e):
+            rows.append(Row(e.name, "same core", "no flag", "program order on one core"))
+            continue
+        s, d = core(e.src), core(e.dst)
+        f = take(e.name, e, f"{s}->{d}")
+        rows.append(Row(e.name, "event flag", f"flag {f} ({s} -> {d})", "k-th wait after k-th set"))
+    for b in kernel.barriers:
+        cores = {core(r) for r in b.members}
+        mode = "all" if len(cores) == 2 else f"all_{cores.pop()}"
+        f = take(b.name, b, mode)
+        rows.append(Row(b.name, "sync_block_all", f"mode {mode}, flag {f}",
+                        "needs every launched core resident (grid <= core count)"))
+    budget = ascend_event_budget()
+    if len(ids) > budget:
+        listing = ", ".join(f"{o.name} ({d})" for o, d in users)
+        raise AllocationError(
+            f"the kernel needs {len(ids)} cross-core event IDs; the Ascend budget is {budget}",
+            loc=users[budget][0].loc, objects=tuple(dict.fromkeys(o.name for o, _ in users)),
+            fix=("merge pipes that travel together into one pipe with several fields, keep roles "
+                 "that talk a lot on one core, or raise XSYNC_ASCEND_EVENT_IDS (at most 16)"),
+            details=f"directions in allocation order: {listing}")
+    return Allocation("ascend", tuple(rows), event_ids=tuple(ids), workspace_bytes=workspace)

@@ -1,0 +1,308 @@
+"""Protocol IR: what the frontend produces and every renderer consumes.
+
+A :class:`KernelIR` holds the kernel's parameters, its roles and sync objects (with
+constexprs already folded into stages, replica counts and tile shapes), and a body of
+structured statements. Expressions form a small closed language (constants, names,
+arithmetic, comparisons, calls of the tile ops in ``xsync.api.TILE_OPS``, field and
+subscript access) so that each node has an obvious rendering in Gluon, triton-ascend
+and torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from xsync.api import DType
+from xsync.errors import SourceLoc
+
+
+# ---------------------------------------------------------------- expressions
+@dataclass(frozen=True)
+class Const:
+    value: Union[int, float, bool, None, DType]
+
+
+@dataclass(frozen=True)
+class Name:
+    id: str
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str  # one of + - * / // % & | ^ << >>
+    left: "Expr"
+    right: "Expr"
+
+
+@dataclass(frozen=True)
+class UnaryOp:
+    op: str  # "-", "not", "~"
+    operand: "Expr"
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: str  # one of < <= > >= == !=
+    left: "Expr"
+    right: "Expr"
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str  # "and" / "or"
+    values: tuple["Expr", ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    """A tile op from ``xsync.api.TILE_OPS``."""
+
+    op: str
+    args: tuple["Expr", ...]
+    kwargs: tuple[tuple[str, "Expr"], ...] = ()
+
+    def kwarg(self, name: str, default=None):
+        return dict(self.kwargs).get(name, default)
+
+
+@dataclass(frozen=True)
+class Attr:
+    """``slot.a`` (a pipe payload field) or ``q.dtype``-like folded attributes."""
+
+    value: "Expr"
+    attr: str
+
+
+@dataclass(frozen=True)
+class Cast:
+    value: "Expr"
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Subscript:
+    """Broadcast indexing: each index is ":" (keep) or None (new axis)."""
+
+    value: "Expr"
+    index: tuple[Union[str, None], ...]
+
+
+@dataclass(frozen=True)
+class TupleExpr:
+    items: tuple["Expr", ...]
+
+
+Expr = Union[Const, Name, BinOp, UnaryOp, Compare, BoolOp, Call, Attr, Cast, Subscript, TupleExpr]
+
+
+# ---------------------------------------------------------------- declarations
+@dataclass(frozen=True)
+class Role:
+    name: str
+    kind: str  # "copy" | "matrix" | "vector"
+    replicas: int
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class TileSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def bytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * self.dtype.bytes
+
+
+@dataclass(frozen=True)
+class Pipe:
+    name: str
+    src: str
+    dst: str
+    stages: int
+    fields: tuple[TileSpec, ...]
+    loc: SourceLoc
+
+    @property
+    def slot_bytes(self) -> int:
+        return sum(f.bytes for f in self.fields)
+
+    def field(self, name: str) -> TileSpec | None:
+        return next((f for f in self.fields if f.name == name), None)
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    src: str
+    dst: str
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class Barrier:
+    name: str
+    members: tuple[str, ...]
+    loc: SourceLoc
+
+
+SyncObject = Union[Pipe, Event, Barrier]
+
+
+# ---------------------------------------------------------------- statements
+@dataclass(frozen=True)
+class Assign:
+    targets: tuple[str, ...]  # more than one: tuple unpacking of a TupleExpr
+    value: Expr
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class SlotWrite:
+    """``slot.field = value`` in the producer role of ``pipe``."""
+
+    pipe: str
+    slot: str
+    field: str
+    value: Expr
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class Store:
+    tensor: str
+    offsets: tuple[Expr, ...]
+    value: Expr
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class SyncOp:
+    """One synchronization action.
+
+    verb: pipe  -> "acquire" | "commit" | "wait" | "release"
+          event -> "signal" | "wait"
+          barrier -> "sync" | "arrive"
+    ``target`` names the slot variable bound by acquire/wait (may be None).
+    """
+
+    verb: str
+    obj: str
+    target: str | None
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class For:
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: tuple["Stmt", ...]
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Expr
+    body: tuple["Stmt", ...]
+    orelse: tuple["Stmt", ...]
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class RoleBlock:
+    role: str
+    body: tuple["Stmt", ...]
+    loc: SourceLoc
+
+
+Stmt = Union[Assign, SlotWrite, Store, SyncOp, For, If, RoleBlock]
+
+
+# ---------------------------------------------------------------- the kernel
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str  # "tensor" | "scalar" | "constexpr"
+    dtype: DType | None = None  # tensors: element type of this specialization
+
+
+@dataclass(frozen=True)
+class KernelIR:
+    name: str
+    file: str
+    params: tuple[Param, ...]
+    constexprs: tuple[tuple[str, object], ...]
+    roles: tuple[Role, ...]
+    pipes: tuple[Pipe, ...]
+    events: tuple[Event, ...]
+    barriers: tuple[Barrier, ...]
+    body: tuple[Stmt, ...]
+    loc: SourceLoc
+    source: str = field(default="", compare=False)
+
+    def role(self, name: str) -> Role:
+        return next(r for r in self.roles if r.name == name)
+
+    def sync_object(self, name: str) -> SyncObject | None:
+        for group in (self.pipes, self.events, self.barriers):
+            for obj in group:
+                if obj.name == name:
+                    return obj
+        return None
+
+    @property
+    def constexpr_values(self) -> dict[str, object]:
+        return dict(self.constexprs)
+
+
+def walk(stmts, enter_roles: bool = True):
+    """Yield every statement (pre-order) below ``stmts``."""
+    for s in stmts:
+        yield s
+        if isinstance(s, For):
+            yield from walk(s.body, enter_roles)
+        elif isinstance(s, If):
+            yield from walk(s.body, enter_roles)
+            yield from walk(s.orelse, enter_roles)
+        elif isinstance(s, RoleBlock) and enter_roles:
+            yield from walk(s.body, enter_roles)
+
+
+def children(e) -> tuple:
+    """Direct sub-expressions of an expression."""
+    if isinstance(e, (BinOp, Compare)):
+        return (e.left, e.right)
+    if isinstance(e, UnaryOp):
+        return (e.operand,)
+    if isinstance(e, BoolOp):
+        return e.values
+    if isinstance(e, Call):
+        return e.args + tuple(v for _, v in e.kwargs)
+    if isinstance(e, (Attr, Cast, Subscript)):
+        return (e.value,)
+    if isinstance(e, TupleExpr):
+        return e.items
+    return ()
+
+
+def subexprs(e):
+    """Yield ``e`` and every expression below it (pre-order)."""
+    yield e
+    for c in children(e):
+        yield from subexprs(c)
+
+
+def expr_names(e) -> set[str]:
+    """Names an expression reads."""
+    return {x.id for x in subexprs(e) if isinstance(x, Name)}
+
+
+def expr_calls(e) -> list[Call]:
+    """Every tile-op call inside an expression."""
+    return [x for x in subexprs(e) if isinstance(x, Call)]

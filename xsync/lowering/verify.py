@@ -1,0 +1,415 @@
+"""Verifier: exhaustive interleaving check of the unrolled protocol.
+
+Each agent instance runs its unrolled list of sync actions; a state is the vector of
+positions (every counter — commits, releases, signals, arrivals — follows from the
+positions). A breadth-first search over all interleavings finds, with the shortest
+counterexample:
+
+* deadlock: a state where some agent has not finished and none can move,
+* lost signals: the protocol ends with committed slots never waited, waited slots never
+  released, or event signals never consumed (the next tile or launch would see them),
+* phase aliasing (Hopper): an mbarrier-backed event or barrier running two phases
+  ahead of its waiter, which a parity wait cannot tell apart,
+* flag overflow (Ascend): more than 15 sets pending on one cross-core flag.
+
+Run-time loop trip counts and branch conditions are enumerated over small values; loops
+with the same bound text share a trip count (see ``protocol``).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from collections import deque
+from dataclasses import dataclass
+
+from xsync.errors import DeadlockError, ProtocolError
+from xsync.lowering import ir
+from xsync.lowering.placement import Placement
+from xsync.lowering.protocol import (Instance, Step, agent_skeleton, instances, symbolic_keys,
+                                     unroll)
+
+ASCEND_FLAG_MAX_PENDING = 15
+MAX_STATES = 400_000
+MAX_ASSIGNMENTS = 48
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    backend: str
+    assignments: int      # trip-count / branch assignments explored
+    states: int           # distinct states explored in total
+    trip_values: tuple[int, ...]
+    complete: bool        # False when a state cap cut the search short
+
+    def summary(self) -> str:
+        how = "all interleavings" if self.complete else "interleavings up to the state cap"
+        trips = ", ".join(map(str, self.trip_values))
+        return (f"verified for {self.backend}: {how} of {self.assignments} trip-count/branch "
+                f"assignment(s) (run-time trip counts tried: {trips}), {self.states} states")
+
+
+def enabled_verification() -> bool:
+    return os.environ.get("XSYNC_VERIFY", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def verify(kernel: ir.KernelIR, placement: Placement) -> VerifyReport:
+    """Raise ProtocolError/DeadlockError on the first bug; return a report otherwise."""
+    insts = instances(placement)
+    trees = [agent_skeleton(kernel, inst.roles, inst.replica or 0) for inst in insts]
+    loops, branches = [], []
+    for t in trees:
+        lo, br = symbolic_keys(t)
+        loops += lo
+        branches += br
+    loop_keys = sorted({lp.key for lp in loops})
+    cond_keys = sorted({b.key for b in branches})
+    max_stages = max([p.stages for p in kernel.pipes] + [1])
+    trip_values = tuple(range(0, max_stages + 3))
+    total_states, count, complete = 0, 0, True
+    for trips, conds in _assignments(loop_keys, cond_keys, trip_values):
+        programs = [unroll(t, trips, conds) for t in trees]
+        model = _Model(kernel, placement, insts, programs, trips, conds, loops)
+        states, full = model.search()
+        total_states += states
+        complete &= full
+        count += 1
+    return VerifyReport(placement.backend, count, total_states, trip_values, complete)
+
+
+def _assignments(loop_keys, cond_keys, trip_values):
+    """Trip counts per loop key and truth values per condition key, small ones first."""
+    bools = (False, True)
+    full = list(itertools.product(*([trip_values] * len(loop_keys) + [bools] * len(cond_keys))))
+    if len(full) > MAX_ASSIGNMENTS:
+        # Keep equal trip counts for all keys, plus each key varied alone.
+        chosen = []
+        for t in trip_values:
+            for b in bools:
+                chosen.append(tuple([t] * len(loop_keys) + [b] * len(cond_keys)))
+        base = trip_values[min(2, len(trip_values) - 1)]
+        for i in range(len(loop_keys)):
+            for t in trip_values:
+                vals = [base] * len(loop_keys) + [True] * len(cond_keys)
+                vals[i] = t
+                chosen.append(tuple(vals))
+        full = list(dict.fromkeys(chosen))
+    for combo in full:
+        yield (dict(zip(loop_keys, combo[:len(loop_keys)])),
+               dict(zip(cond_keys, combo[len(loop_keys):])))
+
+
+class _Model:
+    def __init__(self, kernel, placement, insts: list[Instance], programs: list[list[Step]],
+                 trips, conds, loops):
+        self.kernel = kernel
+        self.placement = placement
+        self.insts = insts
+        self.programs = programs
+        self.trips = trips
+        self.conds = conds
+        self.loops = loops
+        self.backend = placement.backend
+        # prefix[i][(verb, obj)][pos] = how many such actions instance i did before pos
+        self.prefix = []
+        for prog in programs:
+            table: dict[tuple[str, str], list[int]] = {}
+            for pos, step in enumerate(prog):
+                key = (step.action.verb, step.action.obj)
+                table.setdefault(key, [0] * (len(prog) + 1))
+            for key, arr in table.items():
+                c = 0
+                for pos, step in enumerate(prog):
+                    arr[pos] = c
+                    if (step.action.verb, step.action.obj) == key:
+                        c += 1
+                arr[len(prog)] = c
+            self.prefix.append(table)
+        self.by_role: dict[str, list[int]] = {}
+        for i, inst in enumerate(insts):
+            for r in inst.roles:
+                self.by_role.setdefault(r, []).append(i)
+        self._static_checks()
+
+    # ---------------------------------------------------------------- counting
+    def count(self, i, verb, obj, state) -> int:
+        arr = self.prefix[i].get((verb, obj))
+        return arr[state[i]] if arr else 0
+
+    def channel(self, obj, i_consumer_or_producer, side):
+        """Instances on the other side of ``obj`` for instance i (pairing rules)."""
+        src, dst = self.by_role[obj.src], self.by_role[obj.dst]
+        me = self.insts[i_consumer_or_producer]
+        if side == "src":  # producer asks: which consumers must release?
+            if len(src) == len(dst) and len(src) > 1:
+                return [d for d in dst if self.insts[d].replica == me.replica]
+            return dst
+        if len(src) == len(dst) and len(src) > 1:
+            return [s for s in src if self.insts[s].replica == me.replica]
+        return src
+
+    def stages(self, pipe: ir.Pipe) -> int:
+        # A pipe inside one agent is a register hand-off: one value at a time.
+        return pipe.stages if self.placement.crosses(pipe) else 1
+
+    def blocked_reason(self, i, state) -> str | None:
+        """None when instance i can take its next action, else why it waits."""
+        step = self.programs[i][state[i]]
+        a = step.action
+        obj = self.kernel.sync_object(a.obj)
+        if a.verb == "acquire":
+            held = self.count(i, "acquire", a.obj, state)
+            worst = None
+            for d in self.channel(obj, i, "src"):
+                rel = self.count(d, "release", a.obj, state)
+                if held - rel >= self.stages(obj):
+                    worst = (d, rel)
+            if worst is None:
+                return None
+            d, rel = worst
+            return (f"acquire on pipe '{a.obj}': all {self.stages(obj)} slot(s) in use "
+                    f"({held} acquired, {rel} released by {self.insts[d].label})")
+        if a.verb == "wait":
+            waited = self.count(i, "wait", a.obj, state)
+            (p,) = self.channel(obj, i, "dst")
+            committed = self.count(p, "commit", a.obj, state)
+            if waited < committed:
+                return None
+            return (f"wait on pipe '{a.obj}': slot {waited} not committed yet "
+                    f"({committed} committed by {self.insts[p].label})")
+        if a.verb == "evwait":
+            waited = self.count(i, "evwait", a.obj, state)
+            srcs = self.channel(obj, i, "dst")
+            signals = min(self.count(s, "signal", a.obj, state) for s in srcs)
+            if waited < signals:
+                return None
+            who = ", ".join(self.insts[s].label for s in srcs)
+            return f"wait on event '{a.obj}': signal {waited + 1} not sent yet ({signals} sent by {who})"
+        if a.verb == "bar_wait":
+            mine = self.count(i, "bar_arrive", a.obj, state)
+            late = [j for j in self._members(obj) if self.count(j, "bar_arrive", a.obj, state) < mine]
+            if not late:
+                return None
+            return (f"sync on barrier '{a.obj}' (meeting {mine}): waiting for "
+                    f"{', '.join(self.insts[j].label for j in late)}")
+        return None
+
+    def _members(self, bar: ir.Barrier):
+        return [i for r in bar.members for i in self.by_role.get(r, [])]
+
+    # ---------------------------------------------------------------- checks
+    def _static_checks(self):
+        """Per-agent order errors: commit without acquire, release without wait."""
+        for i, prog in enumerate(self.programs):
+            held: dict[tuple[str, str], int] = {}
+            for step in prog:
+                a = step.action
+                if a.verb in ("acquire", "wait"):
+                    held[(a.obj, a.verb)] = held.get((a.obj, a.verb), 0) + 1
+                elif a.verb in ("commit", "release"):
+                    pair = "acquire" if a.verb == "commit" else "wait"
+                    if held.get((a.obj, pair), 0) == 0:
+                        raise ProtocolError(
+                            f"{a.verb} on pipe '{a.obj}' without a slot from {pair}",
+                            loc=a.loc, objects=(a.obj, a.role),
+                            fix=f"every {a.verb} must follow its own {a.obj}.{pair}() in role '{a.role}'",
+                            details=self._trip_note() + _iter_note(step))
+                    held[(a.obj, pair)] -= 1
+
+    def _trip_note(self) -> str:
+        notes = []
+        for key, n in sorted(self.trips.items()):
+            line = next((lp.loc.line for lp in self.loops if lp.key == key), "?")
+            notes.append(f"loop at line {line} `{key}` runs {n} time(s)")
+        notes += [f"condition `{k}` is {v}" for k, v in sorted(self.conds.items())]
+        return ("with " + "; ".join(notes) + "\n") if notes else ""
+
+    def state_violation(self, state) -> tuple[str, object, str] | None:
+        """Backend-specific counter limits (phase aliasing, flag overflow)."""
+        for ev in self.kernel.events:
+            if not self.placement.crosses(ev):
+                continue
+            for d in self.by_role[ev.dst]:
+                srcs = self.channel(ev, d, "dst")
+                pending = min(self.count(s, "signal", ev.name, state) for s in srcs) - \
+                    self.count(d, "evwait", ev.name, state)
+                if self.backend == "nvidia" and pending >= 2:
+                    return ("phase aliasing", ev,
+                            f"event '{ev.name}' is signalled twice before {self.insts[d].label} "
+                            f"waits; its mbarrier flips parity twice and the parity wait cannot tell "
+                            f"phase k from phase k+2")
+                if self.backend == "ascend" and pending > ASCEND_FLAG_MAX_PENDING:
+                    return ("flag overflow", ev,
+                            f"event '{ev.name}' has {pending} sets pending for "
+                            f"{self.insts[d].label}; an Ascend flag counts at most "
+                            f"{ASCEND_FLAG_MAX_PENDING}")
+        if self.backend == "nvidia":
+            for bar in self.kernel.barriers:
+                counts = [self.count(j, "bar_arrive", bar.name, state) for j in self._members(bar)]
+                if counts and max(counts) - min(counts) >= 2:
+                    return ("phase aliasing", bar,
+                            f"a member of barrier '{bar.name}' arrives twice while another has not "
+                            f"arrived; a hardware named barrier would mix the two meetings")
+        return None
+
+    def leftovers(self, state) -> list[str]:
+        out = []
+        for p in self.kernel.pipes:
+            for d in self.by_role[p.dst]:
+                (src,) = self.channel(p, d, "dst")
+                c = self.count(src, "commit", p.name, state)
+                w = self.count(d, "wait", p.name, state)
+                r = self.count(d, "release", p.name, state)
+                if c > w:
+                    out.append(f"pipe '{p.name}': {c - w} committed slot(s) never waited by "
+                               f"{self.insts[d].label}")
+                if w > r:
+                    out.append(f"pipe '{p.name}': {w - r} slot(s) waited by {self.insts[d].label} "
+                               f"never released (a missing release)")
+            for s in self.by_role[p.src]:
+                a = self.count(s, "acquire", p.name, state)
+                c = self.count(s, "commit", p.name, state)
+                if a > c:
+                    out.append(f"pipe '{p.name}': {a - c} slot(s) acquired by {self.insts[s].label} "
+                               f"never committed")
+        for ev in self.kernel.events:
+            for d in self.by_role[ev.dst]:
+                srcs = self.channel(ev, d, "dst")
+                sig = min(self.count(s, "signal", ev.name, state) for s in srcs)
+                w = self.count(d, "evwait", ev.name, state)
+                if sig > w:
+                    out.append(f"event '{ev.name}': {sig - w} signal(s) never waited by "
+                               f"{self.insts[d].label}")
+        return out
+
+    # ---------------------------------------------------------------- search
+    def search(self) -> tuple[int, bool]:
+        n = len(self.insts)
+        start = (0,) * n
+        ends = tuple(len(p) for p in self.programs)
+        parent = {start: None}
+        queue = deque([start])
+        while queue:
+            state = queue.popleft()
+            violation = self.state_violation(state)
+            if violation:
+                self._raise_violation(state, parent, violation)
+            moved = False
+            for i in range(n):
+                if state[i] >= ends[i] or self.blocked_reason(i, state) is not None:
+                    continue
+                moved = True
+                nxt = state[:i] + (state[i] + 1,) + state[i + 1:]
+                if nxt not in parent:
+                    parent[nxt] = (state, i)
+                    queue.append(nxt)
+            if not moved:
+                if state == ends:
+                    left = self.leftovers(state)
+                    if left:
+                        self._raise_leftovers(state, parent, left)
+                else:
+                    self._raise_deadlock(state, parent)
+            if len(parent) > MAX_STATES:
+                return len(parent), False
+        return len(parent), True
+
+    def _path(self, state, parent) -> list[tuple[int, Step]]:
+        out = []
+        while parent[state] is not None:
+            prev, i = parent[state]
+            out.append((i, self.programs[i][prev[i]]))
+            state = prev
+        return out[::-1]
+
+    def _format_path(self, path) -> str:
+        if not path:
+            return "  (before any agent moves)\n"
+        width = max(len(inst.label) for inst in self.insts)
+        lines = []
+        for k, (i, step) in enumerate(path, 1):
+            lines.append(f"  {k:3d}. {self.insts[i].label:<{width}}  {_verb_text(step.action)}"
+                         f"   line {step.action.loc.line}{_iter_note(step, inline=True)}")
+        return "\n".join(lines) + "\n"
+
+    def _positions(self, state) -> str:
+        width = max(len(inst.label) for inst in self.insts)
+        lines = []
+        for i, inst in enumerate(self.insts):
+            prog = self.programs[i]
+            if state[i] >= len(prog):
+                lines.append(f"  {inst.label:<{width}}  finished")
+                continue
+            step = prog[state[i]]
+            why = self.blocked_reason(i, state) or f"ready to {_verb_text(step.action)}"
+            lines.append(f"  {inst.label:<{width}}  {step.action.loc}{_iter_note(step, inline=True)}: {why}")
+        return "\n".join(lines) + "\n"
+
+    def _raise_deadlock(self, state, parent):
+        path = self._path(state, parent)
+        stuck = [i for i in range(len(self.insts)) if state[i] < len(self.programs[i])]
+        first = self.programs[stuck[0]][state[stuck[0]]].action
+        objs = sorted({self.programs[i][state[i]].action.obj for i in stuck})
+        roles = sorted({self.programs[i][state[i]].action.role for i in stuck})
+        fix = _deadlock_fix(self, state, stuck)
+        raise DeadlockError(
+            f"deadlock on the {self.backend} placement: {', '.join(self.insts[i].label for i in stuck)} "
+            f"wait(s) forever",
+            loc=first.loc, objects=tuple(roles + objs), fix=fix,
+            details=(self._trip_note() + f"shortest interleaving ({len(path)} steps):\n"
+                     + self._format_path(path) + "then:\n" + self._positions(state)))
+
+    def _raise_leftovers(self, state, parent, left):
+        path = self._path(state, parent)
+        obj = self.kernel.sync_object(left[0].split("'")[1])
+        raise ProtocolError(
+            "the protocol ends with unconsumed synchronization: " + left[0],
+            loc=obj.loc, objects=(obj.name,),
+            fix=("make every loop that signals/commits run as many times as the loop that "
+                 "waits/releases (compute the bound in unannotated code, shared by all roles), "
+                 "and release every slot you wait for"),
+            details=self._trip_note() + "\n".join(left[1:]) + ("\n" if left[1:] else "")
+            + f"an interleaving that ends this way ({len(path)} steps):\n" + self._format_path(path))
+
+    def _raise_violation(self, state, parent, violation):
+        kind, obj, what = violation
+        path = self._path(state, parent)
+        fix = ("add back-pressure: an event in the other direction, or a pipe with stages "
+               "so the signaller waits for a free slot")
+        raise ProtocolError(f"{kind} on the {self.backend} placement: {what}", loc=obj.loc,
+                            objects=(obj.name,), fix=fix,
+                            details=self._trip_note() + f"reached after ({len(path)} steps):\n"
+                            + self._format_path(path))
+
+
+def _verb_text(a) -> str:
+    return {"acquire": f"{a.obj}.acquire()", "commit": f"{a.obj}.commit()",
+            "wait": f"{a.obj}.wait()", "release": f"{a.obj}.release()",
+            "signal": f"xs.signal({a.obj})", "evwait": f"xs.wait({a.obj})",
+            "bar_arrive": f"{a.obj}.arrive", "bar_wait": f"{a.obj}.sync"}[a.verb] + f" [{a.role}]"
+
+
+def _iter_note(step: Step, inline=False) -> str:
+    if not step.iters:
+        return ""
+    it = ", ".join(f"{v}={n}" for v, n in step.iters)
+    return f" ({it})" if inline else f"at iteration {it}\n"
+
+
+def _deadlock_fix(model: _Model, state, stuck) -> str:
+    verbs = {model.programs[i][state[i]].action.verb for i in stuck}
+    if len(stuck) == 1:
+        i = stuck[0]
+        a = model.programs[i][state[i]].action
+        obj = model.kernel.sync_object(a.obj)
+        if a.verb == "acquire":
+            return (f"release the slots of pipe '{a.obj}' in role '{obj.dst}' after reading them, "
+                    f"or raise stages")
+        if a.verb in ("wait", "evwait"):
+            who = obj.src
+            return (f"'{who}' must {'commit' if a.verb == 'wait' else 'signal'} as many times as "
+                    f"'{obj.dst}' waits; check the loop bounds and branches around both")
+    if verbs == {"acquire"} or "acquire" in verbs:
+        return ("a cycle of waits: some consumer never releases, or stages are too few for the "
+                "order in which roles wait on each other; release earlier or add stages")
+    return ("the listed agents wait on each other in a cycle; reorder the waits so that every "
+            "signal/commit a role needs is issued before it blocks")
