@@ -1,5 +1,8 @@
 """xsync: one producer/consumer synchronization vocabulary for accelerator kernels,
 lowered onto NVIDIA Hopper (Gluon), Huawei Ascend (triton-ascend) and a CPU emulator."""
+# Load the xsync.kernel submodule first: importing it later (from api.kernel) would rebind
+# the package attribute `xsync.kernel` from the decorator to the module.
+import xsync.kernel as _kernel_module  # noqa: E402,F401
 from xsync.api import (  # noqa: F401
     DType, arange, barrier, bfloat16, cdiv, constexpr, event, exp2, float16, float32, full,
     int32, kernel, load, log2, max, maximum, minimum, mma, mma_wait, num_programs, pipe,

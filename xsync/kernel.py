@@ -99,18 +99,17 @@ class Kernel:
         key = (self.source_hash(), backend, tuple(sorted(constexprs.items())),
                tuple(sorted((k, v.name) for k, v in tensor_dtypes.items())), enabled_verification())
         with self._lock:
-            hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        lowered = self.lower(backend, constexprs, tensor_dtypes)
-        module = importlib.import_module(f"xsync.backends.{backend}")
-        compiled = module.compile_kernel(lowered.kernel, lowered.placement, lowered.allocation)
-        compiled.lowered = lowered
+            compiled = self._cache.get(key)
+        if compiled is None:
+            lowered = self.lower(backend, constexprs, tensor_dtypes)
+            module = importlib.import_module(f"xsync.backends.{backend}")
+            compiled = module.compile_kernel(lowered.kernel, lowered.placement, lowered.allocation)
+            compiled.lowered = lowered
+            with self._lock:
+                self._cache[key] = compiled
         dump_dir = os.environ.get("XSYNC_DUMP")
         if dump_dir:
-            dump(dump_dir, lowered, compiled.source)
-        with self._lock:
-            self._cache[key] = compiled
+            dump(dump_dir, compiled.lowered, compiled.source)
         return compiled
 
     # ---------------------------------------------------------------- launch

@@ -106,7 +106,7 @@ def _nvidia(kernel, placement):
                             f"'{p.src}' and '{p.dst}' share {placement.agent_of(p.src).name}"))
             continue
         consumers = _dst_count(kernel, placement, p)
-        tma = f", expect {p.slot_bytes} B" if p.fields else ""
+        tma = f", expect {p.slot_bytes} B (TMA)" if is_tma_pipe(kernel, p) else ""
         rows.append(Row(p.name, "full barriers", f"mbarrier[{p.stages}] count=1{tma}",
                         "slot = i % stages; consumer waits parity (i // stages) & 1"))
         rows.append(Row(p.name, "empty barriers", f"mbarrier[{p.stages}] count={consumers}",
@@ -149,6 +149,13 @@ def _nvidia(kernel, placement):
                         "sync = bar.sync; arrive = bar.arrive"))
     return Allocation("nvidia", tuple(rows), barrier_ids=tuple(barrier_ids),
                       partitions=tuple(partitions))
+
+
+def is_tma_pipe(kernel: ir.KernelIR, pipe: ir.Pipe) -> bool:
+    """A pipe whose producer fills every field straight from global memory (xs.load):
+    on Hopper the copy engine completes the slot (expect-tx) instead of an arrive."""
+    writes = [s for s in ir.walk(kernel.body) if isinstance(s, ir.SlotWrite) and s.pipe == pipe.name]
+    return bool(writes) and all(isinstance(w.value, ir.Call) and w.value.op == "load" for w in writes)
 
 
 def _padded_workers(partitions) -> int:

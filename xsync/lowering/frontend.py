@@ -57,6 +57,7 @@ class _Frontend:
         self.params: list[ir.Param] = []
         self.role_ctx: str | None = None
         self.loop_depth = 0
+        self.loop_vars: set[str] = set()
         self.used_verbs: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------ helpers
@@ -277,6 +278,9 @@ class _Frontend:
         else:
             start, stop = args[0], args[1]
             step = args[2] if len(args) == 3 else ir.Const(1)
+        if s.target.id in self.loop_vars:
+            self.home.pop(s.target.id, None)  # each loop scopes its own counter
+        self.loop_vars.add(s.target.id)
         self.bind([s.target.id], ir.Const(0), s)
         self.loop_depth += 1
         try:

@@ -53,6 +53,6 @@ def merge_by_replicas(roles, agent_name, hardware) -> list[Agent]:
         by_count.setdefault(r.replicas, []).append(r)
     out = []
     for count, group in by_count.items():
-        name = agent_name if len(by_count) == 1 else f"{agent_name}{count}"
+        name = agent_name if len(by_count) == 1 else "_".join(r.name for r in group)
         out.append(Agent(name, tuple(r.name for r in group), count, hardware))
     return out

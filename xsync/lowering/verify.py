@@ -66,14 +66,37 @@ def verify(kernel: ir.KernelIR, placement: Placement) -> VerifyReport:
     max_stages = max([p.stages for p in kernel.pipes] + [1])
     trip_values = tuple(range(0, max_stages + 3))
     total_states, count, complete = 0, 0, True
+    worst: ProtocolError | None = None
     for trips, conds in _assignments(loop_keys, cond_keys, trip_values):
         programs = [unroll(t, trips, conds) for t in trees]
-        model = _Model(kernel, placement, insts, programs, trips, conds, loops)
-        states, full = model.search()
+        try:
+            model = _Model(kernel, placement, insts, programs, trips, conds, loops)
+            states, full = model.search()
+        except ProtocolError as err:
+            # Keep looking: a hang found with other trip counts outranks a leftover signal.
+            if worst is None or _severity(err) < _severity(worst):
+                worst = err
+            if _severity(worst) == 0:
+                break
+            continue
         total_states += states
         complete &= full
         count += 1
+    if worst is not None:
+        raise worst
     return VerifyReport(placement.backend, count, total_states, trip_values, complete)
+
+
+def _severity(err: ProtocolError) -> int:
+    """Which bug to report first: hangs, then counter limits, then order, then leftovers."""
+    if isinstance(err, DeadlockError):
+        return 0
+    what = err.what
+    if what.startswith(("phase aliasing", "flag overflow")):
+        return 1
+    if "without a slot" in what:
+        return 2
+    return 3
 
 
 def _assignments(loop_keys, cond_keys, trip_values):
@@ -397,6 +420,15 @@ def _iter_note(step: Step, inline=False) -> str:
 
 def _deadlock_fix(model: _Model, state, stuck) -> str:
     verbs = {model.programs[i][state[i]].action.verb for i in stuck}
+    for i in stuck:
+        a = model.programs[i][state[i]].action
+        obj = model.kernel.sync_object(a.obj)
+        other = [] if isinstance(obj, ir.Barrier) else \
+            model.by_role[obj.dst if a.role == obj.src else obj.src]
+        if other and all(state[j] >= len(model.programs[j]) for j in other) and model.trips:
+            return (f"'{model.insts[other[0]].label}' finished while '{model.insts[i].label}' still "
+                    f"needs it on '{a.obj}': the loops around the two sides run different trip "
+                    f"counts; compute the bound once in unannotated code and loop over it in both")
     if len(stuck) == 1:
         i = stuck[0]
         a = model.programs[i][state[i]].action

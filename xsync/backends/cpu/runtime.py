@@ -14,7 +14,7 @@ import time
 import torch
 
 from xsync import api
-from xsync.errors import LaunchError, SourceLoc, StallError
+from xsync.errors import LaunchError, ProtocolError, SourceLoc, StallError
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
                 "int32": torch.int32, "int1": torch.bool}
@@ -213,7 +213,7 @@ class Agent:
     def release(self, pipe, slot, line):
         for _, reads in self.in_flight:
             if any(s is slot for s in reads):
-                raise StallError(
+                raise ProtocolError(
                     f"{self.label} releases a slot of pipe '{pipe}' while an xs.mma that reads it "
                     f"is still in flight", loc=SourceLoc(self.monitor.file, line, self.monitor.kernel_name),
                     objects=(pipe, self.label),

@@ -1,0 +1,100 @@
+"""The CPU emulator runs the portable kernels with exact sync semantics and matches torch."""
+import os
+import time
+
+import pytest
+import torch
+
+import xsync as xs
+from kernels.gemm import gemm
+from kernels.gemm_softmax import gemm_softmax
+from tests.core import broken_kernels as bk
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gemm_matches_torch(stages, dtype):
+    torch.manual_seed(stages)
+    M, N, K = 75, 49, 130          # partial tiles on every edge
+    a, b = torch.randn(M, K).to(dtype), torch.randn(K, N).to(dtype)
+    c = torch.zeros(M, N)
+    BM, BN, BK = 32, 32, 16
+    gemm[(cdiv(M, BM), cdiv(N, BN))](a, b, c, M, N, K, BM=BM, BN=BN, BK=BK, STAGES=stages,
+                                     backend="cpu")
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_gemm_softmax_two_replicas_matches_torch(stages):
+    torch.manual_seed(0)
+    M, N, K, BM, BN, TILES = 40, 150, 64, 16, 32, 3
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    out = torch.zeros(M, N)
+    gemm_softmax[(cdiv(M, BM), cdiv(N, BN * TILES))](
+        a, b, out, M, N, K, BM=BM, BN=BN, BK=32, STAGES=stages, TILES=TILES, backend="cpu")
+    ref = torch.cat([torch.softmax(blk, 1) for blk in (a.float() @ b.float()).split(BN, 1)], 1)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_stall_watchdog_names_roles_instead_of_hanging(monkeypatch):
+    monkeypatch.setenv("XSYNC_VERIFY", "0")
+    x, y = torch.randn(64, 16), torch.zeros(64, 16)
+    start = time.monotonic()
+    with pytest.raises(xs.StallError) as info:
+        bk.missing_release[(1,)](x, y, 4, BLOCK=16, STAGES=1, backend="cpu")
+    assert time.monotonic() - start < 5
+    msg = str(info.value)
+    assert "stalled" in msg
+    assert "load" in msg and "acquire on pipe 'ring'" in msg
+    assert "work" in msg and "wait on pipe 'ring'" in msg
+    assert "(i=" in msg                      # the loop iteration of each stuck agent
+    assert "broken_kernels.py:" in msg
+
+
+def test_stall_watchdog_three_way_cycle(monkeypatch):
+    monkeypatch.setenv("XSYNC_VERIFY", "0")
+    x = torch.zeros(16, 16)
+    with pytest.raises(xs.StallError) as info:
+        bk.three_way_cycle[(2,)](x, x, 1, BLOCK=16, STAGES=1, backend="cpu")
+    for role in ("a", "b", "c"):
+        assert f"\n  {role} " in str(info.value)
+
+
+def test_verifier_runs_on_every_compile_unless_disabled(monkeypatch):
+    x, y = torch.randn(64, 16), torch.zeros(64, 16)
+    with pytest.raises(xs.DeadlockError):
+        bk.missing_release[(1,)](x, y, 4, BLOCK=16, STAGES=1, backend="cpu")
+
+
+def test_agent_failure_is_reported_and_others_stop():
+    # A float K breaks range() inside the agents; the launcher re-raises that error
+    # promptly instead of leaving the other agents waiting forever.
+    a = torch.randn(8, 8).bfloat16()
+    start = time.monotonic()
+    with pytest.raises(TypeError):
+        gemm[(1, 1)](a, a, torch.zeros(8, 8), 8, 8, 8.5, BM=16, BN=16, BK=16, STAGES=1,
+                     backend="cpu")
+    assert time.monotonic() - start < 5
+
+
+def test_launch_rejects_non_2d_tensor():
+    a = torch.randn(8, 8).bfloat16()
+    with pytest.raises(xs.LaunchError, match="has 1 dims"):
+        gemm[(1, 1)](a.view(-1), a, torch.zeros(8, 8), 8, 8, 8, BM=16, BN=16, BK=16, STAGES=1,
+                     backend="cpu")
+
+
+def test_dump_writes_source_and_allocation(tmp_path, monkeypatch):
+    monkeypatch.setenv("XSYNC_DUMP", str(tmp_path))
+    M = N = K = 32
+    a, b, c = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16(), torch.zeros(M, N)
+    gemm[(1, 1)](a, b, c, M, N, K, BM=32, BN=32, BK=16, STAGES=2, backend="cpu")
+    src = (tmp_path / "gemm.cpu.py").read_text()
+    assert "def agent_load(ag" in src and "ag.acquire('tiles'" in src
+    table = (tmp_path / "gemm.cpu.alloc.txt").read_text()
+    assert "tiles" in table and "verified for cpu" in table
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]

@@ -1,0 +1,162 @@
+"""Every broken protocol is rejected with the right diagnosis, at the right line,
+naming the offending role/pipe/event and saying how to fix it."""
+import inspect
+import re
+
+import pytest
+import torch
+
+import xsync as xs
+from tests.core import broken_kernels as bk
+from xsync.errors import (AllocationError, DeadlockError, KernelSourceError, ProtocolError,
+                          XSyncError)
+
+
+def bug_line(kernel) -> int:
+    lines, start = inspect.getsourcelines(kernel.fn)
+    for k, text in enumerate(lines):
+        if "# BUG" in text:
+            return start + k
+    raise AssertionError("no # BUG marker")
+
+
+def expect(kernel, backend, exc_type, *needles, monkeypatch=None):
+    with pytest.raises(exc_type) as info:
+        kernel.lower(backend)
+    err = info.value
+    msg = str(err)
+    assert err.loc is not None, msg
+    assert err.loc.file.endswith("broken_kernels.py"), msg
+    assert err.loc.line == bug_line(kernel), f"expected line {bug_line(kernel)}:\n{msg}"
+    assert f"broken_kernels.py:{bug_line(kernel)}" in msg
+    for needle in needles:
+        assert re.search(needle, msg), f"{needle!r} not in:\n{msg}"
+    assert err.fix, "every error says how to fix it"
+    return err
+
+
+def test_deadlock_by_missing_release():
+    err = expect(bk.missing_release, "cpu", DeadlockError, "deadlock", "ring", r"load\s+.*acquire",
+                 "release")
+    assert "shortest interleaving" in str(err)
+    assert "loop at line" in str(err)  # the trip count of the counterexample
+
+
+def test_cyclic_wait_between_three_roles():
+    err = expect(bk.three_way_cycle, "cpu", DeadlockError, r"a, b, c wait", "ca", "ab", "bc")
+    for role in ("a", "b", "c"):
+        assert re.search(rf"\n\s+{role}\s+\S+:\d+.*wait on event", str(err))
+
+
+def test_wait_in_role_that_is_not_the_consumer():
+    expect(bk.wait_in_producer, "cpu", KernelSourceError, "ring.wait\\(\\) in role 'load'",
+           "consumer role 'work'")
+
+
+def test_signal_from_wrong_role():
+    expect(bk.signal_from_wrong_role, "cpu", KernelSourceError, "xs.signal\\(ready\\) in role 'work'",
+           "source role 'load'")
+
+
+def test_zero_stages():
+    expect(bk.zero_stages, "cpu", KernelSourceError, "stages=0", "at least one slot")
+
+
+def test_event_id_budget_exceeded():
+    err = expect(bk.too_many_event_ids, "ascend", AllocationError, "17 cross-core event IDs",
+                 "budget is 16", "e16")
+    assert "e0 (cube->vector)" in str(err)
+
+
+def test_event_id_budget_lower_cap(monkeypatch):
+    monkeypatch.setenv("XSYNC_ASCEND_EVENT_IDS", "11")
+    with pytest.raises(AllocationError, match="budget is 11"):
+        bk.too_many_event_ids.lower("ascend")
+
+
+def test_more_than_fifteen_pending_sets_by_stages():
+    expect(bk.sixteen_stage_flag, "ascend", AllocationError, "stages=16", "ring", "at most 15")
+
+
+def test_more_than_fifteen_pending_sets_by_event():
+    expect(bk.flag_overflow, "ascend", ProtocolError, "flag overflow", "16 sets pending", "tick")
+
+
+def test_phase_aliasing_on_hopper():
+    expect(bk.event_runs_ahead, "nvidia", ProtocolError, "phase aliasing", "tick", "parity")
+    bk.event_runs_ahead.lower("cpu")  # a counting semaphore has no phases: fine on the CPU
+
+
+def test_wait_count_differs_from_signal_count_across_loop():
+    err = expect(bk.loop_count_mismatch, "cpu", DeadlockError, "ring", "different trip counts",
+                 r"work\s+finished")
+    assert "range(0, n, 1)" in str(err) and "range(0, (n - 1), 1)" in str(err)
+
+
+def test_cross_role_value_without_pipe():
+    expect(bk.cross_role_value, "cpu", KernelSourceError, "role 'work' reads `tile`",
+           "role 'load' produces", "xs.pipe\\(load, work")
+
+
+def test_commit_without_acquire():
+    expect(bk.commit_without_acquire, "cpu", ProtocolError, "commit on pipe 'ring' without a slot")
+
+
+def test_sync_outside_role():
+    expect(bk.sync_outside_role, "cpu", KernelSourceError, "outside any role block", "ready")
+
+
+def test_mma_in_vector_role():
+    expect(bk.mma_in_vector_role, "cpu", KernelSourceError, "xs.mma in role 'work' of kind 'vector'")
+
+
+def test_barrier_sync_by_non_member():
+    expect(bk.barrier_non_member, "cpu", KernelSourceError, "not a member of barrier 'team'")
+
+
+def test_signal_never_consumed():
+    expect(bk.signal_never_waited, "cpu", ProtocolError, "signal\\(s\\) never waited", "done")
+
+
+def test_register_handoff_in_wrong_order_deadlocks_on_hopper_only():
+    expect(bk.register_handoff_out_of_order, "nvidia", DeadlockError, "consumer", "s_pipe")
+    bk.register_handoff_out_of_order.lower("cpu")
+    bk.register_handoff_out_of_order.lower("ascend")
+
+
+def test_stages_beyond_shared_memory():
+    expect(bk.too_much_shared_memory, "nvidia", AllocationError, "shared memory", "stages=8")
+
+
+def test_nested_role_blocks():
+    expect(bk.nested_roles, "cpu", KernelSourceError, "nested")
+
+
+def test_while_loop_rejected():
+    expect(bk.while_loop, "cpu", KernelSourceError, "while")
+
+
+def test_release_while_mma_reads_slot_is_caught_on_cpu():
+    x, y = torch.randn(32, 16), torch.zeros(16, 16)
+    with pytest.raises(ProtocolError, match="mma that reads it") as info:
+        bk.release_while_mma_in_flight[(1,)](x, y, 2, BLOCK=16, STAGES=1, backend="cpu")
+    assert info.value.loc.line == bug_line(bk.release_while_mma_in_flight)
+
+
+def test_unknown_backend_lists_valid_values(monkeypatch):
+    from xsync.backends import select
+    monkeypatch.setenv("XSYNC_BACKEND", "tpu")
+    with pytest.raises(xs.BackendError) as info:
+        select()
+    assert "'tpu'" in str(info.value) and "cpu, nvidia, ascend" in str(info.value)
+
+
+def test_unavailable_backend_says_why(monkeypatch):
+    from xsync.backends import select
+    monkeypatch.setenv("XSYNC_BACKEND", "ascend")
+    with pytest.raises(xs.BackendError, match="cannot run on this machine: torch_npu"):
+        select()
+
+
+def test_all_errors_are_xsync_errors():
+    assert issubclass(DeadlockError, XSyncError) and issubclass(AllocationError, XSyncError)
