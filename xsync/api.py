@@ -181,9 +181,15 @@ def load(tensor, offsets, shape):
     """Load the ``shape`` tile at ``offsets`` of a 2-D tensor; out-of-bounds reads 0."""
 
 
-@_tile_op(3, 3)
-def store(tensor, offsets, value):
-    """Store tile ``value`` at ``offsets`` of a 2-D tensor; out-of-bounds parts are dropped."""
+@_tile_op(2, 2)
+def load_scalar(tensor, index):
+    """One element of a 1-D int32 tensor (e.g. ``cu_seqlens[b]``)."""
+
+
+def store(tensor, offsets, value, bounds=None):
+    """Store tile ``value`` at ``offsets`` of a 2-D tensor. Parts outside the tensor, or at
+    or beyond ``bounds=[row_end, col_end]`` when given, are dropped (a statement)."""
+    _outside("store")
 
 
 @_tile_op(2, 3)

@@ -8,6 +8,7 @@ import torch
 
 import xsync as xs
 from tests.core import broken_kernels as bk
+from xsync.kernel import Kernel
 from xsync.errors import (AllocationError, DeadlockError, KernelSourceError, ProtocolError,
                           XSyncError)
 
@@ -160,3 +161,22 @@ def test_unavailable_backend_says_why(monkeypatch):
 
 def test_all_errors_are_xsync_errors():
     assert issubclass(DeadlockError, XSyncError) and issubclass(AllocationError, XSyncError)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, v in vars(bk).items() if isinstance(v, Kernel)))
+@pytest.mark.parametrize("backend", ["cpu", "nvidia", "ascend"])
+def test_confluent_search_agrees_with_full_search(name, backend, monkeypatch):
+    """The one-schedule search used for large protocols gives the same verdict, at the
+    same line, as the exhaustive breadth-first search (see the verify docstring)."""
+    import xsync.lowering.verify as verify
+
+    def verdict():
+        try:
+            getattr(bk, name).lower(backend)
+            return "ok"
+        except XSyncError as err:
+            return (type(err).__name__, err.loc.line if err.loc else None)
+
+    full = verdict()
+    monkeypatch.setattr(verify, "MAX_STATES", 0)   # every protocol takes the confluent path
+    assert verdict() == full

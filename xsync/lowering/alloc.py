@@ -19,6 +19,7 @@ from xsync.lowering.placement import Placement
 
 ASCEND_EVENT_IDS = 16
 ASCEND_FLAG_MAX_PENDING = 15
+ASCEND_WS_ALIGN = 32          # GM workspace fields start on 32-byte boundaries (DMA granule)
 HOPPER_SMEM_BYTES = 227 * 1024
 # Gluon 3.6 warp_specialize uses named barrier 0 (default partition), 1 (CTA-wide at
 # partition entry/exit) and 2 + i for worker partition i; hardware has 16.
@@ -35,6 +36,22 @@ class Row:
 
 
 @dataclass(frozen=True)
+class WorkspaceRing:
+    """Ascend: where one cross-core pipe's slots live inside a program's GM workspace.
+
+    Byte address of field f of slot s in ring r (rings > 1 only for N -> N pipes: one
+    ring per replica pair) = offset + (r * stages + s) * slot_stride + field offset.
+    """
+
+    pipe: str
+    offset: int                                   # bytes from the program's workspace base
+    rings: int
+    stages: int
+    slot_stride: int                              # bytes, a multiple of ASCEND_WS_ALIGN
+    fields: tuple[tuple[str, int], ...]           # (field name, byte offset inside a slot)
+
+
+@dataclass(frozen=True)
 class Allocation:
     backend: str
     rows: tuple[Row, ...]
@@ -43,6 +60,7 @@ class Allocation:
     barrier_ids: tuple[tuple[str, int], ...] = ()     # nvidia: barrier -> named barrier id
     partitions: tuple[tuple[str, int], ...] = ()      # nvidia: instance label -> warps
     workspace_bytes: int = 0                          # ascend: per program
+    workspace: tuple["WorkspaceRing", ...] = ()       # ascend: GM ring layout per pipe
 
     def event_id(self, key: str) -> int:
         return dict(self.event_ids)[key]
@@ -203,9 +221,9 @@ def _ascend(kernel, placement):
         return len(ids) - 1
 
     def core(role):
-        return "cube" if placement.agent_of(role).name.startswith("cube") else "vector"
+        return "cube" if placement.agent_of(role).hardware.startswith("cube") else "vector"
 
-    workspace = 0
+    workspace, rings = 0, []
     for a in placement.agents:
         rows.append(Row(a.name, "core", f"{a.replicas} x {a.hardware}", f"roles: {', '.join(a.roles)}"))
     for p in kernel.pipes:
@@ -224,9 +242,15 @@ def _ascend(kernel, placement):
         rows.append(Row(p.name, "empty flag", f"flag {empty} ({d} -> {s})",
                         f"set after the slot is read; producer pre-counts {p.stages} free slots"))
         if p.fields:
-            rows.append(Row(p.name, "GM workspace ring", f"{p.stages} x {p.slot_bytes} B per program",
-                            "slot = i % stages"))
-            workspace += p.stages * p.slot_bytes
+            ring = _ascend_ring(kernel, p, workspace)
+            rings.append(ring)
+            per = f"{ring.rings} ring(s) x " if ring.rings > 1 else ""
+            layout = ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name} @+{off}"
+                               for f, (_, off) in zip(p.fields, ring.fields))
+            rows.append(Row(p.name, "GM workspace ring",
+                            f"{per}{p.stages} x {ring.slot_stride} B at offset {workspace} per program",
+                            f"slot = i % stages; {layout}"))
+            workspace += ring.rings * p.stages * ring.slot_stride
     for e in kernel.events:
         if not placement.crosses(e):
             rows.append(Row(e.name, "same core", "no flag", "program order on one core"))
@@ -249,4 +273,19 @@ def _ascend(kernel, placement):
             fix=("merge pipes that travel together into one pipe with several fields, keep roles "
                  "that talk a lot on one core, or raise XSYNC_ASCEND_EVENT_IDS (at most 16)"),
             details=f"directions in allocation order: {listing}")
-    return Allocation("ascend", tuple(rows), event_ids=tuple(ids), workspace_bytes=workspace)
+    if workspace:
+        rows.append(Row("workspace", "GM per program", f"{workspace} B",
+                        "host allocates programs x this; base = workspace + program_index * size"))
+    return Allocation("ascend", tuple(rows), event_ids=tuple(ids), workspace_bytes=workspace,
+                      workspace=tuple(rings))
+
+
+def _ascend_ring(kernel, p, offset) -> WorkspaceRing:
+    """Layout of one pipe's ring: fields packed in declaration order, each aligned."""
+    fields, at = [], 0
+    for f in p.fields:
+        fields.append((f.name, at))
+        at += -(-f.bytes // ASCEND_WS_ALIGN) * ASCEND_WS_ALIGN
+    src, dst = kernel.role(p.src), kernel.role(p.dst)
+    rings = src.replicas if src.replicas == dst.replicas and src.replicas > 1 else 1
+    return WorkspaceRing(p.name, offset, rings, p.stages, at, tuple(fields))

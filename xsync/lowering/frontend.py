@@ -401,15 +401,23 @@ class _Frontend:
         if self.role_ctx is None:
             self.error(s, "xs.store(...) is outside any role block",
                        fix="stores belong to the role that owns the value: wrap in `with <role>:`")
-        if len(call.args) != 3 or call.keywords:
-            self.error(s, "xs.store(tensor, offsets, value) takes three arguments")
+        kw = {k.arg: k.value for k in call.keywords}
+        if len(call.args) != 3 or set(kw) - {"bounds"}:
+            self.error(s, "xs.store(tensor, offsets, value, bounds=None) takes three arguments "
+                          "and an optional bounds=[row_end, col_end]")
         tensor = call.args[0]
         if not (isinstance(tensor, ast.Name) and tensor.id in self.tensor_dtypes):
             self.error(s, f"xs.store target `{ast.unparse(tensor)}` is not a tensor parameter")
         offsets = self.expr(call.args[1])
         if not isinstance(offsets, ir.TupleExpr):
             self.error(s, "xs.store offsets must be a list: [row, col]")
-        return ir.Store(tensor.id, offsets.items, self.expr(call.args[2]), self.loc(s))
+        bounds = None
+        if "bounds" in kw:
+            b = self.expr(kw["bounds"])
+            if not isinstance(b, ir.TupleExpr) or len(b.items) != 2:
+                self.error(s, "xs.store bounds must be a list: [row_end, col_end]")
+            bounds = b.items
+        return ir.Store(tensor.id, offsets.items, self.expr(call.args[2]), self.loc(s), bounds)
 
     # ------------------------------------------------------------ declarations
     def declare(self, decl, var, call: ast.Call, s):
@@ -625,8 +633,9 @@ class _Frontend:
             self.error(node, f"xs.mma in role '{r.name}' of kind '{r.kind}'",
                        fix="matrix multiplies run in a role of kind 'matrix' (the wgmma warpgroup / "
                            "the Ascend cube core)", objects=(r.name,))
-        if name == "load" and not (isinstance(node.args[0], ast.Name) and node.args[0].id in self.tensor_dtypes):
-            self.error(node, f"xs.load source `{ast.unparse(node.args[0])}` is not a tensor parameter")
+        if name in ("load", "load_scalar") and not (
+                isinstance(node.args[0], ast.Name) and node.args[0].id in self.tensor_dtypes):
+            self.error(node, f"xs.{name} source `{ast.unparse(node.args[0])}` is not a tensor parameter")
         args = tuple(self.expr(a) for a in node.args)
         kwargs = tuple((k.arg, self.expr(k.value)) for k in node.keywords)
         return ir.Call(name, args, kwargs)

@@ -178,6 +178,7 @@ class Store:
     offsets: tuple[Expr, ...]
     value: Expr
     loc: SourceLoc
+    bounds: tuple[Expr, ...] | None = None  # absolute [row_end, col_end]; beyond is dropped
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ class Agent:
     roles: tuple[str, ...]
     replicas: int
     hardware: str  # what runs it, in the backend's words ("consumer warpgroup", "cube core")
+    serial: tuple[str, ...] = ()  # roles whose replicas this single agent runs one by one
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def reads(s) -> set[str]:
         return ir.expr_names(s.value) | {s.slot}
     if isinstance(s, ir.Store):
         out = ir.expr_names(s.value) | {s.tensor}
-        for o in s.offsets:
+        for o in s.offsets + (s.bounds or ()):
             out |= ir.expr_names(o)
         return out
     if isinstance(s, ir.For):

@@ -14,6 +14,16 @@ counterexample:
 
 Run-time loop trip counts and branch conditions are enumerated over small values; loops
 with the same bound text share a trip count (see ``protocol``).
+
+Why a single schedule can stand for all of them when the state space is large: every
+counter is consumed by exactly one endpoint (a consumer has its own wait count, the
+producer its own acquire count) and only grows, so an action that is enabled stays
+enabled until its agent takes it. Such a system is persistent, hence confluent: every
+maximal interleaving ends in the same state and every path to a state has the same
+length. Deadlock and leftover signals are therefore decided by one greedy run, and the
+largest reachable lead of a signaller over its waiter by the run that holds the waiter
+back as long as anything else can move. Small protocols are still searched state by
+state (breadth first), which checks the same verdicts independently.
 """
 from __future__ import annotations
 
@@ -29,7 +39,7 @@ from xsync.lowering.protocol import (Instance, Step, agent_skeleton, instances, 
                                      unroll)
 
 ASCEND_FLAG_MAX_PENDING = 15
-MAX_STATES = 400_000
+MAX_STATES = 200_000
 MAX_ASSIGNMENTS = 48
 
 
@@ -55,7 +65,7 @@ def enabled_verification() -> bool:
 def verify(kernel: ir.KernelIR, placement: Placement) -> VerifyReport:
     """Raise ProtocolError/DeadlockError on the first bug; return a report otherwise."""
     insts = instances(placement)
-    trees = [agent_skeleton(kernel, inst.roles, inst.replica or 0) for inst in insts]
+    trees = [agent_skeleton(kernel, inst.roles, inst.replica or 0, inst.serial) for inst in insts]
     loops, branches = [], []
     for t in trees:
         lo, br = symbolic_keys(t)
@@ -85,6 +95,10 @@ def verify(kernel: ir.KernelIR, placement: Placement) -> VerifyReport:
     if worst is not None:
         raise worst
     return VerifyReport(placement.backend, count, total_states, trip_values, complete)
+
+
+def _key(a) -> tuple:
+    return (a.verb, a.obj, a.replica)
 
 
 def _severity(err: ProtocolError) -> int:
@@ -132,42 +146,52 @@ class _Model:
         self.conds = conds
         self.loops = loops
         self.backend = placement.backend
-        # prefix[i][(verb, obj)][pos] = how many such actions instance i did before pos
+        # prefix[i][(verb, obj, replica)][pos] = such actions instance i did before pos
         self.prefix = []
         for prog in programs:
-            table: dict[tuple[str, str], list[int]] = {}
-            for pos, step in enumerate(prog):
-                key = (step.action.verb, step.action.obj)
-                table.setdefault(key, [0] * (len(prog) + 1))
+            table: dict[tuple, list[int]] = {}
+            for step in prog:
+                table.setdefault(_key(step.action), [0] * (len(prog) + 1))
             for key, arr in table.items():
                 c = 0
                 for pos, step in enumerate(prog):
                     arr[pos] = c
-                    if (step.action.verb, step.action.obj) == key:
+                    if _key(step.action) == key:
                         c += 1
                 arr[len(prog)] = c
             self.prefix.append(table)
-        self.by_role: dict[str, list[int]] = {}
+        # An endpoint is one replica of a role: (instance index, replica index).
+        self.by_role: dict[str, list[tuple[int, int]]] = {}
         for i, inst in enumerate(insts):
-            for r in inst.roles:
-                self.by_role.setdefault(r, []).append(i)
+            for role in inst.roles:
+                if role in inst.serial:
+                    reps = range(kernel.role(role).replicas)
+                else:
+                    reps = [inst.replica or 0]
+                self.by_role.setdefault(role, []).extend((i, r) for r in reps)
         self._static_checks()
 
     # ---------------------------------------------------------------- counting
-    def count(self, i, verb, obj, state) -> int:
-        arr = self.prefix[i].get((verb, obj))
+    def count(self, ep, verb, obj, state) -> int:
+        i, r = ep
+        arr = self.prefix[i].get((verb, obj, r))
         return arr[state[i]] if arr else 0
 
-    def channel(self, obj, i_consumer_or_producer, side):
-        """Instances on the other side of ``obj`` for instance i (pairing rules)."""
+    def label(self, ep) -> str:
+        i, r = ep
+        inst = self.insts[i]
+        serial = [role for role in inst.serial if (i, r) in self.by_role.get(role, [])]
+        return f"{inst.label}:{serial[0]}[{r}]" if serial else inst.label
+
+    def channel(self, obj, ep, side):
+        """Endpoints on the other side of ``obj`` for endpoint ep (pairing rules)."""
         src, dst = self.by_role[obj.src], self.by_role[obj.dst]
-        me = self.insts[i_consumer_or_producer]
         if side == "src":  # producer asks: which consumers must release?
             if len(src) == len(dst) and len(src) > 1:
-                return [d for d in dst if self.insts[d].replica == me.replica]
+                return [d for d in dst if d[1] == ep[1]]
             return dst
         if len(src) == len(dst) and len(src) > 1:
-            return [s for s in src if self.insts[s].replica == me.replica]
+            return [e for e in src if e[1] == ep[1]]
         return src
 
     def stages(self, pipe: ir.Pipe) -> int:
@@ -178,11 +202,12 @@ class _Model:
         """None when instance i can take its next action, else why it waits."""
         step = self.programs[i][state[i]]
         a = step.action
+        me = (i, a.replica)
         obj = self.kernel.sync_object(a.obj)
         if a.verb == "acquire":
-            held = self.count(i, "acquire", a.obj, state)
+            held = self.count(me, "acquire", a.obj, state)
             worst = None
-            for d in self.channel(obj, i, "src"):
+            for d in self.channel(obj, me, "src"):
                 rel = self.count(d, "release", a.obj, state)
                 if held - rel >= self.stages(obj):
                     worst = (d, rel)
@@ -190,30 +215,30 @@ class _Model:
                 return None
             d, rel = worst
             return (f"acquire on pipe '{a.obj}': all {self.stages(obj)} slot(s) in use "
-                    f"({held} acquired, {rel} released by {self.insts[d].label})")
+                    f"({held} acquired, {rel} released by {self.label(d)})")
         if a.verb == "wait":
-            waited = self.count(i, "wait", a.obj, state)
-            (p,) = self.channel(obj, i, "dst")
+            waited = self.count(me, "wait", a.obj, state)
+            (p,) = self.channel(obj, me, "dst")
             committed = self.count(p, "commit", a.obj, state)
             if waited < committed:
                 return None
             return (f"wait on pipe '{a.obj}': slot {waited} not committed yet "
-                    f"({committed} committed by {self.insts[p].label})")
+                    f"({committed} committed by {self.label(p)})")
         if a.verb == "evwait":
-            waited = self.count(i, "evwait", a.obj, state)
-            srcs = self.channel(obj, i, "dst")
+            waited = self.count(me, "evwait", a.obj, state)
+            srcs = self.channel(obj, me, "dst")
             signals = min(self.count(s, "signal", a.obj, state) for s in srcs)
             if waited < signals:
                 return None
-            who = ", ".join(self.insts[s].label for s in srcs)
+            who = ", ".join(self.label(s) for s in srcs)
             return f"wait on event '{a.obj}': signal {waited + 1} not sent yet ({signals} sent by {who})"
         if a.verb == "bar_wait":
-            mine = self.count(i, "bar_arrive", a.obj, state)
+            mine = self.count(me, "bar_arrive", a.obj, state)
             late = [j for j in self._members(obj) if self.count(j, "bar_arrive", a.obj, state) < mine]
             if not late:
                 return None
             return (f"sync on barrier '{a.obj}' (meeting {mine}): waiting for "
-                    f"{', '.join(self.insts[j].label for j in late)}")
+                    f"{', '.join(self.label(j) for j in late)}")
         return None
 
     def _members(self, bar: ir.Barrier):
@@ -223,20 +248,20 @@ class _Model:
     def _static_checks(self):
         """Per-agent order errors: commit without acquire, release without wait."""
         for i, prog in enumerate(self.programs):
-            held: dict[tuple[str, str], int] = {}
+            held: dict[tuple, int] = {}
             for step in prog:
                 a = step.action
                 if a.verb in ("acquire", "wait"):
-                    held[(a.obj, a.verb)] = held.get((a.obj, a.verb), 0) + 1
+                    held[(a.obj, a.verb, a.replica)] = held.get((a.obj, a.verb, a.replica), 0) + 1
                 elif a.verb in ("commit", "release"):
                     pair = "acquire" if a.verb == "commit" else "wait"
-                    if held.get((a.obj, pair), 0) == 0:
+                    if held.get((a.obj, pair, a.replica), 0) == 0:
                         raise ProtocolError(
                             f"{a.verb} on pipe '{a.obj}' without a slot from {pair}",
                             loc=a.loc, objects=(a.obj, a.role),
                             fix=f"every {a.verb} must follow its own {a.obj}.{pair}() in role '{a.role}'",
                             details=self._trip_note() + _iter_note(step))
-                    held[(a.obj, pair)] -= 1
+                    held[(a.obj, pair, a.replica)] -= 1
 
     def _trip_note(self) -> str:
         notes = []
@@ -257,13 +282,13 @@ class _Model:
                     self.count(d, "evwait", ev.name, state)
                 if self.backend == "nvidia" and pending >= 2:
                     return ("phase aliasing", ev,
-                            f"event '{ev.name}' is signalled twice before {self.insts[d].label} "
+                            f"event '{ev.name}' is signalled twice before {self.label(d)} "
                             f"waits; its mbarrier flips parity twice and the parity wait cannot tell "
                             f"phase k from phase k+2")
                 if self.backend == "ascend" and pending > ASCEND_FLAG_MAX_PENDING:
                     return ("flag overflow", ev,
                             f"event '{ev.name}' has {pending} sets pending for "
-                            f"{self.insts[d].label}; an Ascend flag counts at most "
+                            f"{self.label(d)}; an Ascend flag counts at most "
                             f"{ASCEND_FLAG_MAX_PENDING}")
         if self.backend == "nvidia":
             for bar in self.kernel.barriers:
@@ -284,15 +309,15 @@ class _Model:
                 r = self.count(d, "release", p.name, state)
                 if c > w:
                     out.append(f"pipe '{p.name}': {c - w} committed slot(s) never waited by "
-                               f"{self.insts[d].label}")
+                               f"{self.label(d)}")
                 if w > r:
-                    out.append(f"pipe '{p.name}': {w - r} slot(s) waited by {self.insts[d].label} "
+                    out.append(f"pipe '{p.name}': {w - r} slot(s) waited by {self.label(d)} "
                                f"never released (a missing release)")
             for s in self.by_role[p.src]:
                 a = self.count(s, "acquire", p.name, state)
                 c = self.count(s, "commit", p.name, state)
                 if a > c:
-                    out.append(f"pipe '{p.name}': {a - c} slot(s) acquired by {self.insts[s].label} "
+                    out.append(f"pipe '{p.name}': {a - c} slot(s) acquired by {self.label(s)} "
                                f"never committed")
         for ev in self.kernel.events:
             for d in self.by_role[ev.dst]:
@@ -301,11 +326,66 @@ class _Model:
                 w = self.count(d, "evwait", ev.name, state)
                 if sig > w:
                     out.append(f"event '{ev.name}': {sig - w} signal(s) never waited by "
-                               f"{self.insts[d].label}")
+                               f"{self.label(d)}")
         return out
 
     # ---------------------------------------------------------------- search
     def search(self) -> tuple[int, bool]:
+        size = 1
+        for prog in self.programs:
+            size *= len(prog) + 1
+        if size <= MAX_STATES:
+            return self.search_all()
+        return self.search_confluent(), True
+
+    def enabled(self, i, state) -> bool:
+        return state[i] < len(self.programs[i]) and self.blocked_reason(i, state) is None
+
+    def run_to_fixpoint(self, state, parent, hold=None):
+        """Advance every instance except ``hold`` while any can move (checking limits)."""
+        moved = True
+        while moved:
+            moved = False
+            for i in range(len(self.insts)):
+                while i != hold and self.enabled(i, state):
+                    nxt = state[:i] + (state[i] + 1,) + state[i + 1:]
+                    parent.setdefault(nxt, (state, i))
+                    state = nxt
+                    moved = True
+                    violation = self.state_violation(state)
+                    if violation:
+                        self._raise_violation(state, parent, violation)
+        return state
+
+    def search_confluent(self) -> int:
+        start = (0,) * len(self.insts)
+        ends = tuple(len(p) for p in self.programs)
+        # Largest leads: hold each waiting instance back as long as the others can move.
+        holds = {i for ev in self.kernel.events if self.placement.crosses(ev)
+                 for i, _ in self.by_role[ev.dst]}
+        if self.backend == "nvidia":
+            holds |= {i for bar in self.kernel.barriers for i, _ in self._members(bar)}
+        visited = 0
+        for hold in sorted(holds):
+            state, parent = start, {start: None}
+            while True:
+                state = self.run_to_fixpoint(state, parent, hold)
+                if not self.enabled(hold, state):
+                    break
+                nxt = state[:hold] + (state[hold] + 1,) + state[hold + 1:]
+                parent.setdefault(nxt, (state, hold))
+                state = nxt
+            visited += len(parent)
+        parent = {start: None}
+        final = self.run_to_fixpoint(start, parent)
+        if final != ends:
+            self._raise_deadlock(final, parent)
+        left = self.leftovers(final)
+        if left:
+            self._raise_leftovers(final, parent, left)
+        return visited + len(parent)
+
+    def search_all(self) -> tuple[int, bool]:
         n = len(self.insts)
         start = (0,) * n
         ends = tuple(len(p) for p in self.programs)
@@ -425,8 +505,8 @@ def _deadlock_fix(model: _Model, state, stuck) -> str:
         obj = model.kernel.sync_object(a.obj)
         other = [] if isinstance(obj, ir.Barrier) else \
             model.by_role[obj.dst if a.role == obj.src else obj.src]
-        if other and all(state[j] >= len(model.programs[j]) for j in other) and model.trips:
-            return (f"'{model.insts[other[0]].label}' finished while '{model.insts[i].label}' still "
+        if other and all(state[j] >= len(model.programs[j]) for j, _ in other) and model.trips:
+            return (f"'{model.label(other[0])}' finished while '{model.insts[i].label}' still "
                     f"needs it on '{a.obj}': the loops around the two sides run different trip "
                     f"counts; compute the bound once in unannotated code and loop over it in both")
     if len(stuck) == 1:

@@ -27,6 +27,10 @@ class CompiledCpu:
         runtime.run_grid(self, grid, args, timeout)
 
 
+def render_source(kernel: ir.KernelIR, placement: Placement, allocation) -> str:
+    return render(kernel, placement)
+
+
 def compile_kernel(kernel: ir.KernelIR, placement: Placement, allocation, options=None) -> CompiledCpu:
     source = render(kernel, placement)
     filename = f"<xsync-cpu {kernel.name} {abs(hash(source)):x}>"

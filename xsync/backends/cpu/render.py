@@ -13,7 +13,7 @@ from xsync.lowering.placement import Placement
 from xsync.lowering.slicing import slice_agent
 
 _RT_OPS = {"cdiv": "rt.cdiv", "arange": "rt.arange", "zeros": "rt.zeros", "full": "rt.full",
-           "load": "rt.load", "trans": "rt.trans", "max": "rt.reduce_max", "sum": "rt.reduce_sum",
+           "load": "rt.load", "load_scalar": "rt.load_scalar", "trans": "rt.trans", "max": "rt.reduce_max", "sum": "rt.reduce_sum",
            "exp2": "rt.exp2", "log2": "rt.log2", "where": "rt.where", "maximum": "rt.maximum",
            "minimum": "rt.minimum"}
 
@@ -89,7 +89,10 @@ class CpuRenderer(PythonRenderer):
             o.line(f"{s.slot}[{s.field!r}] = {self.expr(s.value)}")
         elif isinstance(s, ir.Store):
             offs = ", ".join(self.expr(x) for x in s.offsets)
-            o.line(f"rt.store({s.tensor}, [{offs}], {self.expr(s.value)})")
+            bounds = ""
+            if s.bounds:
+                bounds = f", bounds=[{', '.join(self.expr(x) for x in s.bounds)}]"
+            o.line(f"rt.store({s.tensor}, [{offs}], {self.expr(s.value)}{bounds})")
         elif isinstance(s, ir.RoleBlock):
             o.line(f"# role '{s.role}' (line {s.loc.line})")
             self.block(s.body)

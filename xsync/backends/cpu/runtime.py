@@ -280,11 +280,18 @@ def load(tensor, offsets, shape):
     return out
 
 
-def store(tensor, offsets, value):
-    """Write ``value`` at ``offsets``; out-of-bounds parts are dropped."""
+def load_scalar(tensor, index):
+    return int(tensor[int(index)])
+
+
+def store(tensor, offsets, value, bounds=None):
+    """Write ``value`` at ``offsets``; parts outside the tensor or ``bounds`` are dropped."""
     r0, c0 = (int(o) for o in offsets)
     rows, cols = value.shape
-    r1, c1 = min(r0 + rows, tensor.shape[0]), min(c0 + cols, tensor.shape[1])
+    r_end, c_end = tensor.shape[0], tensor.shape[1]
+    if bounds is not None:
+        r_end, c_end = min(r_end, int(bounds[0])), min(c_end, int(bounds[1]))
+    r1, c1 = min(r0 + rows, r_end), min(c0 + cols, c_end)
     if r0 < r1 and c0 < c1 and r0 >= 0 and c0 >= 0:
         tensor[r0:r1, c0:c1] = value[: r1 - r0, : c1 - c0].to(tensor.dtype)
 

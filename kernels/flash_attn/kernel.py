@@ -1,0 +1,138 @@
+"""Flash-attention forward: the single kernel source for Hopper, Ascend and the CPU.
+
+Roles and pipes (one program = one sequence x head x 2*BM query rows):
+
+    load (copy) ──k_in, v_in──▶ mma (matrix, 2 replicas) ──s_out──▶ softmax (vector, 2 replicas)
+                                     ▲                                   │
+                                     └──────────────p_in─────────────────┘
+                                     mma ──pv_out──▶ softmax
+
+Replica r of mma/softmax owns query rows [m_block + r*BM, m_block + (r+1)*BM); K and V
+tiles are broadcast to both replicas. The softmax keeps the running max `m_i`, the
+running sum `l_i` and the output accumulator `o_acc`; PV arrives as a fresh product and
+the softmax rescales: `o_acc = o_acc * alpha + pv` (the split form, DESIGN §7).
+
+Placement does the rest:
+* Hopper: mma and softmax share a consumer warpgroup per replica (two ping-pong
+  warpgroups), so s_out / p_in / pv_out are register hand-offs and the renderer fuses
+  the PV product into the accumulator (`o_acc = mma(p, v, o_acc * alpha)`); the load
+  role is a 1-warp TMA producer feeding K and V rings in shared memory.
+* Ascend: load and mma sit on the cube core (it computes S and PV for both vector
+  cores, replica after replica), the softmax on the two vector cores; s_out, p_in and
+  pv_out cross cores through global-memory workspace slots and cube<->vector flags.
+* CPU emulator: every role replica is a thread.
+
+Sequences are addressed through cumulative lengths (`cu_q`, `cu_k`) as in
+flash_attn_varlen_func; a dense batch is the special case of equal lengths. A head's
+rows start at `cu[b] * cu_rows + h * head_rows` and its columns at `h * head_cols`, so
+the same kernel reads [B*H*S, D] (dense: cu_rows=H, head_rows=S, head_cols=0) and packed
+[total, H*D] (varlen: cu_rows=1, head_rows=0, head_cols=D) layouts. The log-sum-exp goes to row
+`b * lse_batch_rows + h`, column `q_start * lse_packed + i`: [B*H, S] for dense batches,
+[H, total] for packed ones.
+"""
+import xsync as xs
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+NEG = -1.0e30  # "minus infinity" that keeps exp2 and max finite
+
+
+@xs.kernel(example=dict(q=xs.bfloat16, k=xs.bfloat16, v=xs.bfloat16, o=xs.bfloat16,
+                        lse=xs.float32, cu_q=xs.int32, cu_k=xs.int32,
+                        BM=64, BN=128, D=128, CAUSAL=1, STAGES=2))
+def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group,
+                  q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
+                  lse_batch_rows, lse_packed,
+                  BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
+                  STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix", replicas=2)
+    softmax = xs.role("softmax", kind="vector", replicas=2)
+    k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype))
+    v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D], v.dtype))
+    s_out = xs.pipe(mma, softmax, stages=1, s=xs.tile([BM, BN], xs.float32))
+    p_in = xs.pipe(softmax, mma, stages=1, p=xs.tile([BM, BN], q.dtype))
+    pv_out = xs.pipe(mma, softmax, stages=1, pv=xs.tile([BM, D], xs.float32))
+
+    # Which sequence, head and row block: replicated in every agent.
+    b = xs.program_id(1) // heads
+    h = xs.program_id(1) % heads
+    kv_h = h // group
+    q_start = xs.load_scalar(cu_q, b)
+    q_len = xs.load_scalar(cu_q, b + 1) - q_start
+    k_start = xs.load_scalar(cu_k, b)
+    k_len = xs.load_scalar(cu_k, b + 1) - k_start
+    q_row = q_start * q_cu_rows + h * q_head_rows
+    kv_row = k_start * kv_cu_rows + kv_h * kv_head_rows
+    m_block = xs.program_id(0) * (2 * BM)
+    qk_scale = sm_scale * LOG2E
+    if m_block < q_len:
+        hi = k_len
+        if CAUSAL:
+            # bottom-right aligned: query i sees keys j <= i + (k_len - q_len)
+            hi = xs.maximum(0, xs.minimum(k_len, m_block + 2 * BM + k_len - q_len))
+        with mma:
+            q_tile = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
+        with softmax:
+            rows = m_block + xs.replica_id() * BM + xs.arange(0, BM)
+            m_i = xs.full([BM], NEG, xs.float32)
+            l_i = xs.zeros([BM], xs.float32)
+            o_acc = xs.zeros([BM, D], xs.float32)
+        for n in range(0, hi, BN):
+            with load:
+                ks = k_in.acquire()
+                ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D])
+                k_in.commit()
+                vs = v_in.acquire()
+                vs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D])
+                v_in.commit()
+            with mma:
+                kt = k_in.wait()
+                s = xs.mma(q_tile, xs.trans(kt.k))
+                s = xs.mma_wait(s, pending=0)
+                k_in.release()
+                so = s_out.acquire()
+                so.s = s
+                s_out.commit()
+            with softmax:
+                sc = s_out.wait()
+                x = sc.s * qk_scale
+                s_out.release()
+                cols = n + xs.arange(0, BN)
+                keep = cols[None, :] < k_len
+                if CAUSAL:
+                    keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
+                x = xs.where(keep, x, NEG)
+                m_new = xs.maximum(m_i, xs.max(x, 1))
+                alpha = xs.exp2(m_i - m_new)
+                p = xs.exp2(x - m_new[:, None])
+                l_i = l_i * alpha + xs.sum(p, 1)
+                m_i = m_new
+                po = p_in.acquire()
+                po.p = p.to(q.dtype)
+                p_in.commit()
+            with mma:
+                pt = p_in.wait()
+                vt = v_in.wait()
+                pv = xs.mma(pt.p, vt.v)
+                pv = xs.mma_wait(pv, pending=0)
+                v_in.release()
+                p_in.release()
+                po2 = pv_out.acquire()
+                po2.pv = pv
+                pv_out.commit()
+            with softmax:
+                pvs = pv_out.wait()
+                o_acc = o_acc * alpha[:, None] + pvs.pv
+                pv_out.release()
+        with softmax:
+            seen = m_i > NEG * 0.5           # rows that saw at least one key
+            l_safe = xs.where(seen, l_i, 1.0)
+            out = xs.where(seen[:, None], o_acc / l_safe[:, None], 0.0)
+            row0 = m_block + xs.replica_id() * BM
+            xs.store(o, [q_row + row0, h * q_head_cols], out.to(o.dtype),
+                     bounds=[q_row + q_len, h * q_head_cols + D])
+            lse_row = xs.where(seen, (m_i + xs.log2(l_safe)) * LN2, NEG)
+            lse_r = b * lse_batch_rows + h
+            lse_c = q_start * lse_packed
+            xs.store(lse, [lse_r, lse_c + row0], lse_row[None, :], bounds=[lse_r + 1, lse_c + q_len])

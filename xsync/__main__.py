@@ -1,0 +1,5 @@
+import sys
+
+from xsync.cli import main
+
+sys.exit(main())
