@@ -2,6 +2,7 @@
 
     xsync check MODULE:KERNEL [--backend B] [--set NAME=VALUE ...]
     xsync lower MODULE:KERNEL --backend B [--out DIR] [--set NAME=VALUE ...]
+    xsync demo     the main job: examples + flash attention on the default backend vs torch
 
 MODULE is an importable module (``kernels.gemm``) or a path to a .py file.
 """
@@ -157,5 +158,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="directory to write <kernel>.<backend>.py and .alloc.txt")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     p.set_defaults(func=cmd_lower)
+    p = sub.add_parser("demo", help="run the examples and flash attention on the default backend vs torch")
+    p.set_defaults(func=lambda a: __import__("xsync.demo", fromlist=["main"]).main(a))
     args = parser.parse_args(argv)
     return args.func(args)

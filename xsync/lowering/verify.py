@@ -50,12 +50,16 @@ class VerifyReport:
     states: int           # distinct states explored in total
     trip_values: tuple[int, ...]
     complete: bool        # False when a state cap cut the search short
+    confluent: int = 0    # assignments decided by the one-schedule (confluence) argument
 
     def summary(self) -> str:
         how = "all interleavings" if self.complete else "interleavings up to the state cap"
         trips = ", ".join(map(str, self.trip_values))
+        method = (f"{self.assignments - self.confluent} searched state by state, {self.confluent} "
+                  f"by confluence" if self.confluent else "searched state by state")
         return (f"verified for {self.backend}: {how} of {self.assignments} trip-count/branch "
-                f"assignment(s) (run-time trip counts tried: {trips}), {self.states} states")
+                f"assignment(s) ({method}; run-time trip counts tried: {trips}), "
+                f"{self.states} states")
 
 
 def enabled_verification() -> bool:
@@ -75,7 +79,7 @@ def verify(kernel: ir.KernelIR, placement: Placement) -> VerifyReport:
     cond_keys = sorted({b.key for b in branches})
     max_stages = max([p.stages for p in kernel.pipes] + [1])
     trip_values = tuple(range(0, max_stages + 3))
-    total_states, count, complete = 0, 0, True
+    total_states, count, complete, confluent = 0, 0, True, 0
     worst: ProtocolError | None = None
     for trips, conds in _assignments(loop_keys, cond_keys, trip_values):
         programs = [unroll(t, trips, conds) for t in trees]
@@ -92,9 +96,10 @@ def verify(kernel: ir.KernelIR, placement: Placement) -> VerifyReport:
         total_states += states
         complete &= full
         count += 1
+        confluent += model.used_confluence
     if worst is not None:
         raise worst
-    return VerifyReport(placement.backend, count, total_states, trip_values, complete)
+    return VerifyReport(placement.backend, count, total_states, trip_values, complete, confluent)
 
 
 def _key(a) -> tuple:
@@ -334,7 +339,8 @@ class _Model:
         size = 1
         for prog in self.programs:
             size *= len(prog) + 1
-        if size <= MAX_STATES:
+        self.used_confluence = size > MAX_STATES
+        if not self.used_confluence:
             return self.search_all()
         return self.search_confluent(), True
 
