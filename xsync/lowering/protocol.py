@@ -123,36 +123,34 @@ def agent_skeleton(kernel: ir.KernelIR, roles: tuple[str, ...], replica: int,
     """The sync skeleton of one agent instance (roles merged in source order).
 
     Roles in ``serial`` have more replicas than the agent has instances: the agent runs
-    each of their blocks once per replica, one after another (the Ascend cube core
-    computing for both vector cores)."""
-    base = dict(kernel.constexpr_values)
-    env = dict(base, __replica__=replica)
-    current = [replica]
+    all their replicas in lockstep, each sync verb once per replica in replica order (the
+    Ascend cube core computing for both vector cores; conditions inside such blocks may
+    not depend on the replica)."""
+    env = dict(kernel.constexpr_values, __replica__=replica)
+    current = [(replica,)]
 
     def visit(stmts, role, loop_vars=frozenset()):
-        nonlocal env
         out = []
         for s in stmts:
             if isinstance(s, ir.RoleBlock):
                 if s.role in serial:
-                    for r in range(kernel.role(s.role).replicas):
-                        env, current[0] = dict(base, __replica__=r), r
-                        out.extend(visit(s.body, s.role, loop_vars))
-                    env, current[0] = dict(base, __replica__=replica), replica
+                    current[0] = tuple(range(kernel.role(s.role).replicas))
+                    out.extend(visit(s.body, s.role, loop_vars))
+                    current[0] = (replica,)
                 elif s.role in roles:
                     out.extend(visit(s.body, s.role, loop_vars))
             elif isinstance(s, ir.SyncOp) and role is not None:
                 obj = kernel.sync_object(s.obj)
-                r = current[0]
-                if isinstance(obj, ir.Barrier):
-                    out.append(Action("bar_arrive", s.obj, role, s.loc, r))
-                    if s.verb == "sync":
-                        out.append(Action("bar_wait", s.obj, role, s.loc, r))
-                elif isinstance(obj, ir.Event):
-                    verb = "signal" if s.verb == "signal" else "evwait"
-                    out.append(Action(verb, s.obj, role, s.loc, r))
-                else:
-                    out.append(Action(s.verb, s.obj, role, s.loc, r))
+                for r in current[0]:
+                    if isinstance(obj, ir.Barrier):
+                        out.append(Action("bar_arrive", s.obj, role, s.loc, r))
+                        if s.verb == "sync":
+                            out.append(Action("bar_wait", s.obj, role, s.loc, r))
+                    elif isinstance(obj, ir.Event):
+                        verb = "signal" if s.verb == "signal" else "evwait"
+                        out.append(Action(verb, s.obj, role, s.loc, r))
+                    else:
+                        out.append(Action(s.verb, s.obj, role, s.loc, r))
             elif isinstance(s, ir.For):
                 try:
                     start, stop, step = (evaluate(x, env) for x in (s.start, s.stop, s.step))
@@ -174,8 +172,7 @@ def agent_skeleton(kernel: ir.KernelIR, roles: tuple[str, ...], replica: int,
                 orelse = tuple(visit(s.orelse, role, loop_vars))
                 if not body and not orelse:
                     continue
-                out.append(Branch(text(s.cond) + (f" [replica {current[0]}]" if "replica_id" in text(s.cond) else ""),
-                                  s.cond, env, loop_vars, body, orelse, s.loc))
+                out.append(Branch(text(s.cond), s.cond, env, loop_vars, body, orelse, s.loc))
         return out
 
     return tuple(visit(kernel.body, None))

@@ -1,5 +1,41 @@
-"""Huawei Ascend backend (triton-ascend)."""
+"""Huawei Ascend backend (triton-ascend).
+
+``compile_kernel`` renders the triton-ascend source (see ``render.py`` for the two
+forms and the replica fallback), writes it to a real ``.py`` file (``triton.jit`` reads
+its source) under ``$XSYNC_CACHE_DIR/ascend`` (default ``~/.cache/xsync``; written
+atomically: temp file + ``os.replace``) and returns an object with ``.source`` and
+``.launch(grid, args)``. Launching needs an NPU (torch_npu); rendering does not.
+
+On a machine without CANN/NPU, :func:`compile_hivm` runs triton-ascend's own ``ttir``
+and ``ttadapter`` stages (``triton-adapter-opt``) and returns the TTIR and the
+HIVM-flavoured MLIR text, where the sync ops appear as
+``hivm.hir.sync_block_set[<CUBE>, <PIPE_FIX>, <PIPE_MTE2>] flag = N``.
+
+Environment:
+  XSYNC_ASCEND_FORM    release | scope | auto (default: scope when
+                       ``triton.language.extra.cann.extension`` imports, else release)
+  XSYNC_ASCEND_CORES   AI cores (cube cores) a launch may keep resident; used for the
+                       grid check of kernels with ``sync_block_all`` barriers when the
+                       device cannot be asked (default 20: Ascend 910B3)
+  XSYNC_ASCEND_EVENT_IDS  event-ID budget cap (see xsync.lowering.alloc)
+  XSYNC_CACHE_DIR      where generated sources are written
+"""
 from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import tempfile
+import threading
+
+from xsync.backends.ascend import render as _render
+from xsync.errors import BackendError, LaunchError
+from xsync.lowering import ir
+from xsync.lowering.placement import Placement
+
+DEFAULT_CORES = 20          # Ascend 910B3: 20 AI cores (1 cube + 2 vector cores each)
+DEFAULT_ARCH = "Ascend910B3"
 
 
 def availability() -> tuple[bool, str]:
@@ -16,3 +52,203 @@ def availability() -> tuple[bool, str]:
     except ImportError:
         return False, "triton-ascend is not installed"
     return True, ""
+
+
+def scope_form_available() -> bool:
+    """True when the installed triton-ascend has al.scope (main / 3.3+)."""
+    try:
+        return importlib.util.find_spec("triton.language.extra.cann.extension") is not None
+    except (ImportError, ValueError, AttributeError):
+        return False
+
+
+def select_form(form: str | None = None) -> str:
+    raw = (form if form is not None else os.environ.get("XSYNC_ASCEND_FORM", "")).strip().lower()
+    if raw in ("", "auto"):
+        return "scope" if scope_form_available() else "release"
+    if raw not in _render.FORMS:
+        raise BackendError(f"unknown Ascend source form {raw!r}" + ("" if form else " (from XSYNC_ASCEND_FORM)"),
+                           fix="use release (triton-ascend 3.2.0), scope (>= 3.3, al.scope) or auto")
+    return raw
+
+
+def core_count() -> tuple[int, str]:
+    """(AI cores a launch may keep resident, where the number came from)."""
+    raw = os.environ.get("XSYNC_ASCEND_CORES", "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise BackendError(f"XSYNC_ASCEND_CORES={raw!r} is not a positive number",
+                               fix="unset it (ask the device) or set the AI core count, e.g. 20")
+        return n, "XSYNC_ASCEND_CORES"
+    try:
+        import torch
+        import torch_npu  # noqa: F401
+        from triton.runtime import driver
+        props = driver.active.utils.get_device_properties(torch.npu.current_device())
+        n = int(props.get("num_aicore") or 0)
+        if n > 0:
+            return n, "the device"
+    except Exception:  # noqa: BLE001 - no NPU / CANN: fall back to the documented default
+        pass
+    return DEFAULT_CORES, f"the default for {DEFAULT_ARCH} (set XSYNC_ASCEND_CORES to override)"
+
+
+def cache_dir() -> str:
+    root = os.environ.get("XSYNC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "xsync")
+    return os.path.join(root, "ascend")
+
+
+def write_atomic(path: str, text: str):
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".xsync-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class CompiledAscend:
+    def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation, source: str,
+                 form: str, path: str):
+        self.kernel, self.placement, self.allocation = kernel, placement, allocation
+        self.source, self.form, self.path = source, form, path
+        self._fn = None
+        self._lock = threading.Lock()
+        self._workspaces: dict = {}
+
+    # ------------------------------------------------------------ the jit function
+    def jit_function(self):
+        """Import the generated module (needs triton-ascend) and return its @triton.jit kernel."""
+        with self._lock:
+            if self._fn is None:
+                name = f"xsync_ascend_{self.kernel.name}_{os.path.basename(self.path)[:-3].split('_')[-1]}"
+                spec = importlib.util.spec_from_file_location(name, self.path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                self._fn = getattr(module, self.kernel.name)
+            return self._fn
+
+    def signature(self, scalars: dict | None = None) -> dict:
+        return _render.signature(self.kernel, self.allocation, scalars)
+
+    # ------------------------------------------------------------ launch
+    def check_grid(self, grid):
+        """sync_block_all needs every launched program resident: grid <= AI cores."""
+        if not self.kernel.barriers:
+            return
+        n = math.prod(int(g) for g in grid)
+        cores, source = core_count()
+        if n <= cores:
+            return
+        b = self.kernel.barriers[0]
+        modes = ", ".join(f"{x.name} (flag {dict(self.allocation.event_ids)[x.name]})"
+                          for x in self.kernel.barriers)
+        raise LaunchError(
+            f"kernel '{self.kernel.name}' launches {n} programs, but its group barrier(s) lower to "
+            f"sync_block_all, which needs every launched core resident: at most {cores} AI cores "
+            f"(from {source}); the extra programs would wait for cores held by programs that wait "
+            f"for them (hang)",
+            loc=b.loc, objects=tuple(x.name for x in self.kernel.barriers),
+            details=f"barriers: {modes}; grid {tuple(grid)}",
+            fix=(f"launch at most {cores} programs and loop over tiles inside the kernel (persistent "
+                 f"tiles), or set XSYNC_ASCEND_CORES if this device has more AI cores"))
+
+    def launch(self, grid, args: dict):
+        grid = tuple(int(g) for g in grid)
+        self.check_grid(grid)
+        ok, why = availability()
+        if not ok:
+            raise BackendError(f"cannot launch '{self.kernel.name}' on Ascend: {why}",
+                               fix="run on an Ascend NPU host, or use compile_hivm() to inspect the "
+                                   "compiled sync ops without one")
+        import torch
+        fn = self.jit_function()
+        call, device = [], None
+        for p in self.kernel.params:
+            if p.kind == "constexpr":
+                continue
+            v = args[p.name]
+            call.append(v)
+            if p.kind == "tensor":
+                device = device or v.device
+                if v.dim() == 1:      # index tables (xs.load_scalar)
+                    call += [int(v.shape[0]), 1, int(v.stride(0)), 1]
+                else:
+                    call += [int(v.shape[0]), int(v.shape[1]), int(v.stride(0)), int(v.stride(1))]
+        dtypes = _render.workspace_dtypes(self.kernel, self.allocation)
+        if dtypes:
+            nbytes = math.prod(grid) * self.allocation.workspace_bytes
+            key = (str(device), nbytes)
+            buf = self._workspaces.get(key)
+            if buf is None:
+                buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+                self._workspaces = {key: buf}
+            for d in dtypes:
+                call.append(buf.view(_torch_dtype(d)))
+        fn[grid](*call)
+
+
+def _torch_dtype(d):
+    import torch
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+            "int32": torch.int32, "int1": torch.int8}[d.name]
+
+
+def compile_kernel(kernel: ir.KernelIR, placement: Placement, allocation, options=None,
+                   form: str | None = None) -> CompiledAscend:
+    form = select_form(form if form is not None else (options or {}).get("form"))
+    source = _render.render(kernel, placement, allocation, form)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir(), f"{kernel.name}_{form}_{digest}.py")
+    if not os.path.exists(path):
+        write_atomic(path, source)
+    return CompiledAscend(kernel, placement, allocation, source, form, path)
+
+
+def compile_hivm(lowered, arch: str = DEFAULT_ARCH, scalars: dict | None = None,
+                 form: str | None = None) -> tuple[str, str]:
+    """(TTIR text, .ttadapter MLIR text) for a lowered kernel, with no NPU and no CANN.
+
+    ``lowered`` is ``kernel.lower("ascend", ...)`` (an ``xsync.kernel.Lowered``) or a
+    :class:`CompiledAscend`. ``scalars`` maps scalar parameters to triton types (default
+    ``i32``). Runs triton-ascend's ``ttir`` and ``ttadapter`` stages directly: no cache
+    files, no environment variables; a triton-adapter-opt failure raises
+    ``subprocess.CalledProcessError`` (its ``.stderr`` says why).
+    """
+    if isinstance(lowered, CompiledAscend):
+        compiled = lowered
+    else:
+        compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, form=form)
+    from triton._C.libtriton import ir as tir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource, make_backend
+
+    fn = compiled.jit_function()
+    target = GPUTarget("npu", arch, 0)
+    backend = make_backend(target)
+    src = ASTSource(fn=fn, signature=compiled.signature(scalars), constants={})
+    opts = backend.parse_options({})
+    stages: dict = {}
+    backend.add_stages(stages, opts)
+    ctx = tir.context()
+    tir.load_dialects(ctx)
+    backend.load_dialects(ctx)
+    mod = src.make_ir(opts, backend.get_codegen_implementation(), backend.get_module_map(), ctx)
+    md = {"hash": src.hash(), "target": target, **opts.__dict__}
+    mod = stages["ttir"](mod, md)
+    ttir = str(mod)
+    return ttir, stages["ttadapter"](mod, md)
+
+
+def render_source(kernel: ir.KernelIR, placement: Placement, allocation, form: str | None = None) -> str:
+    """The generated triton-ascend module text (what `xsync lower --backend ascend` prints)."""
+    return _render.render(kernel, placement, allocation, select_form(form))

@@ -1,0 +1,122 @@
+"""Generated triton-ascend source: both forms parse, the al.scope form matches its golden
+text, the release form keeps each core's part valid alone, files land in the cache
+atomically and XSYNC_DUMP shows flags per direction and the workspace layout."""
+import ast
+import os
+
+import ascend_cases as cases
+import pytest
+
+from kernels.gemm import gemm
+from kernels.gemm_softmax import gemm_softmax
+from test_ascend_hivm import all_kernels
+from xsync.backends import ascend
+from xsync.backends.ascend import compile_kernel, select_form
+
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+
+
+def source(kernel, form):
+    lw = kernel.lower("ascend")
+    return compile_kernel(lw.kernel, lw.placement, lw.allocation, form=form).source
+
+
+def normalized(kernel, form):
+    return source(kernel, form).replace(kernel.lower("ascend").kernel.file, "<kernel file>")
+
+
+@pytest.mark.parametrize("form", ["release", "scope"])
+@pytest.mark.parametrize("kernel", all_kernels() + [cases.ping_pong], ids=lambda k: k.__name__)
+def test_every_kernel_renders_parseable_python(kernel, form):
+    tree = ast.parse(source(kernel, form))
+    jit = [f for f in tree.body if isinstance(f, ast.FunctionDef)]
+    assert [f.name for f in jit] == [kernel.__name__]
+    assert ast.unparse(jit[0].decorator_list[0]) == "triton.jit"
+
+
+@pytest.mark.parametrize("name", ["ping_pong"])
+def test_scope_form_golden(name):
+    kernel = getattr(cases, name)
+    text = normalized(kernel, "scope")
+    path = os.path.join(GOLDEN, f"{name}.scope.py")
+    if os.environ.get("XSYNC_UPDATE_GOLDEN"):
+        with open(path, "w") as f:
+            f.write(text)
+    with open(path) as f:
+        assert text == f.read(), f"regenerate with XSYNC_UPDATE_GOLDEN=1 if the change is intended: {path}"
+
+
+def test_scope_form_spelling():
+    text = source(gemm_softmax, "scope")
+    assert "import triton.language.extra.cann.extension as al" in text
+    assert 'with al.scope(core_mode="cube"):' in text and 'with al.scope(core_mode="vector"):' in text
+    assert 'al.sync_block_set("cube", "vector", 0, al.PIPE.PIPE_FIX, al.PIPE.PIPE_MTE2)' in text
+    assert 'al.sync_block_wait("vector", "cube", 1, al.PIPE.PIPE_MTE3, al.PIPE.PIPE_MTE2)' in text
+    assert 'al.sync_block_all("all_vector", 2)' in text
+    assert "xs_rid = al.sub_vec_id()" in text and "if t % 2 == xs_rid:" in text
+    assert "tl.sync_block" not in text
+
+
+def test_release_form_replica_fallback():
+    """No sub_vec_id in 3.2.0: both replicas run in lockstep on each vector core; the FULL
+    wait and the EMPTY set happen once per core, not once per replica."""
+    text = source(gemm_softmax, "release")
+    vector = text[text.index("vector cores (AIV)"):]
+    assert "sub_vec_id" not in text and "al." not in text
+    assert vector.count('tl.sync_block_wait("cube", "vector", 0)') == 1
+    assert vector.count('tl.sync_block_set("vector", "cube", 1)') == 1
+    assert vector.count('tl.sync_block_all("all_vector", 2)') == 1
+    assert "if t % 2 == 0:" in vector and "if t % 2 == 1:" in vector
+    assert "got_r0_c" in vector and "got_r1_c" in vector
+    cube = text[:text.index("vector cores (AIV)")]
+    assert "tl.sync_block_wait(\"cube\"" not in cube and "tl.sync_block_set(\"vector\"" not in cube
+    assert "if xs_scores_acq >= 2:" in cube                   # starts with `stages` free slots
+    assert "for xs_d in tl.static_range(2):" in cube          # drain: flags end at zero
+
+
+def test_release_form_same_core_pipe_is_a_plain_value():
+    text = source(gemm, "release")
+    assert "tl.sync_block" not in text and "xs_ws" not in text
+    assert "acc = tl.dot(tiles_a, tiles_b, acc)" in text
+
+
+def test_form_detection(monkeypatch):
+    monkeypatch.delenv("XSYNC_ASCEND_FORM", raising=False)
+    monkeypatch.setattr(ascend, "scope_form_available", lambda: True)
+    assert select_form() == "scope"
+    monkeypatch.setattr(ascend, "scope_form_available", lambda: False)
+    assert select_form() == "release"
+    monkeypatch.setenv("XSYNC_ASCEND_FORM", "scope")
+    assert select_form() == "scope"
+    assert select_form("release") == "release"
+
+
+def test_installed_320_has_no_scope_api(triton_ascend):
+    import triton
+    if triton.__version__ == "3.2.0":
+        assert not ascend.scope_form_available()
+        assert select_form(None if not os.environ.get("XSYNC_ASCEND_FORM") else "auto") == "release"
+
+
+def test_source_written_atomically_to_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XSYNC_CACHE_DIR", str(tmp_path))
+    lw = gemm_softmax.lower("ascend")
+    compiled = compile_kernel(lw.kernel, lw.placement, lw.allocation, form="release")
+    assert os.path.dirname(compiled.path) == str(tmp_path / "ascend")
+    with open(compiled.path) as f:
+        assert f.read() == compiled.source
+    assert not [p for p in os.listdir(tmp_path / "ascend") if p.endswith(".tmp")]
+
+
+def test_dump_shows_flags_per_direction_and_workspace(tmp_path, monkeypatch):
+    monkeypatch.setenv("XSYNC_DUMP", str(tmp_path))
+    monkeypatch.setenv("XSYNC_ASCEND_FORM", "release")
+    gemm_softmax._cache.clear()
+    gemm_softmax.compile("ascend")
+    table = (tmp_path / "gemm_softmax.ascend.alloc.txt").read_text()
+    assert "flag 0 (cube -> vector)" in table and "flag 1 (vector -> cube)" in table
+    assert "mode all_vector, flag 2" in table
+    assert "2 x 16384 B at offset 0 per program" in table and "c[64, 64] float32 @+0" in table
+    assert "GM per program" in table and "32768 B" in table
+    src = (tmp_path / "gemm_softmax.ascend.py").read_text()
+    assert 'tl.sync_block_set("cube", "vector", 0)' in src

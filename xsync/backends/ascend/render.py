@@ -1,0 +1,749 @@
+"""Ascend renderer: protocol IR + placement + allocation -> triton-ascend Python source.
+
+The generated module holds one ``@triton.jit`` kernel. Placement (``placement.py``)
+puts copy and matrix roles on the cube core (AIC) and vector roles on the vector cores
+(AIV); ``xsync.lowering.alloc`` has already chosen every flag (event ID), every
+``sync_block_all`` mode and the GM workspace layout — this module only spells them.
+
+Two source forms
+----------------
+``release`` (triton-ascend 3.2.0, the PyPI release): there is no core scope. The
+compiler splits ONE body into a cube part and a vector part by op kind (``tl.dot`` and
+what feeds it / drains it -> cube, elementwise -> vector) and keeps scalar control flow
+in both. So the kernel body is the cube agent's statements followed by the vector
+agent's statements, each valid on its own core: every cross-core hand-off is an
+explicit GM store, ``tl.sync_block_set(src, dst, ID)``, ``tl.sync_block_wait(src, dst,
+ID)``, GM load. The set/wait ops name their cores, so each lands on the right side.
+
+``scope`` (triton-ascend main / 3.3+): the same two parts, each inside
+``with al.scope(core_mode="cube"|"vector")``, sync ops spelled
+``al.sync_block_set/wait(sender, receiver, ID, sender_pipe, receiver_pipe)`` with the
+pipes 3.2.0 picks implicitly (cube sender: FIX -> MTE2, vector sender: MTE3 -> MTE2),
+and vector replicas mapped onto the two vector cores with ``al.sub_vec_id()``.
+Chosen automatically when ``triton.language.extra.cann.extension`` imports; forced with
+``form=`` or ``XSYNC_ASCEND_FORM=release|scope``.
+
+Pipes (``xs.pipe``) between cores
+---------------------------------
+Per cross-core pipe the allocation gives a FULL flag (src -> dst), an EMPTY flag
+(dst -> src) and a ring of ``stages`` slots in a per-program GM workspace that the host
+allocates (``programs x Allocation.workspace_bytes``) and passes as one extra pointer
+argument per element type (``xs_ws_fp32``, ``xs_ws_bf16``: typed views of ONE buffer;
+3.2.0's adapter does not rescale offsets across pointer casts, so the kernel never casts
+pointers). Slot i is ring position ``i % stages``; counters are plain loop-carried ints.
+
+    producer:  acquire  -> if n_acq >= stages: wait(EMPTY)   (starts with `stages` free slots)
+               slot.f = v -> tl.store(ring[slot].f, v)
+               commit   -> set(FULL)
+               end      -> drain: wait(EMPTY) once per slot still outstanding
+                           (min(n_acq, stages)), so every flag ends at zero and nothing
+                           leaks into the next launch
+    consumer:  wait     -> wait(FULL); load every field of ring[slot]
+               release  -> set(EMPTY)
+
+Pending sets never exceed ``stages`` (<= 15, checked by alloc) on either flag. A pipe
+whose ends share a core is program order: the payload is a plain value
+(``tiles_a``), no flag, no workspace. Events become one flag; group barriers become
+``sync_block_all(mode, ID)`` with the allocated mode (an ``arrive`` is rendered as a
+full ``sync_block_all``: the hardware has no arrive-only form).
+
+Replicas without ``sub_vec_id`` (the 3.2.0 fallback)
+---------------------------------------------------
+Hardware model (DESIGN §4): an AI core is 1 cube + 2 vector cores; a flag is a counter
+(set +1, wait blocks until > 0 then -1); a cube-side set reaches BOTH vector cores; a
+cube-side wait on a vector->cube flag completes only when BOTH vector cores have set.
+In 3.2.0 both vector cores run the same vector code and cannot tell themselves apart.
+
+Fallback: each vector core runs the statements of EVERY replica, in lockstep. Inside a
+role block the statements between two sync points are emitted once per replica with
+``xs.replica_id()`` replaced by the constant r and replica-local names suffixed
+(``x_r0``, ``x_r1``); each sync point is emitted ONCE per core:
+
+* cube -> vector FULL/event: the cube sets once per commit, each vector core receives
+  one count and waits exactly once (not once per replica, which would hang);
+* vector -> cube EMPTY/event: each vector core sets once after all its replicas have
+  released/signalled; the cube waits once and the hardware completes it when both
+  cores have set -- exactly the "all replicas released" condition of the protocol;
+* barriers among the replicas are met by program order; the allocated
+  ``sync_block_all`` is still emitted once per meeting (it also orders the two cores).
+
+The two vector cores thus compute the same results redundantly and store identical
+values (benign). Replicas=1 vector roles run the same way (both cores run them, both
+set, the cube's wait needs both). Counting stays exact because every core performs the
+same sequence of sets and waits as a single replica would.
+
+The same lockstep renders cube roles with replicas > 1 (``Agent.serial``: the one cube
+core computes for every replica, e.g. S and PV for both vector cores in attention):
+the cube waits on a vector->cube flag once (that one wait already needs both vector
+cores' sets, so a second wait for "replica 1" would consume the NEXT round and hang)
+and sets a cube->vector flag once after every replica has written its slot (a set per
+replica would give each vector core two counts per round). N -> N pipes keep one ring
+per replica (``WorkspaceRing.rings``). Lockstep, not whole-block serial order, is what
+makes this safe: deferring replica 0's set to the end of replica 1's block could
+deadlock when replica 0 waits later in the same block on work that needs that set.
+Limits: a sync verb under a branch or loop
+whose condition/bound depends on ``xs.replica_id()`` cannot be put in lockstep and is
+rejected (use the scope form). In the scope form, vector replicas=2 map one replica per
+vector core (``replica_id = al.sub_vec_id()``) and every replica performs its own sync
+ops, which matches the same hardware counting; other replica counts use the lockstep.
+
+3.2.0 op-kind hazard: the compiler places work that does not feed or drain a
+``tl.dot`` on the vector core. A cube-side producer writing a slot with a value not
+computed by ``xs.mma`` would run on the vector core while its set runs on the cube: the
+release form rejects it (BackendError) instead of racing. A kernel with cross-core sync
+but no ``xs.mma`` at all is compiled vector-only (``mix_mode = "aiv"``) and would hang:
+rejected too.
+"""
+from __future__ import annotations
+
+from xsync.backends.source import Emitter, PythonRenderer
+from xsync.errors import BackendError
+from xsync.lowering import ir
+from xsync.lowering.alloc import Allocation
+from xsync.lowering.placement import Agent, Placement
+from xsync.lowering.slicing import slice_agent
+
+FORMS = ("release", "scope")
+PIPES = {"cube": ("PIPE_FIX", "PIPE_MTE2"), "vector": ("PIPE_MTE3", "PIPE_MTE2")}
+TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
+             "int32": "tl.int32", "int1": "tl.int1"}
+SIG_DTYPES = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32",
+              "int1": "*i1"}
+WS_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int1": "i8"}
+_TL_OPS = {"cdiv": "tl.cdiv", "arange": "tl.arange", "zeros": "tl.zeros", "full": "tl.full",
+           "trans": "tl.trans", "max": "tl.max", "sum": "tl.sum", "exp2": "tl.exp2",
+           "log2": "tl.log2", "where": "tl.where", "maximum": "tl.maximum",
+           "minimum": "tl.minimum", "program_id": "tl.program_id",
+           "num_programs": "tl.num_programs"}
+
+
+def core_of_kind(kind: str) -> str:
+    return "cube" if kind in ("copy", "matrix") else "vector"
+
+
+def tensor_args(name: str) -> list[str]:
+    """Extra scalar arguments that travel with a 2-D tensor parameter."""
+    return [f"xs_{name}_rows", f"xs_{name}_cols", f"xs_{name}_s0", f"xs_{name}_s1"]
+
+
+def workspace_dtypes(kernel: ir.KernelIR, allocation: Allocation) -> list:
+    """Element types of the workspace pointer arguments, in order of first use."""
+    out = []
+    for ring in allocation.workspace:
+        for f in kernel.sync_object(ring.pipe).fields:
+            if f.dtype not in out:
+                out.append(f.dtype)
+    return out
+
+
+def workspace_arg(dtype) -> str:
+    return f"xs_ws_{WS_SHORT[dtype.name]}"
+
+
+def signature(kernel: ir.KernelIR, allocation: Allocation, scalars: dict | None = None) -> dict:
+    """triton signature of the generated kernel ({arg: type}), in argument order."""
+    scalars = dict(scalars or {})
+    sig = {}
+    for p in kernel.params:
+        if p.kind == "constexpr":
+            continue
+        if p.kind == "tensor":
+            sig[p.name] = SIG_DTYPES[p.dtype.name]
+            for a in tensor_args(p.name):
+                sig[a] = "i32"
+        else:
+            sig[p.name] = scalars.get(p.name, "i32")
+    for d in workspace_dtypes(kernel, allocation):
+        sig[workspace_arg(d)] = SIG_DTYPES[d.name]
+    return sig
+
+
+class AscendRenderer(PythonRenderer):
+    def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
+                 form: str = "release"):
+        if form not in FORMS:
+            raise BackendError(f"unknown Ascend source form {form!r}",
+                               fix=f"use one of: {', '.join(FORMS)} (or XSYNC_ASCEND_FORM)")
+        self.kernel, self.placement, self.alloc, self.form = kernel, placement, allocation, form
+        self.ids = dict(allocation.event_ids)
+        self.rings = {r.pipe: r for r in allocation.workspace}
+        self.ws_dtypes = workspace_dtypes(kernel, allocation)
+        self.out = Emitter()
+        # per-agent rendering state
+        self.local: set[str] = set()       # role-local names (renamed per unrolled replica)
+        self.shared: list[set[str]] = []   # loop vars shared by replicas in lockstep
+        self.rep: int | None = None        # unrolled replica being emitted (None: not unrolled)
+        self.rid_expr = "0"                # replica_id when not unrolled
+        self.slot_pipe: dict[str, str] = {}
+        self.check()
+
+    # ------------------------------------------------------------ analysis
+    def core(self, role: str) -> str:
+        return core_of_kind(self.kernel.role(role).kind)
+
+    def agent_core(self, agent: Agent) -> str:
+        return self.core(agent.roles[0])
+
+    def crossing(self, obj) -> bool:
+        return self.placement.crosses(obj)
+
+    def barrier_mode(self, name: str) -> str:
+        for r in self.alloc.rows:
+            if r.obj == name and r.what == "sync_block_all":
+                return r.resource.split(",")[0].split()[1]
+        raise BackendError(f"barrier '{name}' has no sync_block_all mode in the allocation")
+
+    def check(self):
+        k = self.kernel
+        crossing = [o for o in k.pipes + k.events if self.crossing(o)]
+        for o in crossing:
+            if self.core(o.src) == self.core(o.dst):
+                raise BackendError(
+                    f"{type(o).__name__.lower()} '{o.name}' links roles '{o.src}' and '{o.dst}', which "
+                    f"sit on different {self.core(o.src)} agents (different replica counts); Ascend "
+                    f"flags only run cube -> vector or vector -> cube",
+                    loc=o.loc, objects=(o.name, o.src, o.dst),
+                    fix="give both roles the same replicas so they share one agent (program order)")
+        has_mma = any(c.op == "mma" for e in _all_exprs(k.body) for c in ir.expr_calls(e))
+        cube_barriers = [b for b in k.barriers if self.barrier_mode(b.name) in ("all", "all_cube")]
+        if (crossing or cube_barriers) and not has_mma:
+            objs = crossing + cube_barriers
+            listing = ", ".join(
+                f"{o.name} ({self.core(o.src)} -> {self.core(o.dst)})" if not isinstance(o, ir.Barrier)
+                else f"{o.name} (sync_block_all {self.barrier_mode(o.name)})" for o in objs)
+            raise BackendError(
+                f"kernel '{k.name}' synchronizes cube and vector cores but does no matrix work: "
+                f"triton-ascend compiles a kernel without tl.dot as vector-only (mix_mode \"aiv\"), "
+                f"so no cube core runs the cube side and the vector side would wait forever",
+                loc=objs[0].loc, objects=tuple(o.name for o in objs),
+                details=f"cross-core sync: {listing}",
+                fix=("give roles that only move data kind='vector' so the whole kernel sits on the "
+                     "vector cores (their pipes become program order), or do the matrix work "
+                     "(xs.mma) in a role of kind 'matrix'"))
+        if self.form == "release":
+            self.check_cube_producers()
+
+    def check_cube_producers(self):
+        """3.2.0 places non-dot work on the vector core: cube->vector payloads must come from mma."""
+        k = self.kernel
+        tainted: set[str] = set()
+        assigns = [s for s in ir.walk(k.body) if isinstance(s, ir.Assign)]
+        changed = True
+        while changed:
+            changed = False
+            for s in assigns:
+                if set(s.targets) <= tainted:
+                    continue
+                if any(c.op in ("mma", "mma_wait") for c in ir.expr_calls(s.value)) or \
+                        ir.expr_names(s.value) & tainted:
+                    tainted |= set(s.targets)
+                    changed = True
+        for s in ir.walk(k.body):
+            if not isinstance(s, ir.SlotWrite):
+                continue
+            p = k.sync_object(s.pipe)
+            if not self.crossing(p) or self.core(p.src) != "cube":
+                continue
+            v = s.value
+            if any(c.op in ("mma", "mma_wait") for c in ir.expr_calls(v)) or ir.expr_names(v) & tainted:
+                continue
+            raise BackendError(
+                f"pipe '{p.name}' carries field '{s.field}' from cube role '{p.src}' to vector role "
+                f"'{p.dst}', but the value is not computed by xs.mma: triton-ascend 3.2.0 (no core "
+                f"scopes) runs such loads/elementwise work on the vector core while the pipe's flag is "
+                f"set by the cube, a race",
+                loc=s.loc, objects=(p.name, p.src, p.dst),
+                fix=("load the tile in the vector role itself (xs.load there), or make the producer a "
+                     "role of kind 'vector'; triton-ascend >= 3.3 (al.scope, XSYNC_ASCEND_FORM=scope) "
+                     "pins code to a core and lifts this limit"))
+
+    # ------------------------------------------------------------ expressions
+    def dtype(self, d) -> str:
+        return TL_DTYPES[d.name]
+
+    def name(self, n: str) -> str:
+        if self.rep is not None and n in self.local and not any(n in s for s in self.shared):
+            return f"{n}_r{self.rep}"
+        return n
+
+    def slot_field(self, slot: str, field: str) -> str:
+        pipe = self.kernel.sync_object(self.slot_pipe.get(slot, ""))
+        if pipe is not None and not self.crossing(pipe):
+            return self.payload_name(pipe, field)
+        return f"{self.name(slot)}_{field}"
+
+    def payload_name(self, pipe: ir.Pipe, field: str) -> str:
+        """Variable of a same-core pipe's payload (per replica only for N -> N pipes)."""
+        src, dst = self.kernel.role(pipe.src), self.kernel.role(pipe.dst)
+        paired = src.replicas == dst.replicas > 1
+        return f"{pipe.name}_{field}_r{self.rep}" if paired and self.rep is not None else \
+            f"{pipe.name}_{field}"
+
+    def attr(self, e: ir.Attr) -> str:
+        if isinstance(e.value, ir.Name):
+            return self.slot_field(e.value.id, e.attr)
+        return super().attr(e)
+
+    def call(self, e: ir.Call) -> str:
+        if e.op == "replica_id":
+            return str(self.rep) if self.rep is not None else self.rid_expr
+        if e.op == "mma":
+            return f"tl.dot({self.args(e)}, out_dtype=tl.float32)" if len(e.args) == 2 else \
+                f"tl.dot({self.args(e)})"
+        if e.op == "mma_wait":
+            return self.expr(e.args[0])   # tl.dot is synchronous on the cube: no-op
+        if e.op == "load":
+            t = e.args[0].id
+            rows, cols, s0, s1 = tensor_args(t)
+            off = ", ".join(self.expr(x) for x in e.args[1].items)
+            shape = ", ".join(self.expr(x) for x in e.args[2].items)
+            return (f"tl.load(tl.make_block_ptr({t}, shape=({rows}, {cols}), strides=({s0}, {s1}), "
+                    f"offsets=({off}), block_shape=({shape}), order=(1, 0)), "
+                    f"boundary_check=(0, 1), padding_option=\"zero\")")
+        if e.op == "load_scalar":
+            t = e.args[0].id
+            return f"tl.load({t} + ({self.expr(e.args[1])}) * {tensor_args(t)[2]})"
+        return f"{_TL_OPS[e.op]}({self.args(e)})"
+
+    # ------------------------------------------------------------ sync spelling
+    def set_op(self, src: str, dst: str, flag: int, why: str) -> str:
+        if self.form == "scope":
+            sp, rp = PIPES[src]
+            return (f"al.sync_block_set(\"{src}\", \"{dst}\", {flag}, al.PIPE.{sp}, al.PIPE.{rp})"
+                    f"  # {why}")
+        return f"tl.sync_block_set(\"{src}\", \"{dst}\", {flag})  # {why}"
+
+    def wait_op(self, src: str, dst: str, flag: int, why: str) -> str:
+        if self.form == "scope":
+            sp, rp = PIPES[src]
+            return (f"al.sync_block_wait(\"{src}\", \"{dst}\", {flag}, al.PIPE.{sp}, al.PIPE.{rp})"
+                    f"  # {why}")
+        return f"tl.sync_block_wait(\"{src}\", \"{dst}\", {flag})  # {why}"
+
+    def all_op(self, mode: str, flag: int, why: str) -> str:
+        mod = "al" if self.form == "scope" else "tl"
+        return f"{mod}.sync_block_all(\"{mode}\", {flag})  # {why}"
+
+    # ------------------------------------------------------------ workspace
+    def field_ptr(self, pipe: ir.Pipe, field: str, slot_index: str, ring: str) -> str:
+        r = self.rings[pipe.name]
+        spec = pipe.field(field)
+        eb = spec.dtype.bytes
+        base = r.offset + dict(r.fields)[field]
+        stride = r.slot_stride
+        assert base % eb == 0 and stride % eb == 0
+        if ring != "0":
+            slot_index = f"({ring} * {r.stages} + {slot_index})"
+        if len(spec.shape) == 2:
+            rows, cols = spec.shape
+            tile = f"tl.arange(0, {rows})[:, None] * {cols} + tl.arange(0, {cols})[None, :]"
+        elif len(spec.shape) == 1:
+            tile = f"tl.arange(0, {spec.shape[0]})"
+        else:
+            raise BackendError(f"pipe '{pipe.name}' field '{field}' has shape {list(spec.shape)}; the "
+                               f"Ascend workspace ring holds 1-D or 2-D tiles", loc=pipe.loc,
+                               objects=(pipe.name,))
+        for d in spec.shape:
+            if d & (d - 1):
+                raise BackendError(f"pipe '{pipe.name}' field '{field}' has shape {list(spec.shape)}; "
+                                   f"tile dimensions must be powers of two (tl.arange)",
+                                   loc=pipe.loc, objects=(pipe.name,))
+        return f"{workspace_arg(spec.dtype)} + ({base // eb} + {slot_index} * {stride // eb}) + {tile}"
+
+    # ------------------------------------------------------------ module
+    def render(self) -> str:
+        k, o = self.kernel, self.out
+        form_text = ("triton-ascend 3.2.0 release form: one body, the compiler splits cube and "
+                     "vector work by op kind" if self.form == "release" else
+                     "triton-ascend >= 3.3 scope form: al.scope(core_mode=...) per core")
+        o.line(f'"""Generated by xsync: kernel \'{k.name}\' ({k.file}) for Ascend.')
+        o.line()
+        o.line(f"{form_text}.")
+        o.line("Flags, sync_block_all modes and the GM workspace come from the xsync allocation:")
+        for r in self.alloc.rows:
+            o.line(f"    {r.obj}: {r.what}: {r.resource}" + (f" ({r.rule})" if r.rule else ""))
+        o.line('"""')
+        o.line("import triton")
+        o.line("import triton.language as tl")
+        if self.form == "scope":
+            o.line("import triton.language.extra.cann.extension as al")
+        o.line()
+        for name, value in k.constexprs:
+            o.line(f"{name} = tl.constexpr({self.const(value)})")
+        if self.alloc.workspace_bytes:
+            o.line(f"XS_WS_BYTES = tl.constexpr({self.alloc.workspace_bytes})  # GM workspace per program")
+        o.line()
+        o.line()
+        params = []
+        for p in k.params:
+            if p.kind == "constexpr":
+                continue
+            params.append(p.name)
+            if p.kind == "tensor":
+                params += tensor_args(p.name)
+        params += [workspace_arg(d) for d in self.ws_dtypes]
+        o.line("@triton.jit")
+        o.line(f"def {k.name}({', '.join(params)}):")
+        o.indent()
+        agents = sorted(self.placement.agents, key=lambda a: self.agent_core(a) != "cube")
+        for agent in agents:
+            self.agent_part(agent)
+        o.dedent()
+        return o.source()
+
+    def agent_part(self, agent: Agent):
+        o, k = self.out, self.kernel
+        core = self.agent_core(agent)
+        hw = "cube core (AIC)" if core == "cube" else "vector cores (AIV)"
+        body = slice_agent(k.body, agent.roles)
+        unroll = agent.replicas > 1 and not (self.form == "scope" and core == "vector"
+                                              and agent.replicas == 2)
+        self.agent, self.unroll = agent, unroll
+        o.line(f"# {'=' * 8} {hw}: role(s) {', '.join(agent.roles)}"
+               + (f" x {agent.replicas} replicas" if agent.replicas > 1 else "") + f" {'=' * 8}")
+        serial = [r for r in getattr(agent, "serial", ()) if self.kernel.role(r).replicas > 1]
+        if unroll or serial:
+            who = f"{agent.replicas} replicas" if unroll else \
+                "replicas of " + ", ".join(f"'{r}'" for r in serial)
+            o.line(f"# {who} run in lockstep on this core (replica_id unrolled): each flag is "
+                   "waited once before and set once after all replicas")
+        elif agent.replicas == 2:
+            o.line("# replica_id = al.sub_vec_id(): one replica per vector core")
+        if self.form == "scope":
+            o.line(f"with al.scope(core_mode=\"{core}\"):")
+            o.indent()
+        self.local = _role_locals(body)
+        self.shared, self.rep, self.slot_pipe = [], None, {}
+        self.rid_expr = "xs_rid" if (agent.replicas == 2 and not unroll) else "0"
+        if self.rid_expr == "xs_rid":
+            o.line("xs_rid = al.sub_vec_id()")
+        self.preamble(agent)
+        self.reps = [None]
+        self.block(body)
+        self.drain(agent)
+        if self.form == "scope":
+            o.dedent()
+        o.line()
+
+    def preamble(self, agent: Agent):
+        o, k = self.out, self.kernel
+        if self.ws_dtypes:
+            o.line("xs_prog = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * "
+                   "tl.num_programs(0) + tl.program_id(0)")
+            for d in self.ws_dtypes:
+                a = workspace_arg(d)
+                o.line(f"{a} = {a} + xs_prog.to(tl.int64) * (XS_WS_BYTES // {d.bytes})")
+        for p in k.pipes:
+            if not self.crossing(p):
+                continue
+            if p.src in agent.roles:
+                o.line(f"xs_{p.name}_acq = 0  # slots acquired from pipe '{p.name}'")
+            if p.dst in agent.roles:
+                o.line(f"xs_{p.name}_got = 0  # slots waited on pipe '{p.name}'")
+
+    def drain(self, agent: Agent):
+        o = self.out
+        for p in self.kernel.pipes:
+            if self.crossing(p) and p.src in agent.roles:
+                s, d = self.core(p.src), self.core(p.dst)
+                o.line(f"# drain pipe '{p.name}': wait for the slots still held by '{p.dst}' so its "
+                       f"EMPTY flag ends at zero")
+                o.line(f"for xs_d in tl.static_range({p.stages}):")
+                o.indent()
+                o.line(f"if xs_d < xs_{p.name}_acq:")
+                o.indent()
+                o.line(self.wait_op(d, s, self.ids[f"{p.name}:empty"], f"{p.name} EMPTY"))
+                o.dedent()
+                o.dedent()
+
+    # ------------------------------------------------------------ statements
+    def block(self, stmts):
+        """Replicated (unannotated) statements: emitted once."""
+        o = self.out
+        n0 = len(o.lines)
+        for s in stmts:
+            if isinstance(s, ir.RoleBlock):
+                o.line(f"# role '{s.role}' (line {s.loc.line})")
+                self.reps = self.reps_for(s.role)
+                self.role_body(s.body)
+                self.reps = [None]
+            elif isinstance(s, ir.For):
+                o.line(f"for {s.var} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
+                       f"{self.expr(s.step)}):")
+                o.indent()
+                self.block(s.body)
+                o.dedent()
+            elif isinstance(s, ir.If):
+                o.line(f"if {self.expr(s.cond)}:")
+                o.indent()
+                self.block(s.body)
+                o.dedent()
+                if s.orelse:
+                    o.line("else:")
+                    o.indent()
+                    self.block(s.orelse)
+                    o.dedent()
+            else:
+                self.simple(s)
+        if len(o.lines) == n0:
+            o.line("pass")
+
+    def reps_for(self, role: str) -> list:
+        """Replicas of ``role`` this core emits in lockstep ([None]: one instance, not unrolled)."""
+        n = self.kernel.role(role).replicas
+        if role in getattr(self.agent, "serial", ()) and n > 1:
+            return list(range(n))        # the one cube core computes for every replica
+        if self.unroll:
+            return list(range(self.agent.replicas))
+        return [None]
+
+    def role_body(self, stmts):
+        """Statements of a role: lockstep over the unrolled replicas."""
+        o = self.out
+        n0 = len(o.lines)
+        reps = self.reps
+        if reps == [None]:
+            for s in stmts:
+                self.role_stmt(s)
+        else:
+            segment = []
+            for s in list(stmts) + [None]:
+                if s is not None and not _has_sync(s):
+                    segment.append(s)
+                    continue
+                for r in reps:
+                    self.rep = r
+                    for x in segment:
+                        self.role_stmt(x)
+                self.rep = None
+                segment = []
+                if s is None:
+                    break
+                self.lockstep_compound(s)
+        if len(o.lines) == n0:
+            o.line("pass")
+
+    def lockstep_compound(self, s):
+        """A sync op, or a loop/branch holding sync ops, shared by all unrolled replicas."""
+        o = self.out
+        if isinstance(s, ir.SyncOp):
+            self.sync(s)
+            return
+        dep = self.replica_dependent(s)
+        if dep:
+            raise BackendError(
+                f"a sync verb sits under a {'loop' if isinstance(s, ir.For) else 'branch'} that depends "
+                f"on xs.replica_id(); without sub_vec_id (triton-ascend 3.2.0) the replicas of one "
+                f"core run in lockstep and must reach every sync point together",
+                loc=s.loc, objects=tuple(sorted(dep)),
+                fix="move the sync verb out of the replica-dependent branch (branch only the work), "
+                    "or use triton-ascend >= 3.3 (XSYNC_ASCEND_FORM=scope)")
+        self.rep = self.reps[0]
+        if isinstance(s, ir.For):
+            head = (f"for {s.var} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
+                    f"{self.expr(s.step)}):")
+            self.rep = None
+            o.line(head)
+            o.indent()
+            self.shared.append({s.var})
+            self.role_body(s.body)
+            self.shared.pop()
+            o.dedent()
+        elif isinstance(s, ir.If):
+            cond = self.expr(s.cond)
+            self.rep = None
+            o.line(f"if {cond}:")
+            o.indent()
+            self.role_body(s.body)
+            o.dedent()
+            if s.orelse:
+                o.line("else:")
+                o.indent()
+                self.role_body(s.orelse)
+                o.dedent()
+        else:
+            raise TypeError(f"cannot render {s!r}")
+
+    def replica_dependent(self, s) -> set[str]:
+        exprs = [s.start, s.stop, s.step] if isinstance(s, ir.For) else [s.cond]
+        dep = set()
+        for e in exprs:
+            if any(c.op == "replica_id" for c in ir.expr_calls(e)):
+                dep.add("xs.replica_id()")
+            dep |= ir.expr_names(e) & self.replica_tainted()
+        return dep
+
+    def replica_tainted(self) -> set[str]:
+        tainted: set[str] = set()
+        assigns = [s for s in ir.walk(self.kernel.body) if isinstance(s, ir.Assign)]
+        changed = True
+        while changed:
+            changed = False
+            for s in assigns:
+                if set(s.targets) <= tainted:
+                    continue
+                if any(c.op == "replica_id" for c in ir.expr_calls(s.value)) or \
+                        ir.expr_names(s.value) & tainted:
+                    tainted |= set(s.targets)
+                    changed = True
+        return tainted
+
+    def role_stmt(self, s):
+        o = self.out
+        if isinstance(s, ir.For):
+            o.line(f"for {self.name(s.var)} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
+                   f"{self.expr(s.step)}):")
+            o.indent()
+            self.role_body_plain(s.body)
+            o.dedent()
+        elif isinstance(s, ir.If):
+            o.line(f"if {self.expr(s.cond)}:")
+            o.indent()
+            self.role_body_plain(s.body)
+            o.dedent()
+            if s.orelse:
+                o.line("else:")
+                o.indent()
+                self.role_body_plain(s.orelse)
+                o.dedent()
+        elif isinstance(s, ir.SyncOp):
+            self.sync(s)
+        else:
+            self.simple(s)
+
+    def role_body_plain(self, stmts):
+        n0 = len(self.out.lines)
+        for s in stmts:
+            self.role_stmt(s)
+        if len(self.out.lines) == n0:
+            self.out.line("pass")
+
+    def simple(self, s):
+        o = self.out
+        if isinstance(s, ir.Assign):
+            o.line(f"{', '.join(self.name(t) for t in s.targets)} = {self.expr(s.value)}")
+        elif isinstance(s, ir.SlotWrite):
+            pipe = self.kernel.sync_object(s.pipe)
+            if not self.crossing(pipe):
+                o.line(f"{self.payload_name(pipe, s.field)} = {self.expr(s.value)}"
+                       f"  # {pipe.name}.{s.field}: same core, plain value")
+                return
+            ring = self.ring_of(pipe)
+            dt = self.dtype(pipe.field(s.field).dtype)
+            o.line(f"tl.store({self.field_ptr(pipe, s.field, f'{s.slot}_i', ring)}, "
+                   f"({self.expr(s.value)}).to({dt}))  # {pipe.name}.{s.field} -> GM slot")
+        elif isinstance(s, ir.Store):
+            t = s.tensor
+            dtype = next(p.dtype for p in self.kernel.params if p.name == t)
+            rows, cols, s0, s1 = tensor_args(t)
+            off = ", ".join(self.expr(x) for x in s.offsets)
+            o.line(f"xs_v = {self.expr(s.value)}")
+            if getattr(s, "bounds", None):
+                rb, cb = (self.expr(x) for x in s.bounds)
+                rows, cols = f"tl.minimum({rows}, {rb})", f"tl.minimum({cols}, {cb})"
+            o.line(f"tl.store(tl.make_block_ptr({t}, shape=({rows}, {cols}), strides=({s0}, {s1}), "
+                   f"offsets=({off}), block_shape=(xs_v.shape[0], xs_v.shape[1]), order=(1, 0)), "
+                   f"xs_v.to({self.dtype(dtype)}), boundary_check=(0, 1))")
+        else:
+            raise TypeError(f"cannot render {s!r}")
+
+    def ring_of(self, pipe: ir.Pipe) -> str:
+        """Which ring of a pipe the replica being emitted uses (N -> N pipes: its own)."""
+        if self.rings[pipe.name].rings == 1:
+            return "0"
+        return str(self.rep) if self.rep is not None else self.rid_expr
+
+    def sync(self, s: ir.SyncOp):
+        """One sync verb: the flag operation once per core, slot bookkeeping per replica."""
+        o, k = self.out, self.kernel
+        obj = k.sync_object(s.obj)
+        line = s.loc.line
+        if isinstance(obj, ir.Pipe):
+            if s.target:
+                self.slot_pipe[s.target] = obj.name
+            if not self.crossing(obj):
+                o.line(f"# {obj.name}.{s.verb}() (line {line}): same core, program order")
+                return
+            src, dst = self.core(obj.src), self.core(obj.dst)
+            full, empty = self.ids[f"{obj.name}:full"], self.ids[f"{obj.name}:empty"]
+            reps = self.reps if self.rep is None else [self.rep]
+            if s.verb == "acquire":
+                o.line(f"# {obj.name}.acquire() (line {line})")
+                o.line(f"if xs_{obj.name}_acq >= {obj.stages}:")
+                o.indent()
+                o.line(self.wait_op(dst, src, empty, f"{obj.name} EMPTY: a free slot"))
+                o.dedent()
+                if s.target:
+                    o.line(f"{s.target}_i = xs_{obj.name}_acq % {obj.stages}")
+                o.line(f"xs_{obj.name}_acq += 1")
+            elif s.verb == "commit":
+                o.line(self.set_op(src, dst, full, f"{obj.name} FULL: {obj.name}.commit() line {line}"))
+            elif s.verb == "wait":
+                o.line(self.wait_op(src, dst, full, f"{obj.name} FULL: {obj.name}.wait() line {line}"))
+                target = s.target or f"xs_{obj.name}_slot"
+                o.line(f"{target}_i = xs_{obj.name}_got % {obj.stages}")
+                o.line(f"xs_{obj.name}_got += 1")
+                saved = self.rep
+                for r in reps:
+                    self.rep = r
+                    ring = self.ring_of(obj)
+                    for f in obj.fields:
+                        o.line(f"{self.name(target)}_{f.name} = "
+                               f"tl.load({self.field_ptr(obj, f.name, f'{target}_i', ring)})")
+                self.rep = saved
+            else:
+                o.line(self.set_op(dst, src, empty, f"{obj.name} EMPTY: {obj.name}.release() line {line}"))
+        elif isinstance(obj, ir.Event):
+            if not self.crossing(obj):
+                o.line(f"# xs.{s.verb}({obj.name}) (line {line}): same core, program order")
+                return
+            src, dst = self.core(obj.src), self.core(obj.dst)
+            flag = self.ids[obj.name]
+            if s.verb == "signal":
+                o.line(self.set_op(src, dst, flag, f"xs.signal({obj.name}) line {line}"))
+            else:
+                o.line(self.wait_op(src, dst, flag, f"xs.wait({obj.name}) line {line}"))
+        else:
+            mode = self.barrier_mode(obj.name)
+            note = "" if s.verb == "sync" else " (arrive: no arrive-only form, full barrier)"
+            o.line(self.all_op(mode, self.ids[obj.name], f"{obj.name}.{s.verb}() line {line}{note}"))
+
+
+# ---------------------------------------------------------------- helpers
+def _has_sync(s) -> bool:
+    if isinstance(s, ir.SyncOp):
+        return True
+    return any(isinstance(x, ir.SyncOp) for x in ir.walk([s]))
+
+
+def _role_locals(body) -> set[str]:
+    out: set[str] = set()
+    for s in ir.walk(body):
+        if isinstance(s, ir.RoleBlock):
+            for x in ir.walk(s.body):
+                if isinstance(x, ir.Assign):
+                    out |= set(x.targets)
+                elif isinstance(x, ir.For):
+                    out.add(x.var)
+                elif isinstance(x, ir.SyncOp) and x.target:
+                    out.add(x.target)
+    return out
+
+
+def _all_exprs(stmts):
+    for s in ir.walk(stmts):
+        if isinstance(s, (ir.Assign, ir.SlotWrite)):
+            yield s.value
+        elif isinstance(s, ir.Store):
+            yield s.value
+            yield from s.offsets + (getattr(s, "bounds", None) or ())
+        elif isinstance(s, ir.For):
+            yield from (s.start, s.stop, s.step)
+        elif isinstance(s, ir.If):
+            yield s.cond
+
+
+def render(kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
+           form: str = "release") -> str:
+    return AscendRenderer(kernel, placement, allocation, form).render()
+
