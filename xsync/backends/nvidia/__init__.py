@@ -1,5 +1,43 @@
-"""NVIDIA Hopper backend (Triton 3.6 Gluon)."""
+"""NVIDIA Hopper backend (Triton 3.6 Gluon).
+
+``compile_kernel(kernel_ir, placement, allocation)`` renders Gluon source
+(:mod:`xsync.backends.nvidia.render`), writes it to a real ``.py`` file (Gluon's JIT
+reads the source with ``inspect``) and imports it. ``.launch(grid, args)`` builds the
+TMA descriptors from torch tensors and launches on the GPU. ``compile_ptx(...)``
+compiles to sm_90a PTX + cubin on any machine (no GPU needed).
+
+Environment:
+
+* ``XSYNC_CACHE_DIR`` -- where generated sources go (default ``~/.cache/xsync``);
+  files are written atomically (temp file + ``os.replace``).
+* ``XSYNC_DEBUG_HANG=1`` -- hang debug mode: every mbarrier wait first polls with
+  ``mbarrier.try_wait.parity`` for at most ``XSYNC_HANG_TIMEOUT_MS`` (default 2000) ms;
+  a stuck agent records (agent, wait site, iteration) in a host-mapped buffer and
+  traps, and the launch raises :class:`xsync.errors.StallError` naming the role, the
+  pipe/event, the kernel line and the iteration. The trap leaves the CUDA context
+  unusable: run debug launches in a process you can discard.
+* ``XSYNC_NV_PRODUCER_REGS`` (default 40) / ``XSYNC_NV_CONSUMER_REGS`` (default:
+  the registers left, split evenly between consumer warpgroups, at most 232) --
+  ``worker_num_regs`` per partition (``setmaxnreg``); ``XSYNC_NV_MAXNREG`` -- the
+  launch option ``maxnreg``. The same keys (lower case, without the prefix) can be
+  passed in ``options``.
+"""
 from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+from xsync.errors import BackendError, LaunchError, SourceLoc, StallError
+from xsync.lowering import ir
+from xsync.lowering.placement import Placement
+
+TARGET_ARCH = 90
 
 
 def availability() -> tuple[bool, str]:
@@ -17,3 +55,358 @@ def availability() -> tuple[bool, str]:
     if major != 9:
         return False, f"the GPU is sm_{major}{minor}; the Gluon lowering targets Hopper (sm_90a)"
     return True, ""
+
+
+# ---------------------------------------------------------------- options
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "off", "no")
+
+
+def resolve_options(options: dict | None = None) -> dict:
+    """Kernel options from ``options`` over the environment."""
+    out = {}
+    env = {"producer_regs": "XSYNC_NV_PRODUCER_REGS", "consumer_regs": "XSYNC_NV_CONSUMER_REGS",
+           "maxnreg": "XSYNC_NV_MAXNREG", "hang_timeout_ms": "XSYNC_HANG_TIMEOUT_MS"}
+    for key, var in env.items():
+        raw = os.environ.get(var, "").strip()
+        if raw:
+            try:
+                out[key] = int(raw)
+            except ValueError as exc:
+                raise BackendError(f"{var}={raw!r} is not an integer", fix=f"unset {var} or give a number") from exc
+    out["debug_hang"] = _env_flag("XSYNC_DEBUG_HANG")
+    out.update({k: v for k, v in (options or {}).items() if v is not None})
+    return out
+
+
+def cache_dir() -> str:
+    return os.path.join(os.environ.get("XSYNC_CACHE_DIR") or os.path.expanduser("~/.cache/xsync"), "nvidia")
+
+
+_import_lock = threading.Lock()
+
+
+def write_atomic(path: str, text: str):
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".xsync-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_module(name: str, source: str):
+    """Write ``source`` to the cache as ``<name>_<hash>.py`` and import it."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    modname = f"xsync_gluon_{name}_{digest}"
+    with _import_lock:
+        path = os.path.join(cache_dir(), modname + ".py")
+        if not os.path.exists(path) or open(path).read() != source:
+            write_atomic(path, source)
+        if modname in sys.modules:
+            return sys.modules[modname]
+        spec = importlib.util.spec_from_file_location(modname, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[modname]
+            raise
+        return module
+
+
+# ---------------------------------------------------------------- shared-memory offset (debug mode)
+_INIT_RE = re.compile(r"mbarrier\.init\.shared(?:::cta)?\.b64\s+\[([^\]]+)\]")
+
+
+def bars_offset_from_ptx(ptx: str) -> int | None:
+    """Byte offset of ``xs_bars`` in shared memory: the address of the first mbarrier.init
+    (xs_bars[0] is initialised first), resolved through the PTX's mov/add chain."""
+    m = _INIT_RE.search(ptx)
+    if not m:
+        return None
+    defs = {}
+    for d in re.finditer(r"^\s*(?:mov|add|cvt)\.[\w.]+\s+(%r[d]?\d+),\s*([^;]+);", ptx, re.M):
+        defs.setdefault(d.group(1), d.group(2).split(","))
+
+    def value(term: str, depth=0):
+        term = term.strip()
+        if depth > 16:
+            return None
+        if term == "global_smem":
+            return 0
+        if re.fullmatch(r"-?\d+", term):
+            return int(term)
+        if "+" in term:
+            parts = [value(t, depth + 1) for t in term.split("+")]
+            return None if None in parts else sum(parts)
+        if term in defs:
+            args = defs[term]
+            vals = [value(a, depth + 1) for a in args]
+            return None if None in vals else sum(vals)
+        return None
+
+    return value(m.group(1))
+
+
+# ---------------------------------------------------------------- compiled kernel
+@dataclass
+class CompiledNvidia:
+    kernel: ir.KernelIR
+    placement: Placement
+    allocation: object
+    options: dict
+    result: object                    # render.RenderResult
+    module: object
+    lowered: object = None
+    _debug_variants: dict = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        return self.result.source
+
+    @property
+    def jit_fn(self):
+        return getattr(self.module, self.result.kernel_name)
+
+    # ------------------------------------------------------------ host arguments
+    def host_args(self, args: dict, dbg_ptr: int | None = None) -> list:
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        from xsync.backends.nvidia.render import nvmma_shared_layout
+
+        k = self.kernel
+        out = []
+        for name, kind, extra in self.result.params:
+            if kind == "desc":
+                t, shape = extra
+                x = self._tensor(t, args)
+                lay = nvmma_shared_layout(shape, self.result.descriptor_layouts[name][2])
+                esz = x.element_size()
+                if x.stride(1) != 1 or (x.stride(0) * esz) % 16 or x.data_ptr() % 16:
+                    raise LaunchError(
+                        f"kernel '{k.name}': tensor `{t}` cannot be read by TMA (row stride "
+                        f"{x.stride(0) * esz} B, base alignment {x.data_ptr() % 16}); TMA needs contiguous "
+                        f"rows, 16-byte aligned row strides and a 16-byte aligned base",
+                        loc=k.loc, objects=(t,),
+                        fix=f"pad the last dimension of `{t}` to a multiple of {16 // esz} elements")
+                out.append(TensorDescriptor.from_tensor(x, list(shape), lay))
+            elif kind == "ptr":
+                x = self._tensor(extra, args)
+                if x.stride(1) != 1:
+                    raise LaunchError(f"kernel '{k.name}': tensor `{extra}` has column stride {x.stride(1)}",
+                                      loc=k.loc, objects=(extra,), fix="pass a tensor with contiguous rows")
+                out.append(x)
+            elif kind == "table":
+                out.append(self._tensor(extra, args))
+            elif kind == "rows":
+                out.append(int(self._tensor(extra, args).shape[0]))
+            elif kind == "cols":
+                out.append(int(self._tensor(extra, args).shape[1]))
+            elif kind == "stride":
+                out.append(int(self._tensor(extra, args).stride(0)))
+            elif kind == "scalar":
+                out.append(args[extra])
+            elif kind == "dbg":
+                out.append(int(dbg_ptr))
+        return out
+
+    def _tensor(self, name, args):
+        x = args[name]
+        if not getattr(x, "is_cuda", False):
+            raise LaunchError(f"kernel '{self.kernel.name}': tensor `{name}` is not on a CUDA device",
+                              loc=self.kernel.loc, objects=(name,), fix="move it with .cuda()")
+        return x
+
+    def launch_options(self) -> dict:
+        opts = {"num_warps": self.result.num_warps}
+        if self.options.get("maxnreg"):
+            opts["maxnreg"] = int(self.options["maxnreg"])
+        return opts
+
+    # ------------------------------------------------------------ launch
+    def launch(self, grid, args: dict):
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        if self.result.debug_hang:
+            return self._launch_debug(grid, args)
+        self.jit_fn[grid](*self.host_args(args), **self.launch_options())
+
+    def _launch_debug(self, grid, args):
+        import torch
+
+        n = 4 + 4 * len(self.result.partitions)
+        buf = torch.zeros(n, dtype=torch.int32, pin_memory=True)
+        argv = self.host_args(args, buf.data_ptr())
+        fn = self._debug_fn(argv, grid)
+        try:
+            fn[grid](*argv, **self.launch_options())
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - the trap surfaces as a CUDA error
+            if int(buf[0]) != 0:
+                raise self.stall_error(buf.tolist(), grid) from exc
+            raise
+        if int(buf[0]) != 0:
+            raise self.stall_error(buf.tolist(), grid)
+
+    def _debug_fn(self, argv, grid):
+        """Debug kernels need the shared-memory offset of xs_bars: compile once to read it
+        from the PTX, render again with it, and check that the offset did not move."""
+        from xsync.backends.nvidia.render import render
+
+        if "fn" in self._debug_variants:
+            return self._debug_variants["fn"]
+        opts = self.launch_options()
+        first = self.jit_fn.warmup(*argv, grid=grid, **opts)
+        off = bars_offset_from_ptx(first.asm["ptx"])
+        if off is None:
+            raise BackendError("hang debug mode: cannot find the mbarrier array in the PTX",
+                               loc=self.kernel.loc, fix="unset XSYNC_DEBUG_HANG")
+        result = render(self.kernel, self.placement, self.allocation, {**self.options, "bars_smem": off})
+        module = load_module(self.kernel.name + "_dbg", result.source)
+        fn = getattr(module, result.kernel_name)
+        second = fn.warmup(*argv, grid=grid, **opts)
+        if bars_offset_from_ptx(second.asm["ptx"]) != off:
+            raise BackendError("hang debug mode: the mbarrier array moved between compiles",
+                               loc=self.kernel.loc, fix="unset XSYNC_DEBUG_HANG")
+        self._debug_variants.update(fn=fn, result=result)
+        return fn
+
+    def stall_error(self, words, grid) -> StallError:
+        res = self._debug_variants.get("result", self.result)
+        sites = {s.id: s for s in res.wait_sites}
+        labels = {i: label for label, i in res.agent_ids.items()}
+        cta = words[0] - 1
+        gx, gy = grid[0], grid[1]
+        pid = (cta % gx, (cta // gx) % gy, cta // (gx * gy))
+        lines, objects, first_line = [], [], None
+        for aid, label in sorted(labels.items()):
+            flag, site_id, count = words[4 + 4 * aid: 7 + 4 * aid]
+            if not flag:
+                lines.append(f"{label}: not stuck (finished or still running when the kernel trapped)")
+                continue
+            s = sites.get(site_id)
+            if s is None:
+                lines.append(f"{label}: stuck at unknown wait site {site_id}")
+                continue
+            first_line = first_line or s.line
+            kind = "pipe" if s.verb in ("acquire", "wait") and \
+                self.kernel.sync_object(s.obj).__class__.__name__ == "Pipe" else "event"
+            side = {"acquire": "a free slot", "wait": "a full slot"}.get(s.verb, "a signal") \
+                if kind == "pipe" else "a signal"
+            lines.append(f"{label} (role '{s.role}'): line {s.line}: `{s.what}` waits for {side} of "
+                         f"{kind} '{s.obj}', iteration {count} (its {count + 1}-th {s.verb})")
+            objects += [f"role '{s.role}'", f"{kind} '{s.obj}'"]
+        timeout = self.options.get("hang_timeout_ms", 2000)
+        return StallError(
+            f"kernel '{self.kernel.name}' stalled on the GPU: program {pid} waited more than {timeout} ms "
+            f"on an mbarrier (XSYNC_DEBUG_HANG)",
+            loc=SourceLoc(self.kernel.file, first_line or self.kernel.loc.line, self.kernel.name),
+            objects=tuple(dict.fromkeys(objects)), details="\n".join(lines),
+            fix=("run `python -m xsync check module:kernel` with XSYNC_VERIFY=1 for the counterexample; "
+                 "the CUDA context is unusable after the trap, restart the process"))
+
+
+def render_source(kernel: ir.KernelIR, placement: Placement, allocation, options=None) -> str:
+    """The Gluon module text (``xsync lower --backend nvidia``); needs no GPU and no triton."""
+    from xsync.backends.nvidia.render import render
+
+    return render(kernel, placement, allocation, resolve_options(options)).source
+
+
+def compile_kernel(kernel: ir.KernelIR, placement: Placement, allocation, options=None) -> CompiledNvidia:
+    from xsync.backends.nvidia.render import render
+
+    opts = resolve_options(options)
+    result = render(kernel, placement, allocation, opts)
+    module = load_module(kernel.name, result.source)
+    return CompiledNvidia(kernel, placement, allocation, opts, result, module)
+
+
+# ---------------------------------------------------------------- offline compile (no GPU needed)
+@dataclass
+class PtxResult:
+    source: str
+    ptx: str
+    cubin: bytes
+    ttgir: str
+    metadata: object
+    render: object
+    bars_smem: int | None = None
+
+
+def signature_of(result, scalar_types: dict | None = None) -> tuple[dict, dict]:
+    scalar_types = scalar_types or {}
+    from xsync.backends.nvidia.render import SIG_DTYPES, nvmma_shared_layout
+
+    sig, attrs = {}, {}
+    for i, (name, kind, extra) in enumerate(result.params):
+        if kind == "desc":
+            t, shape, dtype = result.descriptor_layouts[name]
+            lay = nvmma_shared_layout(shape, dtype)
+            dt = SIG_DTYPES[dtype.name]
+            sig[name] = f"tensordesc<{dt}[{shape[0]}, {shape[1]}],{lay!r}>"
+        elif kind in ("ptr", "table"):
+            sig[name] = "*" + SIG_DTYPES[result.tensors[extra].dtype.name]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif kind in ("rows", "cols", "stride"):
+            sig[name] = "i32"
+        elif kind == "scalar":
+            sig[name] = scalar_types.get(name, "i32")
+        elif kind == "dbg":
+            sig[name] = "i64"
+    return sig, attrs
+
+
+def _ptx_compile(kernel, placement, allocation, opts, scalar_types):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from xsync.backends.nvidia.render import render
+
+    result = render(kernel, placement, allocation, opts)
+    module = load_module(kernel.name, result.source)
+    fn = getattr(module, result.kernel_name)
+    sig, attrs = signature_of(result, scalar_types)
+    options = {"num_warps": result.num_warps}
+    if opts.get("maxnreg"):
+        options["maxnreg"] = int(opts["maxnreg"])
+    compiled = triton.compile(GluonASTSource(fn, sig, {}, attrs=attrs),
+                              target=GPUTarget("cuda", TARGET_ARCH, 32), options=options)
+    return result, compiled
+
+
+def compile_ptx(obj, constexprs: dict | None = None, tensor_dtypes: dict | None = None,
+                scalar_types: dict | None = None, options: dict | None = None,
+                debug_hang: bool | None = None) -> PtxResult:
+    """Compile an xsync kernel (or a ``Lowered``) for sm_90a without a GPU.
+
+    ``scalar_types`` maps scalar parameters to Triton types (default ``i32``).
+    Returns the generated source, PTX, cubin and TTGIR.
+    """
+    lowered = obj.lower("nvidia", constexprs, tensor_dtypes) if hasattr(obj, "lower") else obj
+    if lowered.placement.backend != "nvidia":
+        raise BackendError(f"compile_ptx needs a kernel lowered for nvidia, got {lowered.placement.backend}",
+                           fix="call kernel.lower('nvidia', ...)")
+    opts = resolve_options(options)
+    if debug_hang is not None:
+        opts["debug_hang"] = debug_hang
+    args = (lowered.kernel, lowered.placement, lowered.allocation)
+    off = None
+    if opts.get("debug_hang"):
+        _, first = _ptx_compile(*args, {**opts, "bars_smem": 0}, scalar_types)
+        off = bars_offset_from_ptx(first.asm["ptx"])
+        if off is None:
+            raise BackendError("hang debug mode: cannot find the mbarrier array in the PTX", loc=lowered.kernel.loc)
+        opts["bars_smem"] = off
+    result, compiled = _ptx_compile(*args, opts, scalar_types)
+    if off is not None and bars_offset_from_ptx(compiled.asm["ptx"]) != off:
+        raise BackendError("hang debug mode: the mbarrier array moved between compiles", loc=lowered.kernel.loc)
+    return PtxResult(result.source, compiled.asm["ptx"], compiled.asm["cubin"], compiled.asm["ttgir"],
+                     compiled.metadata, result, off)

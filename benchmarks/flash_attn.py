@@ -1,0 +1,186 @@
+"""Flash-attention forward benchmark: xsync vs torch SDPA (cuDNN and flash backends),
+measured side by side in one process on the same tensors with triton.testing.do_bench.
+
+Grid (DESIGN §6): bf16, head_dim 64 and 128, b*s = 16384, h*d = 2048,
+s in {1k, 2k, 4k, 8k, 16k}, causal and not. FLOPs = 4*b*h*s^2*d (half for causal).
+Plus a varlen row set: 16 sequences of mixed lengths 128..8k, d=128, causal, against
+torch's varlen attention where the installed torch has it, else SDPA over the padded
+batch.
+
+    python benchmarks/flash_attn.py [--quick] [--out benchmarks/results]
+
+Prints a table of TFLOP/s and ratios and writes flash_attn.json and flash_attn.md.
+Needs a CUDA GPU (Hopper for the xsync nvidia backend).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+SEQS = (1024, 2048, 4096, 8192, 16384)
+HEAD_DIMS = (64, 128)
+
+
+def grid(quick: bool):
+    for d in HEAD_DIMS:
+        for causal in (False, True):
+            for s in (SEQS[:3:2] if quick else SEQS):
+                yield dict(b=16384 // s, h=2048 // d, s=s, d=d, causal=causal)
+
+
+def flops(b, h, s, d, causal, s_k=None):
+    s_k = s if s_k is None else s_k
+    f = 4.0 * b * h * s * s_k * d
+    return f / 2 if causal else f
+
+
+def bench(fn, warmup=10, rep=50):
+    import triton.testing
+    return triton.testing.do_bench(fn, warmup=warmup, rep=rep)  # milliseconds (median)
+
+
+def sdpa_runner(backend_name, q, k, v, causal):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend_name]
+
+    def run():
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def measure_point(p, progress=None):
+    import torch
+    from kernels.flash_attn import attention
+
+    b, h, s, d, causal = p["b"], p["h"], p["s"], p["d"], p["causal"]
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    row = dict(p)
+    f = flops(b, h, s, d, causal)
+    o, _ = attention(q, k, v, causal=causal)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    row["max_abs_err_vs_sdpa"] = (o.float() - ref.float()).abs().max().item()
+    runners = {"xsync": lambda: attention(q, k, v, causal=causal)}
+    for name in ("cudnn", "flash"):
+        runners[f"sdpa_{name}"] = sdpa_runner(name, q, k, v, causal)
+    for name, fn in runners.items():
+        try:
+            ms = bench(fn)
+            row[f"{name}_ms"] = ms
+            row[f"{name}_tflops"] = f / (ms * 1e-3) / 1e12
+        except Exception as exc:  # noqa: BLE001 - a backend missing on this torch is reported
+            row[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    for name in ("cudnn", "flash"):
+        if f"sdpa_{name}_tflops" in row and "xsync_tflops" in row:
+            row[f"ratio_vs_{name}"] = row["xsync_tflops"] / row[f"sdpa_{name}_tflops"]
+    return row
+
+
+def measure_varlen():
+    import torch
+    from kernels.flash_attn import attention_varlen
+
+    lens = [128, 8192, 512, 4096, 256, 2048, 1024, 6144, 384, 3072, 768, 5120, 1536, 7168, 640, 2560]
+    h, d = 16, 128
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+    total = sum(lens)
+    q, k, v = (torch.randn(total, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    f = sum(flops(1, h, n, d, True) for n in lens)
+    row = dict(kind="varlen", sequences=len(lens), lengths=lens, h=h, d=d, causal=True)
+    ms = bench(lambda: attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=True))
+    row.update(xsync_ms=ms, xsync_tflops=f / (ms * 1e-3) / 1e12)
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+        ref_name = "torch varlen_attn"
+        ms_ref = bench(lambda: varlen_attn(q, k, v, cu, cu, max(lens), max(lens), is_causal=True))
+        ref_flops = f
+    except Exception:  # noqa: BLE001 - older torch: SDPA over the padded batch
+        ref_name = "sdpa over padded batch (cuDNN)"
+        pad = max(lens)
+        qp = torch.randn(len(lens), h, pad, d, device="cuda", dtype=torch.bfloat16)
+        ms_ref = bench(sdpa_runner("cudnn", qp, qp, qp, True))
+        ref_flops = f  # useful work only: padding is wasted by the reference
+    row.update(reference=ref_name, reference_ms=ms_ref,
+               reference_tflops=ref_flops / (ms_ref * 1e-3) / 1e12)
+    row["ratio_vs_reference"] = row["xsync_tflops"] / row["reference_tflops"]
+    return row
+
+
+def table(rows) -> str:
+    head = "| d | causal | s | b | h | xsync TFLOP/s | cuDNN | flash | xsync/cuDNN | xsync/flash | max err |"
+    out = [head, "|" + "---|" * 11]
+    for r in rows:
+        if r.get("kind") == "varlen":
+            continue
+
+        def cell(key, fmt="{:.0f}"):
+            return fmt.format(r[key]) if key in r else "n/a"
+        out.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {cell('xsync_tflops')} "
+                   f"| {cell('sdpa_cudnn_tflops')} | {cell('sdpa_flash_tflops')} "
+                   f"| {cell('ratio_vs_cudnn', '{:.2f}')} | {cell('ratio_vs_flash', '{:.2f}')} "
+                   f"| {cell('max_abs_err_vs_sdpa', '{:.1e}')} |")
+    for r in rows:
+        if r.get("kind") == "varlen":
+            out.append("")
+            out.append(f"varlen ({r['sequences']} sequences, lengths {min(r['lengths'])}..{max(r['lengths'])}, "
+                       f"d={r['d']}, causal): xsync {r['xsync_tflops']:.0f} TFLOP/s, {r['reference']} "
+                       f"{r['reference_tflops']:.0f} TFLOP/s, ratio {r['ratio_vs_reference']:.2f}")
+    return "\n".join(out)
+
+
+def main(argv=None, progress=True) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="s in {1k, 4k} only")
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--no-varlen", action="store_true")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/flash_attn.py needs a CUDA GPU; none is visible.", file=sys.stderr)
+        return 2
+    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
+    points = list(grid(args.quick))
+    rows = []
+    start = time.time()
+    for i, p in enumerate(points, 1):
+        rows.append(measure_point(p))
+        if progress:
+            r = rows[-1]
+            bar = "#" * (30 * i // len(points))
+            print(f"\r[{bar:<30}] {i}/{len(points)} d={p['d']} causal={p['causal']} s={p['s']}: "
+                  f"xsync {r.get('xsync_tflops', float('nan')):.0f} TFLOP/s", end="", flush=True)
+    if progress:
+        print()
+    if not args.no_varlen:
+        rows.append(measure_varlen())
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                seconds=round(time.time() - start, 1))
+    try:
+        import triton
+        meta["triton"] = triton.__version__
+    except ImportError:
+        pass
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "flash_attn.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    md = f"# flash attention forward, {meta['device']}, torch {meta['torch']}\n\n" + table(rows) + "\n"
+    with open(os.path.join(args.out, "flash_attn.md"), "w") as f:
+        f.write(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

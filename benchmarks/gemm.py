@@ -1,0 +1,72 @@
+"""GEMM throughput: xsync's kernels/gemm.py on Hopper vs torch.matmul, same process.
+
+    PYTHONPATH=. python3 benchmarks/gemm.py [--size 8192] [--stages 3 4] [--out DIR]
+
+bf16 inputs, fp32 accumulation (xsync writes fp32 C; torch.matmul writes bf16 C).
+Times come from ``triton.testing.do_bench`` around the full xsync launch path
+(argument binding, TMA descriptors, launch). Results are printed and written as JSON
+to benchmarks/results/ (and to --out if given).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def main():
+    import torch
+    import triton
+
+    from kernels.gemm import gemm
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--stages", type=int, nargs="+", default=[3, 4])
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    M = N = K = args.size
+    flops = 2.0 * M * N * K
+    torch.manual_seed(0)
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(M, N, device="cuda", dtype=torch.float32)
+    ref = torch.matmul(a, b)
+
+    def tflops(ms):
+        return flops / (ms * 1e-3) / 1e12
+
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+               "M": M, "N": N, "K": K, "dtype": "bfloat16", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "xsync": []}
+    t_ref = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=25, rep=200)
+    results["torch_matmul"] = {"ms": t_ref, "tflops": tflops(t_ref)}
+    print(f"torch.matmul          {t_ref:8.3f} ms  {tflops(t_ref):7.1f} TFLOP/s")
+    for stages in args.stages:
+        grid = (triton.cdiv(M, 128), triton.cdiv(N, 128))
+
+        def run():
+            gemm[grid](a, b, c, M, N, K, BM=128, BN=128, BK=64, STAGES=stages, backend="nvidia")
+        run()
+        torch.cuda.synchronize()
+        err = (c - ref.float()).abs().max().item() / ref.float().abs().max().item()
+        t = triton.testing.do_bench(run, warmup=25, rep=200)
+        row = {"BM": 128, "BN": 128, "BK": 64, "stages": stages, "ms": t, "tflops": tflops(t),
+               "ratio_vs_torch": t_ref / t, "max_rel_err_vs_torch": err}
+        results["xsync"].append(row)
+        print(f"xsync gemm STAGES={stages}  {t:8.3f} ms  {tflops(t):7.1f} TFLOP/s  "
+              f"({t_ref / t:.2f}x torch.matmul, max rel err {err:.1e})")
+    text = json.dumps(results, indent=2)
+    name = f"gemm_{M}x{N}x{K}_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for d in filter(None, [os.path.join(ROOT, "benchmarks", "results"), args.out]):
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()

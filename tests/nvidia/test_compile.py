@@ -1,0 +1,154 @@
+"""Compile the Hopper lowering to sm_90a PTX + cubin on any machine (no GPU) and check
+the synchronization structure the PTX shows."""
+import re
+
+import pytest
+
+import xsync as xs
+from kernels.gemm import gemm
+from kernels.gemm_softmax import gemm_softmax
+from tests.nvidia.nv_kernels import gemm_extra_wait, handoff
+from xsync.backends.nvidia import bars_offset_from_ptx, compile_ptx
+from xsync.errors import BackendError
+
+GEMM_DTYPES = dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32)
+
+
+def lines(ptx, pattern):
+    return [l.strip() for l in ptx.splitlines() if re.search(pattern, l)]
+
+
+def named_barrier_rows(lowered):
+    """(id, threads) of every named barrier, as the allocation table states them."""
+    out = {}
+    for r in lowered.allocation.rows:
+        if r.what == "named barrier":
+            m = re.match(r"bar id (\d+), (\d+) threads", r.resource)
+            out[r.obj] = (int(m.group(1)), int(m.group(2)))
+    return out
+
+
+def common_sync_checks(ptx, expect_bytes, wait_groups=(0,)):
+    assert lines(ptx, r"mbarrier\.try_wait\.parity"), "no mbarrier wait"
+    expects = lines(ptx, r"mbarrier\.arrive\.expect_tx")
+    assert expects and all(l.rstrip(";").endswith(f", {expect_bytes}") for l in expects), expects
+    assert lines(ptx, r"cp\.async\.bulk\.tensor\.2d"), "no TMA copy"
+    waits = {int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}
+    assert waits == set(wait_groups), waits
+    assert lines(ptx, r"wgmma\.mma_async")
+    assert lines(ptx, r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;"), "producer register budget"
+    assert lines(ptx, r"setmaxnreg\.inc")
+    assert lines(ptx, r"\.target sm_90a")
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+def test_gemm_stages_compile(stages):
+    consts = dict(BM=128, BN=128, BK=64, STAGES=stages)
+    r = compile_ptx(gemm, consts, GEMM_DTYPES)
+    assert len(r.cubin) > 10_000
+    common_sync_checks(r.ptx, 2 * (128 * 64 * 2))
+    # full + empty barrier per stage
+    assert len(lines(r.ptx, r"mbarrier\.init")) == 2 * stages
+    # ring arithmetic derived by xsync, kernel lines cited
+    assert f"tiles_waited % {stages}" in r.source
+    assert f"((tiles_acquired // {stages}) & 1) ^ 1" in r.source
+    assert "# line" in r.source and "tiles.release()" in r.source
+    assert r.metadata.shared >= stages * 32768
+
+
+def test_gemm_softmax_compile():
+    lowered = gemm_softmax.lower("nvidia")
+    r = compile_ptx(lowered)
+    common_sync_checks(r.ptx, 2 * (64 * 64 * 2))
+    (bid, threads), = named_barrier_rows(lowered).values()
+    syncs = lines(r.ptx, rf"bar\.sync\s+{bid},\s*{threads};")
+    assert len(syncs) == 2, syncs  # one per epilogue replica partition
+    # scores pipe: register-filled ring, empty barriers count both replicas
+    assert "mbarrier.init(xs_bars.index(SCORES_EMPTY + 0), count=2)" in r.source
+    assert "scores_c.index(res).store(acc)" in r.source
+    assert "fence_async_shared()" in r.source
+    # 3 consumer warpgroups + producer: 4 + 4 + 4 + (1 + 3 padding) warps
+    assert r.metadata.num_warps == 16
+
+
+def test_named_barrier_arrive_and_sync():
+    lowered = handoff.lower("nvidia")
+    r = compile_ptx(lowered)
+    (bid, threads), = named_barrier_rows(lowered).values()
+    assert len(lines(r.ptx, rf"bar\.arrive\s+{bid},\s*{threads};")) == 1
+    assert len(lines(r.ptx, rf"bar\.sync\s+{bid},\s*{threads};")) == 1
+
+
+def test_register_budget_override(monkeypatch):
+    monkeypatch.setenv("XSYNC_NV_PRODUCER_REGS", "24")
+    r = compile_ptx(gemm, dict(BM=128, BN=128, BK=64, STAGES=2), GEMM_DTYPES)
+    assert lines(r.ptx, r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;")
+    r = compile_ptx(gemm, dict(BM=128, BN=128, BK=64, STAGES=2), GEMM_DTYPES, options={"producer_regs": 32})
+    assert lines(r.ptx, r"setmaxnreg\.dec\.sync\.aligned\.u32\s+32;")
+
+
+@pytest.mark.parametrize("kernel", [gemm, gemm_softmax])
+def test_hang_debug_variant_compiles(kernel):
+    r = compile_ptx(kernel, debug_hang=True)
+    polls = re.findall(r"XS_POLL:\s*mbarrier\.try_wait\.parity\.shared::cta\.b64", r.ptx)
+    assert len(polls) >= len(r.render.wait_sites) > 0  # replicas share a function: inlined per partition
+    assert "trap;" in r.ptx and "%globaltimer" in r.ptx
+    assert r.bars_smem == bars_offset_from_ptx(r.ptx) and r.bars_smem > 0
+    assert f"XS_BARS_SMEM = gl.constexpr({r.bars_smem})" in r.source
+
+
+def test_hang_debug_env(monkeypatch):
+    monkeypatch.setenv("XSYNC_DEBUG_HANG", "1")
+    monkeypatch.setenv("XSYNC_VERIFY", "0")
+    r = compile_ptx(gemm_extra_wait)
+    assert r.bars_smem is not None
+    sites = [(s.role, s.verb, s.obj) for s in r.render.wait_sites]
+    assert ("mma", "wait", "tiles") in sites and ("load", "acquire", "tiles") in sites
+
+
+def test_generated_source_is_cached_atomically(tmp_path, monkeypatch):
+    monkeypatch.setenv("XSYNC_CACHE_DIR", str(tmp_path))
+    r = compile_ptx(gemm, dict(BM=128, BN=128, BK=64, STAGES=2), GEMM_DTYPES)
+    files = list((tmp_path / "nvidia").iterdir())
+    assert [f for f in files if f.suffix == ".py"], files
+    assert not [f for f in files if f.name.startswith(".xsync-")], "temp file left behind"
+    assert any(f.read_text() == r.source for f in files if f.suffix == ".py")
+
+
+def test_register_b_operand_is_rejected():
+    @xs.kernel(example=dict(a=xs.bfloat16, c=xs.float32, BM=64, BN=64))
+    def bad(a, c, M, N, BM: xs.constexpr, BN: xs.constexpr):
+        load = xs.role("load", kind="copy")
+        mma = xs.role("mma", kind="matrix")
+        t = xs.pipe(load, mma, stages=1, a=xs.tile([BM, BN], a.dtype))
+        with load:
+            s = t.acquire()
+            s.a = xs.load(a, [0, 0], [BM, BN])
+            t.commit()
+        with mma:
+            g = t.wait()
+            z = xs.zeros([BN, BN], xs.bfloat16)
+            acc = xs.mma(g.a, z)
+            acc = xs.mma_wait(acc, pending=0)
+            t.release()
+            xs.store(c, [0, 0], acc)
+
+    with pytest.raises(BackendError) as err:
+        compile_ptx(bad)
+    assert "B operand" in str(err.value) and ":" in str(err.value).splitlines()[0]
+
+
+def test_flash_attention_single_source_compiles():
+    """kernels/flash_attn on Hopper: K/V by TMA, two ping-pong consumer warpgroups whose
+    mma and softmax roles share registers (no barrier for s_out / p_in / pv_out)."""
+    from kernels.flash_attn import attention_fwd
+
+    lowered = attention_fwd.lower("nvidia")
+    r = compile_ptx(lowered, scalar_types={"sm_scale": "fp32"})
+    common_sync_checks(r.ptx, 128 * 128 * 2)
+    assert r.metadata.num_warps == 12          # 2 consumer warpgroups + producer warp (+3 padding)
+    assert lines(r.ptx, r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16")
+    for pipe in ("s_out", "p_in", "pv_out"):
+        assert pipe.upper() + "_FULL" not in r.source
+    assert "k_in_k.index(kt).permute((1, 0))" in r.source     # xs.trans on a shared-memory operand
+    assert "DotOperandLayout(operand_index=0" in r.source     # register A operand (P)

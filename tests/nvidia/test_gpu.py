@@ -1,0 +1,134 @@
+"""GPU tests: numerics vs torch, partial tiles, hang debug mode. Skip without a Hopper GPU."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.nvidia.conftest import ROOT, gpu_reason
+
+REASON = gpu_reason()
+pytestmark = pytest.mark.skipif(bool(REASON), reason=f"needs a Hopper GPU: {REASON}")
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def padded(rows, cols, dtype, fill=None):
+    """A [rows, cols] view of a larger tensor (non-trivial row stride, poisoned padding)."""
+    import torch
+
+    pad = 16
+    big = torch.full((rows + 8, cols + pad), float("nan") if fill is None else fill,
+                     device="cuda", dtype=dtype)
+    return big, big[:rows, :cols]
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("shape", [(256, 256, 256), (300, 200, 136), (513, 264, 200)])
+def test_gemm_numerics(stages, shape):
+    import torch
+
+    from kernels.gemm import gemm
+
+    M, N, K = shape
+    torch.manual_seed(0)
+    a_big, a = padded(M, K, torch.bfloat16, fill=1e4)  # padding must never be read (TMA bounds)
+    b_big, b = padded(K, N, torch.bfloat16, fill=1e4)
+    a.copy_(torch.randn(M, K))
+    b.copy_(torch.randn(K, N))
+    c_big, c = padded(M, N, torch.float32)
+    gemm[(cdiv(M, 128), cdiv(N, 128))](a, b, c, M, N, K, BM=128, BN=128, BK=64, STAGES=stages,
+                                        backend="nvidia")
+    torch.cuda.synchronize()
+    ref = a.float() @ b.float()
+    torch.testing.assert_close(c, ref, atol=2e-2, rtol=1e-3)
+    # out-of-bounds parts of the last tiles were dropped
+    assert torch.isnan(c_big[M:, :]).all() and torch.isnan(c_big[:, N:]).all()
+
+
+def softmax_blocks(x, n, block):
+    import torch
+
+    out = torch.empty_like(x)
+    for j in range(0, n, block):
+        out[:, j:j + block] = torch.softmax(x[:, j:min(j + block, n)], dim=1)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(128, 256, 128), (130, 200, 136)])
+def test_gemm_softmax_numerics(shape):
+    import torch
+
+    from kernels.gemm_softmax import gemm_softmax
+
+    M, N, K = shape
+    torch.manual_seed(1)
+    a = (torch.randn(M, K, device="cuda") * 0.1).to(torch.bfloat16)
+    b = (torch.randn(K, N, device="cuda") * 0.1).to(torch.bfloat16)
+    out_big, out = padded(M, N, torch.float32)
+    grid = (cdiv(M, 64), cdiv(N, 64 * 2))
+    gemm_softmax[grid](a, b, out, M, N, K, BM=64, BN=64, BK=64, STAGES=2, TILES=2, backend="nvidia")
+    torch.cuda.synchronize()
+    ref = softmax_blocks(a.float() @ b.float(), N, 64)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-3)
+    assert torch.isnan(out_big[M:, :]).all() and torch.isnan(out_big[:, N:]).all()
+
+
+def test_handoff_arrive_sync_numerics():
+    import torch
+
+    from tests.nvidia.nv_kernels import handoff
+
+    M, N, K = 128, 192, 128
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(K, N, device="cuda").to(torch.bfloat16)
+    out = torch.zeros(M, N, device="cuda")
+    handoff[(cdiv(M, 64), cdiv(N, 64))](a, b, out, M, N, K, BM=64, BN=64, BK=64, backend="nvidia")
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, 2 * (a.float() @ b.float()), atol=2e-2, rtol=1e-3)
+
+
+def test_hang_debug_reports_stuck_role():
+    env = dict(os.environ, PYTHONPATH=ROOT, XSYNC_HANG_TIMEOUT_MS="1000")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "nvidia", "hang_probe.py")],
+                          capture_output=True, text=True, timeout=180, env=env)
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("HANG_REPORT ")), None)
+    assert line, f"no report; rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    report = json.loads(line[len("HANG_REPORT "):])
+    print(report["message"])
+    assert report["raised"] == "StallError", report
+    msg = report["message"]
+    assert "role 'mma'" in msg and "pipe 'tiles'" in msg and "extra = tiles.wait()" in msg, msg
+    assert "iteration 3" in msg, msg          # K / BK = 3 slots were waited before the stuck one
+    assert "role 'load'" not in msg, msg      # the producer finished
+    assert report["seconds"] < 60, report
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq,sk", [(256, 256), (200, 333)])
+def test_flash_attention_single_source(d, causal, sq, sk, monkeypatch):
+    """kernels/flash_attn (the one source every backend compiles) on the Hopper lowering."""
+    import math
+
+    import torch
+
+    from kernels.flash_attn.ops import attention_impl
+
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    torch.manual_seed(2)
+    q = torch.randn(2, 4, sq, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 4, sk, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(2, 4, sk, d, device="cuda", dtype=torch.bfloat16)
+    o, lse = attention_impl(q, k, v, causal)
+    torch.cuda.synchronize()
+    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d)
+    if causal:
+        i = torch.arange(sq, device="cuda")[:, None]
+        j = torch.arange(sk, device="cuda")[None, :]
+        s = s.masked_fill(j > i + (sk - sq), float("-inf"))
+    torch.testing.assert_close(o.float(), torch.softmax(s, -1) @ v.float(), atol=3e-2, rtol=2e-2)
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1), atol=1e-3, rtol=1e-3)
