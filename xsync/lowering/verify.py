@@ -526,6 +526,18 @@ def _deadlock_fix(model: _Model, state, stuck) -> str:
             who = obj.src
             return (f"'{who}' must {'commit' if a.verb == 'wait' else 'signal'} as many times as "
                     f"'{obj.dst}' waits; check the loop bounds and branches around both")
+    for i in stuck:
+        a = model.programs[i][state[i]].action
+        if a.verb != "acquire":
+            continue
+        pipe = model.kernel.sync_object(a.obj)
+        for d in model.channel(pipe, (i, a.replica), "src"):
+            held = model.count(d, "wait", a.obj, state) - model.count(d, "release", a.obj, state)
+            if held > 0 and state[d[0]] < len(model.programs[d[0]]):
+                return (f"'{model.label(d)}' still holds {held} slot(s) of pipe '{a.obj}' it waited "
+                        f"for and never released, while '{model.insts[i].label}' needs a free slot: "
+                        f"call {a.obj}.release() after every {a.obj}.wait() once the slot is read "
+                        f"(on every path), or raise stages")
     if verbs == {"acquire"} or "acquire" in verbs:
         return ("a cycle of waits: some consumer never releases, or stages are too few for the "
                 "order in which roles wait on each other; release earlier or add stages")
