@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def main():
+def main(argv=None):
     import torch
     import triton
 
@@ -27,7 +27,7 @@ def main():
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--stages", type=int, nargs="+", default=[3, 4])
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     M = N = K = args.size
     flops = 2.0 * M * N * K
     torch.manual_seed(0)
@@ -65,8 +65,8 @@ def main():
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, name), "w") as f:
             f.write(text + "\n")
-    return results
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

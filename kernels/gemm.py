@@ -8,8 +8,21 @@ CPU emulator each role is a thread.
 import xsync as xs
 
 
+def _trace_args(settings):
+    """Small launch for `xsync trace` (CPU emulator): 2 programs, 4 K steps each, so
+    the 2-slot ring fills and the producer waits for releases. --set overrides tiles."""
+    import torch
+
+    cx = dict(BM=16, BN=16, BK=16, STAGES=2)
+    cx.update({k: v for k, v in settings.items() if k in cx})
+    M, N, K = cx["BM"], 2 * cx["BN"], 4 * cx["BK"]
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    c = torch.zeros(M, N)
+    return (1, 2), (a, b, c, M, N, K), cx
+
+
 @xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32,
-                        BM=128, BN=128, BK=64, STAGES=3))
+                        BM=128, BN=128, BK=64, STAGES=3), trace=_trace_args)
 def gemm(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
          STAGES: xs.constexpr):
     load = xs.role("load", kind="copy")

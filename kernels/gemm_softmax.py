@@ -18,8 +18,21 @@ import xsync as xs
 LOG2E = 1.4426950408889634
 
 
+def _trace_args(settings):
+    """Small launch for `xsync trace` (CPU emulator): one program, 2 column blocks of 3 K
+    steps each, so both epilogue replicas take a turn. --set overrides tiles/stages."""
+    import torch
+
+    cx = dict(BM=16, BN=16, BK=16, STAGES=2, TILES=2)
+    cx.update({k: v for k, v in settings.items() if k in cx})
+    M, N, K = cx["BM"], cx["TILES"] * cx["BN"], 3 * cx["BK"]
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    out = torch.zeros(M, N)
+    return (1, 1), (a, b, out, M, N, K), cx
+
+
 @xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, out=xs.float32,
-                        BM=64, BN=64, BK=64, STAGES=2, TILES=2))
+                        BM=64, BN=64, BK=64, STAGES=2, TILES=2), trace=_trace_args)
 def gemm_softmax(a, b, out, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
                  STAGES: xs.constexpr, TILES: xs.constexpr):
     load = xs.role("load", kind="copy")

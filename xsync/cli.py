@@ -2,6 +2,8 @@
 
     xsync check MODULE:KERNEL [--backend B] [--set NAME=VALUE ...]
     xsync lower MODULE:KERNEL --backend B [--out DIR] [--set NAME=VALUE ...]
+    xsync trace MODULE:KERNEL [--out file.svg|file.png] [--set NAME=VALUE ...] [--grid 1,2]
+    xsync bench flash_attn|gemm [--quick]   benchmark vs torch on a GPU, with a progress bar
     xsync demo     the main job: examples + flash attention on the default backend vs torch
 
 MODULE is an importable module (``kernels.gemm``) or a path to a .py file.
@@ -142,6 +144,73 @@ def cmd_lower(args) -> int:
     return 0
 
 
+def _settings(items: list[str]) -> dict:
+    """`--set` values alone (for a kernel's trace= hook): ints, floats, dtypes or strings."""
+    out = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise SystemExit(f"xsync: --set expects NAME=VALUE, got {item!r}")
+        for conv in (lambda r: api.DTYPES[r], int, float, str):
+            try:
+                out[name] = conv(raw)
+                break
+            except (KeyError, ValueError):
+                continue
+    return out
+
+
+def cmd_trace(args) -> int:
+    from xsync import trace as tr
+
+    kernel = load_kernel(args.kernel)
+    constexprs, dtypes = parse_settings(kernel, args.set)
+    grid = None
+    if args.grid:
+        try:
+            grid = tuple(int(g) for g in args.grid.replace("x", ",").split(",") if g.strip())
+        except ValueError:
+            raise SystemExit(f"xsync: --grid expects sizes like 2 or 1,2, got {args.grid!r}") from None
+    out = args.out or f"{kernel.__name__}.trace.svg"
+    if os.path.splitext(out)[1].lower() not in (".svg", ".png"):
+        raise SystemExit(f"xsync: --out must end in .svg or .png, got {out!r}")
+    try:
+        result = tr.trace_kernel(kernel, _settings(args.set), constexprs=constexprs, dtypes=dtypes,
+                                 grid=grid, backend=args.backend)
+        tr.write(result.timeline, out)
+    except XSyncError as err:
+        print(f"REJECTED: {type(err).__name__}\n{err}", file=sys.stderr)
+        return 1
+    tl = result.timeline
+    if tl.deadlock:
+        print(f"DEADLOCK: the verifier rejects {kernel.__name__}; drew its counterexample "
+              f"({sum(not m.stuck for m in tl.marks)} steps, stuck: {', '.join(tl.stuck_lanes)})\n{result.error}")
+    else:
+        stalls = sum(1 for m in tl.marks if m.stall_from is not None)
+        print(f"ran {kernel.__name__} on the CPU emulator, grid {result.grid}: {len(tl.lanes)} lanes, "
+              f"{len(tl.marks)} sync ops, {len(tl.links)} arrows, {stalls} stalls")
+        if result.error is not None:
+            print(f"STALLED (stuck: {', '.join(tl.stuck_lanes)})\n{result.error}")
+    print(f"wrote {out}")
+    return 0
+
+
+BENCHMARKS = ("flash_attn", "gemm")
+
+
+def cmd_bench(args) -> int:
+    """Run benchmarks/<name>.py from the source tree (they need a CUDA GPU)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(root, "benchmarks", f"{args.name}.py")
+    if not os.path.exists(path):
+        raise SystemExit(f"xsync: {path} not found; `xsync bench` runs from a source checkout "
+                         f"(benchmarks: {', '.join(BENCHMARKS)})")
+    spec = importlib.util.spec_from_file_location(f"xsync_bench_{args.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(args.rest)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="xsync", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -158,6 +227,20 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="directory to write <kernel>.<backend>.py and .alloc.txt")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     p.set_defaults(func=cmd_lower)
+    p = sub.add_parser("trace", help="draw a timeline of a small CPU-emulator run (or of the "
+                                     "verifier's deadlock counterexample) as SVG or PNG")
+    p.add_argument("kernel", help="MODULE:KERNEL; small arguments come from the kernel's trace= hook")
+    p.add_argument("--out", help="output file, .svg or .png (default <kernel>.trace.svg)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="passed to the trace= hook (e.g. STAGES=3) and to the verifier")
+    p.add_argument("--grid", help="override the hook's grid, e.g. 2 or 1,2")
+    p.add_argument("--backend", choices=BACKENDS, default="cpu",
+                   help="placement whose deadlock counterexample to draw (runs are always on cpu)")
+    p.set_defaults(func=cmd_trace)
+    p = sub.add_parser("bench", help="run a benchmark side by side with torch (GPU), with progress")
+    p.add_argument("name", choices=BENCHMARKS)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="benchmark options, e.g. --quick")
+    p.set_defaults(func=cmd_bench)
     p = sub.add_parser("demo", help="run the examples and flash attention on the default backend vs torch")
     p.set_defaults(func=lambda a: __import__("xsync.demo", fromlist=["main"]).main(a))
     args = parser.parse_args(argv)

@@ -42,8 +42,22 @@ class Lowered:
 
 
 class Kernel:
-    def __init__(self, fn, example: dict | None = None):
+    """``@xs.kernel(example=..., trace=...)``.
+
+    example: the specialization ``xsync check``/``lower`` use (constexpr values and
+    tensor dtypes by parameter name).
+    trace: optional ``fn(settings) -> (grid, args, kwargs)`` building a *small* launch
+    (tiny tensors, 1-2 programs) that ``xsync trace`` runs on the CPU emulator as
+    ``kernel[grid](*args, **kwargs)``; ``settings`` holds the ``--set NAME=VALUE`` values
+    (ints, floats, strings, xs dtypes) for the hook to honour. See ``xsync.trace``.
+    """
+
+    def __init__(self, fn, example: dict | None = None, trace=None):
+        if trace is not None and not callable(trace):
+            raise TypeError(f"@xs.kernel(trace=...) of '{fn.__name__}' must be a function "
+                            f"settings -> (grid, args, kwargs), got {type(trace).__name__}")
         self.fn = fn
+        self.trace = trace
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.signature = inspect.signature(fn)

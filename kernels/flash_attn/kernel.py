@@ -37,9 +37,30 @@ LN2 = 0.6931471805599453
 NEG = -1.0e30  # "minus infinity" that keeps exp2 and max finite
 
 
+def _trace_args(settings):
+    """Small launch for `xsync trace` (CPU emulator): one sequence, one head, 2*BM query
+    rows (one program: both mma/softmax replicas busy) against 3*BN keys (3 K/V steps).
+    Dense [B*H*S, D] layout as in ops.attention. --set overrides BM, BN, D, CAUSAL, STAGES."""
+    import math
+
+    import torch
+
+    cx = dict(BM=16, BN=32, D=64, CAUSAL=0, STAGES=2)
+    cx.update({k: v for k, v in settings.items() if k in cx})
+    sq, sk, d = 2 * cx["BM"], 3 * cx["BN"], cx["D"]
+    q = torch.randn(sq, d).bfloat16()
+    k, v = torch.randn(sk, d).bfloat16(), torch.randn(sk, d).bfloat16()
+    o, lse = torch.empty_like(q), torch.empty(1, sq)
+    cu_q = torch.tensor([0, sq], dtype=torch.int32)
+    cu_k = torch.tensor([0, sk], dtype=torch.int32)
+    layout = (1, sq, 0, 1, sk, 0, 1, 0)   # heads=1: (cu_rows, head_rows, head_cols) x2, lse
+    args = (q, k, v, o, lse, cu_q, cu_k, 1.0 / math.sqrt(d), 1, 1, *layout)
+    return (1, 1), args, cx
+
+
 @xs.kernel(example=dict(q=xs.bfloat16, k=xs.bfloat16, v=xs.bfloat16, o=xs.bfloat16,
                         lse=xs.float32, cu_q=xs.int32, cu_k=xs.int32,
-                        BM=64, BN=128, D=128, CAUSAL=1, STAGES=2))
+                        BM=64, BN=128, D=128, CAUSAL=1, STAGES=2), trace=_trace_args)
 def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group,
                   q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
                   lse_batch_rows, lse_packed,

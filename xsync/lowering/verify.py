@@ -102,6 +102,16 @@ def verify(kernel: ir.KernelIR, placement: Placement) -> VerifyReport:
     return VerifyReport(placement.backend, count, total_states, trip_values, complete, confluent)
 
 
+@dataclass(frozen=True)
+class Counterexample:
+    """A deadlock found by the verifier: the model it ran (instances, programs, trip counts),
+    the stuck state and the interleaving (instance index, step) that reaches it."""
+
+    model: "_Model"
+    state: tuple[int, ...]
+    path: tuple
+
+
 def _key(a) -> tuple:
     return (a.verb, a.obj, a.replica)
 
@@ -460,12 +470,15 @@ class _Model:
         objs = sorted({self.programs[i][state[i]].action.obj for i in stuck})
         roles = sorted({self.programs[i][state[i]].action.role for i in stuck})
         fix = _deadlock_fix(self, state, stuck)
-        raise DeadlockError(
+        err = DeadlockError(
             f"deadlock on the {self.backend} placement: {', '.join(self.insts[i].label for i in stuck)} "
             f"wait(s) forever",
             loc=first.loc, objects=tuple(roles + objs), fix=fix,
             details=(self._trip_note() + f"shortest interleaving ({len(path)} steps):\n"
                      + self._format_path(path) + "then:\n" + self._positions(state)))
+        # The counterexample itself, for tools that draw it (xsync trace).
+        err.counterexample = Counterexample(self, state, tuple(path))
+        raise err
 
     def _raise_leftovers(self, state, parent, left):
         path = self._path(state, parent)

@@ -5,11 +5,21 @@ condition variable, so the runtime always knows who waits on what: when every li
 agent is blocked, no signal can ever arrive, and the watchdog raises a StallError that
 names each agent, the object it waits on, the kernel line and the loop iteration —
 within milliseconds, instead of hanging.
+
+``with record() as trace:`` turns on an event recorder for launches from this thread:
+each agent instance logs its sync ops (with the time spent blocked and what it waited
+on) and the work spans between them, and every wait/acquire/barrier sync is paired with
+the commit/signal/release/arrival that let it through (``xsync trace`` draws this).
+Without an active recorder the launcher builds the plain Agent and Monitor: no per-op cost.
 """
 from __future__ import annotations
 
+import re
+import sys
 import threading
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 
@@ -346,7 +356,19 @@ def _run_program(compiled, pid, grid, args, join_timeout):
     labels = []
     for a in placement.agents:
         labels += [a.name if a.replicas == 1 else f"{a.name}[{r}]" for r in range(a.replicas)]
-    mon = Monitor(k.name, k.file, labels)
+    trace = getattr(_RECORDING, "trace", None)
+    if trace is None:
+        mon = Monitor(k.name, k.file, labels)
+    else:
+        mon = _RecordingMonitor(k.name, k.file, labels, trace=trace)
+        table = getattr(compiled, "_trace_lines", None)
+        if table is None:
+            table = compiled._trace_lines = _line_table(compiled)
+        by_agent = {a.name: [lb for lb in labels if lb.split("[")[0] == a.name] for a in placement.agents}
+        prog = ProgramTrace(pid, labels, _object_infos(
+            k, lambda role: by_agent[placement.agent_of(role).name]))
+        trace.programs.append(prog)
+        trace.kernel_name, trace.file, trace.grid = k.name, k.file, grid
     objects = {}
     for p in k.pipes:
         objects[p.name] = PipeRT(mon, p.name, p.stages, k.role(p.src).replicas, k.role(p.dst).replicas)
@@ -357,23 +379,32 @@ def _run_program(compiled, pid, grid, args, join_timeout):
                    for lb in labels if lb.split("[")[0] == a.name]
         objects[b.name] = BarrierRT(mon, b.name, members)
 
-    threads = []
+    threads, agents = [], []
     for a in placement.agents:
         fn = compiled.agent_functions[a.name]
         for r in range(a.replicas):
             label = a.name if a.replicas == 1 else f"{a.name}[{r}]"
-            ag = Agent(label, r, pid, grid, objects, mon)
+            if trace is None:
+                ag = Agent(label, r, pid, grid, objects, mon)
+            else:
+                ag = _RecordingAgent(label, r, pid, grid, objects, mon, trace=trace, table=table,
+                                     program=len(trace.programs) - 1)
 
             def body(fn=fn, ag=ag):
                 try:
+                    if trace is not None:
+                        ag.begin()
                     fn(ag, **args)
                 except _Aborted:
                     pass
                 except BaseException as exc:  # noqa: BLE001 - reported by the launcher
                     mon.fail(exc)
                 finally:
+                    if trace is not None:
+                        ag.end()
                     mon.finish(ag.label)
             threads.append(threading.Thread(target=body, name=f"xsync-{label}", daemon=True))
+            agents.append(ag)
     for t in threads:
         t.start()
     deadline = time.monotonic() + join_timeout
@@ -384,5 +415,286 @@ def _run_program(compiled, pid, grid, args, join_timeout):
             f"kernel '{k.name}' program {pid} did not finish within {join_timeout:.0f} s on the CPU "
             f"emulator (agents still computing, none blocked)",
             fix="use smaller shapes, or raise XSYNC_CPU_TIMEOUT"))
+    if trace is not None:
+        for ag in agents:
+            prog.ops.extend(ag.ops)
+        prog.ops.sort(key=lambda op: (op.t_start, op.t_end))
+        prog.error = mon.failure
+        _link(prog)
     if mon.failure is not None:
         raise mon.failure
+
+
+# ---------------------------------------------------------------- opt-in event recorder
+# ``with record() as tr: kernel[grid](...)`` records, per agent instance, every sync op
+# (with the time it spent blocked) and the work spans between them, and pairs each wait
+# with the commit/signal that satisfied it. Off by default: without an active recorder
+# the launcher builds the plain Agent/Monitor above and no per-op code runs.
+_RECORDING = threading.local()
+_SYNC_CALL = re.compile(r"\bag\.(acquire|commit|wait_event|wait|release|signal|sync|arrive)\(")
+
+
+@dataclass
+class Op:
+    """One recorded span of one agent instance (times in ns since the trace started).
+
+    kind: acquire commit wait release (pipes), signal evwait (events), sync arrive
+    (barriers), or "work" for the computation between two sync ops. ``seq`` is this
+    instance's k-th such op on ``obj`` (for barriers: its k-th arrival, sync or arrive).
+    ``blocked_ns`` is when the op found it could not proceed (None: it never blocked);
+    ``waits_on`` the runtime's account of what it waited for; ``stuck`` marks an op that
+    never completed (the program stalled or failed while it waited).
+    """
+
+    label: str
+    kind: str
+    obj: str | None
+    line: int | None
+    iteration: dict
+    t_start: int
+    t_end: int
+    seq: int = 0
+    blocked_ns: int | None = None
+    waits_on: str = ""
+    stuck: bool = False
+    program: int = 0
+
+    @property
+    def stalled_ns(self) -> int:
+        return 0 if self.blocked_ns is None else self.t_end - self.blocked_ns
+
+
+@dataclass
+class SyncObjectInfo:
+    name: str
+    kind: str                   # pipe | event | barrier
+    src: list[str]              # producer labels (barrier: members)
+    dst: list[str]              # consumer labels (barrier: members)
+    stages: int = 0
+
+
+@dataclass
+class ProgramTrace:
+    pid: tuple[int, ...]
+    labels: list[str]
+    objects: dict[str, SyncObjectInfo]
+    ops: list[Op] = field(default_factory=list)
+    pairs: list[tuple[int, int]] = field(default_factory=list)  # (satisfier, satisfied) op indices
+    error: BaseException | None = None
+
+
+class Trace:
+    """What :func:`record` collected: one ProgramTrace per program, in launch order."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter_ns()
+        self.programs: list[ProgramTrace] = []
+        self.kernel_name = ""
+        self.file = ""
+        self.grid: tuple[int, ...] = ()
+
+    def now(self) -> int:
+        return time.perf_counter_ns() - self.t0
+
+
+@contextmanager
+def record():
+    """Record every CPU-emulated launch in this thread while the block runs."""
+    prev = getattr(_RECORDING, "trace", None)
+    tr = Trace()
+    _RECORDING.trace = tr
+    try:
+        yield tr
+    finally:
+        _RECORDING.trace = prev
+
+
+def _partners(objects: dict, op: Op, endpoint: dict) -> list[tuple]:
+    """Keys (obj, class, label, seq) of the ops that let ``op`` complete.
+
+    The pairing rules are the runtime's: the k-th wait of consumer r follows the k-th
+    commit of its producer (every producer for a gather event); acquire j of a producer
+    follows release j - stages of each consumer it feeds; barrier meeting m of one member
+    follows arrival m of every other member."""
+    info = objects[op.obj]
+    me = endpoint[op.label]
+    paired = len(info.src) == len(info.dst) and len(info.src) > 1
+    if op.kind == "wait":
+        src = info.src[me] if paired else info.src[0]
+        return [(op.obj, "commit", src, op.seq)]
+    if op.kind == "evwait":
+        srcs = [info.src[me]] if paired else info.src
+        return [(op.obj, "signal", s, op.seq) for s in srcs]
+    if op.kind == "acquire":
+        if op.seq < info.stages:
+            return []
+        dsts = [info.dst[me]] if paired else info.dst
+        return [(op.obj, "release", d, op.seq - info.stages) for d in dsts]
+    if op.kind == "sync":
+        return [(op.obj, "arrival", m, op.seq) for m in info.src if m != op.label]
+    return []
+
+
+def _link(prog: ProgramTrace):
+    endpoint = {}
+    for info in prog.objects.values():
+        for side in (info.src, info.dst):
+            for i, lb in enumerate(side):
+                endpoint.setdefault(lb, i)
+    index = {}
+    for i, op in enumerate(prog.ops):
+        if op.obj is None or op.kind == "work":
+            continue
+        cls = "arrival" if op.kind in ("sync", "arrive") else op.kind
+        index[(op.obj, cls, op.label, op.seq)] = i
+    for i, op in enumerate(prog.ops):
+        if op.obj is None or op.kind not in ("wait", "evwait", "acquire", "sync") or op.stuck:
+            continue
+        for key in _partners(prog.objects, op, endpoint):
+            j = index.get(key)
+            if j is not None:
+                prog.pairs.append((j, i))
+
+
+def _line_table(compiled) -> dict[int, tuple[int | None, tuple[str, ...]]]:
+    """Generated-source line -> (kernel line, enclosing loop variables) for each sync call."""
+    from xsync.lowering import ir
+    from xsync.lowering.slicing import slice_agent
+
+    def sync_ops(stmts):
+        for s in stmts:
+            if isinstance(s, ir.SyncOp):
+                yield s
+            elif isinstance(s, (ir.RoleBlock, ir.For)):
+                yield from sync_ops(s.body)
+            elif isinstance(s, ir.If):
+                yield from sync_ops(s.body)
+                yield from sync_ops(s.orelse)
+
+    per_agent = {a.name: [s.loc.line for s in sync_ops(slice_agent(compiled.kernel.body, a.roles))]
+                 for a in compiled.placement.agents}
+    table, agent, found, loops = {}, None, [], []
+    for no, text in enumerate(compiled.source.splitlines(), 1):
+        stripped = text.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(text) - len(stripped)
+        while loops and loops[-1][0] >= indent:
+            loops.pop()
+        m = re.match(r"def agent_(\w+)\(", stripped)
+        if m and indent == 0:
+            agent, found, loops = m.group(1), [], []
+            continue
+        m = re.match(r"for (\w+) in ", stripped)
+        if m:
+            loops.append((indent, m.group(1)))
+        if agent is not None and _SYNC_CALL.search(stripped):
+            lines = per_agent.get(agent, [])
+            kline = lines[len(found)] if len(found) < len(lines) else None
+            found.append(no)
+            table[no] = (kline, tuple(v for _, v in loops))
+    return table
+
+
+class _RecordingMonitor(Monitor):
+    def __init__(self, *args, trace: Trace):
+        super().__init__(*args)
+        self.trace = trace
+        self.blocked: dict[str, tuple[int, str]] = {}   # label -> (since, what it waits on)
+
+    def block_until(self, label, ready, describe, line, at):
+        if not ready():
+            self.blocked[label] = (self.trace.now(), describe())
+        super().block_until(label, ready, describe, line, at)
+
+
+class _RecordingAgent(Agent):
+    """Agent that logs its sync ops and the work between them (recording mode only)."""
+
+    def __init__(self, *args, trace: Trace, table: dict, program: int):
+        super().__init__(*args)
+        self.trace, self.table, self.program = trace, table, program
+        self.ops: list[Op] = []
+        self.counts: dict[tuple[str, str], int] = {}
+        self.t_last = trace.now()
+        self.line_last: int | None = None
+        self.aborted = False
+
+    def begin(self):
+        self.t_last = self.trace.now()
+
+    def end(self):
+        if not self.aborted:
+            self._work(self.trace.now(), None)
+
+    def _work(self, t, line):
+        if t > self.t_last:
+            lines = {k: v for k, v in (("from", self.line_last), ("to", line)) if v is not None}
+            self.ops.append(Op(self.label, "work", None, None, lines, self.t_last, t,
+                               program=self.program))
+
+    def _op(self, kind, obj, call):
+        frame = sys._getframe(2)
+        kline, loop_vars = self.table.get(frame.f_lineno, (None, ()))
+        loc = frame.f_locals
+        iteration = {v: loc[v] for v in loop_vars if v in loc}
+        t0 = self.trace.now()
+        self._work(t0, kline)
+        cls = "arrival" if kind in ("sync", "arrive") else kind
+        seq = self.counts.get((obj, cls), 0)
+        self.counts[(obj, cls)] = seq + 1
+        op = Op(self.label, kind, obj, kline, iteration, t0, t0, seq, program=self.program)
+        try:
+            result = call()
+        except BaseException:
+            op.t_end = self.trace.now()
+            blocked = self.monitor.blocked.pop(self.label, None)
+            if blocked is not None:
+                op.blocked_ns, op.waits_on = blocked
+                op.stuck = True
+            self.ops.append(op)
+            self.aborted = True
+            raise
+        op.t_end = self.trace.now()
+        blocked = self.monitor.blocked.pop(self.label, None)
+        if blocked is not None:
+            op.blocked_ns, op.waits_on = blocked
+        self.ops.append(op)
+        self.t_last, self.line_last = op.t_end, kline
+        return result
+
+    def acquire(self, pipe, line, at=None):
+        return self._op("acquire", pipe, lambda: Agent.acquire(self, pipe, line, at))
+
+    def commit(self, pipe):
+        return self._op("commit", pipe, lambda: Agent.commit(self, pipe))
+
+    def wait(self, pipe, line, at=None):
+        return self._op("wait", pipe, lambda: Agent.wait(self, pipe, line, at))
+
+    def release(self, pipe, slot, line):
+        return self._op("release", pipe, lambda: Agent.release(self, pipe, slot, line))
+
+    def signal(self, event):
+        return self._op("signal", event, lambda: Agent.signal(self, event))
+
+    def wait_event(self, event, line, at=None):
+        return self._op("evwait", event, lambda: Agent.wait_event(self, event, line, at))
+
+    def sync(self, barrier, line, at=None):
+        return self._op("sync", barrier, lambda: Agent.sync(self, barrier, line, at))
+
+    def arrive(self, barrier):
+        return self._op("arrive", barrier, lambda: Agent.arrive(self, barrier))
+
+
+def _object_infos(k, labels_of) -> dict[str, SyncObjectInfo]:
+    out = {}
+    for p in k.pipes:
+        out[p.name] = SyncObjectInfo(p.name, "pipe", labels_of(p.src), labels_of(p.dst), p.stages)
+    for e in k.events:
+        out[e.name] = SyncObjectInfo(e.name, "event", labels_of(e.src), labels_of(e.dst))
+    for b in k.barriers:
+        members = [lb for r in b.members for lb in labels_of(r)]
+        out[b.name] = SyncObjectInfo(b.name, "barrier", members, members)
+    return out
