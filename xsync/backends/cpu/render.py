@@ -24,7 +24,6 @@ class CpuRenderer(PythonRenderer):
         self.placement = placement
         self.out = Emitter()
         self.loop_vars: list[str] = []
-        self.waited: dict[str, list[str]] = {}
 
     # ------------------------------------------------------------ expressions
     def dtype(self, d) -> str:
@@ -66,7 +65,6 @@ class CpuRenderer(PythonRenderer):
             o.line(f"def agent_{agent.name}(ag, {params}):")
             o.indent()
             o.line(f'"""{agent.hardware}: roles {", ".join(agent.roles)}."""')
-            self.waited = {}
             self.block(slice_agent(k.body, agent.roles))
             o.dedent()
         return o.source()
@@ -129,11 +127,8 @@ class CpuRenderer(PythonRenderer):
                 o.line(f"ag.commit({s.obj!r})")
             elif s.verb == "wait":
                 o.line(f"{bind}ag.wait({s.obj!r}, line={line}, at={self.at()})")
-                self.waited.setdefault(s.obj, []).append(s.target or "None")
             else:
-                queue = self.waited.get(s.obj) or ["None"]
-                slot = queue.pop(0) if len(queue) > 1 else queue[0]
-                o.line(f"ag.release({s.obj!r}, {slot}, line={line})")
+                o.line(f"ag.release({s.obj!r}, line={line})")
         elif isinstance(obj, ir.Event):
             if s.verb == "signal":
                 o.line(f"ag.signal({s.obj!r})")

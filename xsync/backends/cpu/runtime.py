@@ -203,6 +203,7 @@ class Agent:
         self.objects, self.monitor = objects, monitor
         self.in_flight: list[tuple[int, tuple]] = []   # (mma id, slots it reads)
         self.mma_count = 0
+        self.held: dict[str, list] = {}   # pipe -> slots waited and not yet released (FIFO)
 
     def program_id(self, axis):
         return self.pid[axis]
@@ -218,9 +219,14 @@ class Agent:
         self.objects[pipe].commit(self.label, self.replica)
 
     def wait(self, pipe, line, at=None):
-        return self.objects[pipe].wait(self.label, self.replica, line, at)
+        slot = self.objects[pipe].wait(self.label, self.replica, line, at)
+        self.held.setdefault(pipe, []).append(slot)
+        return slot
 
-    def release(self, pipe, slot, line):
+    def release(self, pipe, line):
+        """Release the oldest slot this agent waited for and still holds (FIFO, as on hardware)."""
+        queue = self.held.get(pipe)
+        slot = queue.pop(0) if queue else None
         for _, reads in self.in_flight:
             if any(s is slot for s in reads):
                 raise ProtocolError(
@@ -672,8 +678,8 @@ class _RecordingAgent(Agent):
     def wait(self, pipe, line, at=None):
         return self._op("wait", pipe, lambda: Agent.wait(self, pipe, line, at))
 
-    def release(self, pipe, slot, line):
-        return self._op("release", pipe, lambda: Agent.release(self, pipe, slot, line))
+    def release(self, pipe, line):
+        return self._op("release", pipe, lambda: Agent.release(self, pipe, line))
 
     def signal(self, event):
         return self._op("signal", event, lambda: Agent.signal(self, event))
