@@ -24,7 +24,12 @@ fi
 echo "== creating $venv ($extras) with $python"
 rm -rf "$venv"
 "$python" -m venv "$venv"
-pip() { "$venv/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+pip() {
+  # this machine's pip config names index folders that may be absent: drop those warnings
+  "$venv/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1 \
+    | { grep -v "^WARNING: Location 'file:" || true; }
+  return "${PIPESTATUS[0]}"
+}
 # torch first and pinned: 2.13.0 is the CPU build on these machines' local index.
 pip install "torch==2.13.0"
 pip install -e "$root[$extras]"
