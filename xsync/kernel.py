@@ -14,12 +14,12 @@ import hashlib
 import importlib
 import inspect
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 
 from xsync import api
 from xsync.errors import LaunchError
+from xsync.files import write_atomic
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation, allocate
 from xsync.lowering.frontend import parse_kernel
@@ -176,7 +176,6 @@ class Kernel:
 
 def dump(directory: str, lowered: Lowered, source: str):
     """Write generated source + allocation table atomically (no half-written files)."""
-    os.makedirs(directory, exist_ok=True)
     k = lowered.kernel
     stem = os.path.join(directory, f"{k.name}.{lowered.backend}")
     ext = ".py"
@@ -184,12 +183,4 @@ def dump(directory: str, lowered: Lowered, source: str):
     if lowered.report is not None:
         table += "\n" + lowered.report.summary() + "\n"
     for path, text in ((stem + ext, source), (stem + ".alloc.txt", table)):
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".xsync-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, text)

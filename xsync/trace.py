@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
 
 from xsync.errors import DeadlockError, StallError, XSyncError
+from xsync.files import write_atomic
 
 
 class TraceSetupError(XSyncError):
@@ -929,35 +929,18 @@ def _dashed(draw, a, b, color, width, on, off):
 
 
 # ====================================================================== files
-def _atomic_write(path: str, data: bytes):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".xsync-trace-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)         # mkstemp makes 0600; give it a normal file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write(tl: Timeline, path: str, scale: float = 2.0) -> str:
     """Write ``tl`` as ``.svg`` (hand-built XML) or ``.png`` (Pillow), atomically."""
     ext = os.path.splitext(path)[1].lower()
     scene = layout(tl)
     if ext == ".svg":
-        _atomic_write(path, to_svg(scene).encode("utf-8"))
+        write_atomic(path, to_svg(scene).encode("utf-8"))
     elif ext == ".png":
         import io
 
         buf = io.BytesIO()
         to_png_image(scene, scale).save(buf, format="PNG", optimize=True)
-        _atomic_write(path, buf.getvalue())
+        write_atomic(path, buf.getvalue())
     else:
         raise TraceSetupError(f"cannot write {path!r}: unknown image type {ext or '(none)'}",
                               fix="name the output file .svg or .png")

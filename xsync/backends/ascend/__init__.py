@@ -26,9 +26,9 @@ import hashlib
 import importlib.util
 import math
 import os
-import tempfile
 import threading
 
+from xsync import files
 from xsync.backends.ascend import render as _render
 from xsync.errors import BackendError, LaunchError
 from xsync.lowering import ir
@@ -98,22 +98,7 @@ def core_count() -> tuple[int, str]:
 
 
 def cache_dir() -> str:
-    root = os.environ.get("XSYNC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "xsync")
-    return os.path.join(root, "ascend")
-
-
-def write_atomic(path: str, text: str):
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".xsync-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    return files.cache_dir("ascend")
 
 
 class CompiledAscend:
@@ -210,7 +195,7 @@ def compile_kernel(kernel: ir.KernelIR, placement: Placement, allocation, option
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), f"{kernel.name}_{form}_{digest}.py")
     if not os.path.exists(path):
-        write_atomic(path, source)
+        files.write_atomic(path, source)
     return CompiledAscend(kernel, placement, allocation, source, form, path)
 
 

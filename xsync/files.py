@@ -1,0 +1,30 @@
+"""Files xsync writes (generated sources, dumps, pictures): whole or not at all."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def cache_dir(*parts: str) -> str:
+    """Where generated sources live: $XSYNC_CACHE_DIR (default ~/.cache/xsync)/parts."""
+    root = os.environ.get("XSYNC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "xsync")
+    return os.path.join(root, *parts)
+
+
+def write_atomic(path: str, data: str | bytes):
+    """Write ``data`` to ``path`` through a temporary file and a rename, so a failure
+    leaves either the old file or nothing — never half a file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".xsync-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give it an ordinary file's mode
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
