@@ -184,10 +184,10 @@ def flag_overflow(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
 def loop_count_mismatch(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
     load = xs.role("load", kind="copy")
     work = xs.role("work", kind="vector")
-    ring = xs.pipe(load, work, stages=2, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    ring = xs.pipe(load, work, stages=2, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
     with load:
         for i in range(n):
-            s = ring.acquire()  # BUG
+            s = ring.acquire()
             s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
             ring.commit()
     with work:

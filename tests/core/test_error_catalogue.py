@@ -25,7 +25,7 @@ CATALOGUE = [
     ("sixteen_stage_flag", "ascend", xs.AllocationError, ["ring"], "stages <= 15"),
     ("flag_overflow", "ascend", xs.ProtocolError, ["tick"], "back-pressure"),
     ("event_runs_ahead", "nvidia", xs.ProtocolError, ["tick"], "back-pressure"),
-    ("loop_count_mismatch", "cpu", xs.DeadlockError, ["ring"], "compute the bound once"),
+    ("loop_count_mismatch", "cpu", xs.ProtocolError, ["ring", "work"], "as many times"),
     ("cross_role_value", "cpu", xs.KernelSourceError, ["tile", "load", "work"], "xs.pipe(load, work"),
     ("commit_without_acquire", "cpu", xs.ProtocolError, ["ring", "load"], "ring.acquire()"),
     ("sync_outside_role", "cpu", xs.KernelSourceError, ["ready"], "inside `with <role>:`"),

@@ -36,6 +36,15 @@ class Loop:
     step: int | None
     body: tuple
     loc: SourceLoc
+    bounds: tuple = ()   # (start, stop, step) expressions, for evaluation at unroll time
+    env: dict = None     # compile-time values they may use
+
+    @property
+    def binds(self) -> str | None:
+        """`range(a, X, s)` with a, s known binds the run-time name X to a + trip * s."""
+        if self.trip is None and self.start is not None and isinstance(self.bounds[1], ir.Name):
+            return self.bounds[1].id
+        return None
 
 
 @dataclass(frozen=True)
@@ -166,7 +175,8 @@ def agent_skeleton(kernel: ir.KernelIR, roles: tuple[str, ...], replica: int,
                 if not body:
                     continue
                 key = f"range({text(s.start)}, {text(s.stop)}, {text(s.step)})"
-                out.append(Loop(key, s.var, trip, start, step, body, s.loc))
+                out.append(Loop(key, s.var, trip, start, step, body, s.loc,
+                                (s.start, s.stop, s.step), env))
             elif isinstance(s, ir.If):
                 body = tuple(visit(s.body, role, loop_vars))
                 orelse = tuple(visit(s.orelse, role, loop_vars))
@@ -178,18 +188,19 @@ def agent_skeleton(kernel: ir.KernelIR, roles: tuple[str, ...], replica: int,
     return tuple(visit(kernel.body, None))
 
 
-def symbolic_keys(tree) -> tuple[list[Loop], list[Branch]]:
-    """Loops and branches whose trip count / condition is unknown at compile time."""
+def symbolic_keys(tree, bound: frozenset = frozenset()) -> tuple[list[Loop], list[Branch]]:
+    """Loops and branches whose trip count / condition is unknown at compile time and
+    cannot be computed from the run-time names in ``bound`` (see :func:`binders`)."""
     loops, branches = [], []
 
     def visit(items):
         for it in items:
             if isinstance(it, Loop):
-                if it.trip is None:
+                if it.trip is None and (it.binds in bound or not _names_known(it.bounds, it.env, bound)):
                     loops.append(it)
                 visit(it.body)
             elif isinstance(it, Branch):
-                if not _known(it):
+                if not _known(it, bound):
                     branches.append(it)
                 visit(it.body)
                 visit(it.orelse)
@@ -198,10 +209,39 @@ def symbolic_keys(tree) -> tuple[list[Loop], list[Branch]]:
     return loops, branches
 
 
-def _known(branch: Branch) -> bool:
-    """Whether a condition depends only on compile-time values and loop counters."""
+def binders(trees) -> dict[str, Loop]:
+    """Run-time names that a symbolic loop's trip count determines, e.g. `n_k` for
+    `range(0, n_k, 1)`: other loops and branches that use the name are then evaluated
+    with it instead of getting trip counts / truth values of their own (so a tail loop
+    `range(n_k - 1, n_k)` or a guard `if n_k > 0` stays consistent with the main loop)."""
+    out: dict[str, Loop] = {}
+
+    def visit(items):
+        for it in items:
+            if isinstance(it, Loop):
+                if it.binds and it.binds not in out:
+                    out[it.binds] = it
+                visit(it.body)
+            elif isinstance(it, Branch):
+                visit(it.body)
+                visit(it.orelse)
+
+    for t in trees:
+        visit(t)
+    return out
+
+
+def _names_known(exprs, env, bound) -> bool:
+    names = set().union(*(ir.expr_names(e) for e in exprs))
+    calls = [c for e in exprs for c in ir.expr_calls(e)]
+    return all(n in env or n in bound for n in names) and \
+        all(c.op in ("cdiv", "minimum", "maximum") for c in calls)
+
+
+def _known(branch: Branch, bound: frozenset = frozenset()) -> bool:
+    """Whether a condition depends only on compile-time values, loop counters and bound names."""
     names = ir.expr_names(branch.cond)
-    return all(n in branch.env or n in branch.loop_vars for n in names) and \
+    return all(n in branch.env or n in branch.loop_vars or n in bound for n in names) and \
         not any(c.op != "replica_id" and c.op not in ("cdiv", "minimum", "maximum")
                 for c in ir.expr_calls(branch.cond))
 
@@ -214,21 +254,27 @@ class Step:
     iters: tuple[tuple[str, int], ...]
 
 
-def unroll(tree, trips: dict[str, int], conds: dict[str, bool]) -> list[Step]:
+def unroll(tree, trips: dict[str, int], conds: dict[str, bool], atoms: dict | None = None) -> list[Step]:
     out: list[Step] = []
+    atoms = atoms or {}
 
     def visit(items, iters, loop_env):
         for it in items:
             if isinstance(it, Action):
                 out.append(Step(it, iters))
             elif isinstance(it, Loop):
-                n = it.trip if it.trip is not None else trips[it.key]
+                n = it.trip
+                if n is None and it.key in trips:
+                    n = trips[it.key]
+                elif n is None:
+                    start, stop, step = (evaluate(x, {**it.env, **loop_env, **atoms}) for x in it.bounds)
+                    n = max(0, math.ceil((stop - start) / step))
                 for i in range(n):
                     value = it.start + i * it.step if it.start is not None else i
                     visit(it.body, iters + ((it.var, value),), {**loop_env, it.var: value})
             elif isinstance(it, Branch):
                 try:
-                    value = bool(evaluate(it.cond, {**it.env, **loop_env}))
+                    value = bool(evaluate(it.cond, {**it.env, **loop_env, **atoms}))
                 except NotConstant:
                     value = conds[it.key]
                 visit(it.body if value else it.orelse, iters, loop_env)

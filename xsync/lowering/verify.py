@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from xsync.errors import DeadlockError, ProtocolError
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
-from xsync.lowering.protocol import (Instance, Step, agent_skeleton, instances, symbolic_keys,
+from xsync.lowering.protocol import (Instance, Step, agent_skeleton, binders, instances, symbolic_keys,
                                      unroll)
 
 ASCEND_FLAG_MAX_PENDING = 15
@@ -70,9 +70,10 @@ def verify(kernel: ir.KernelIR, placement: Placement) -> VerifyReport:
     """Raise ProtocolError/DeadlockError on the first bug; return a report otherwise."""
     insts = instances(placement)
     trees = [agent_skeleton(kernel, inst.roles, inst.replica or 0, inst.serial) for inst in insts]
+    bound_by = binders(trees)
     loops, branches = [], []
     for t in trees:
-        lo, br = symbolic_keys(t)
+        lo, br = symbolic_keys(t, frozenset(bound_by))
         loops += lo
         branches += br
     loop_keys = sorted({lp.key for lp in loops})
@@ -82,9 +83,11 @@ def verify(kernel: ir.KernelIR, placement: Placement) -> VerifyReport:
     total_states, count, complete, confluent = 0, 0, True, 0
     worst: ProtocolError | None = None
     for trips, conds in _assignments(loop_keys, cond_keys, trip_values):
-        programs = [unroll(t, trips, conds) for t in trees]
+        atoms = {name: lp.start + trips[lp.key] * lp.step for name, lp in bound_by.items()
+                 if lp.key in trips}
+        programs = [unroll(t, trips, conds, atoms) for t in trees]
         try:
-            model = _Model(kernel, placement, insts, programs, trips, conds, loops)
+            model = _Model(kernel, placement, insts, programs, trips, conds, loops, atoms)
             states, full = model.search()
         except ProtocolError as err:
             # Keep looking: a hang found with other trip counts outranks a leftover signal.
@@ -152,7 +155,8 @@ def _assignments(loop_keys, cond_keys, trip_values):
 
 class _Model:
     def __init__(self, kernel, placement, insts: list[Instance], programs: list[list[Step]],
-                 trips, conds, loops):
+                 trips, conds, loops, atoms=None):
+        self.atoms = atoms or {}
         self.kernel = kernel
         self.placement = placement
         self.insts = insts
@@ -283,6 +287,7 @@ class _Model:
         for key, n in sorted(self.trips.items()):
             line = next((lp.loc.line for lp in self.loops if lp.key == key), "?")
             notes.append(f"loop at line {line} `{key}` runs {n} time(s)")
+        notes += [f"so {name} = {value}" for name, value in sorted(self.atoms.items())]
         notes += [f"condition `{k}` is {v}" for k, v in sorted(self.conds.items())]
         return ("with " + "; ".join(notes) + "\n") if notes else ""
 
