@@ -1,8 +1,9 @@
 """Exploratory: kernels/flash_attn (the single source) on the Hopper lowering vs torch.
 
 Prints max errors for a few shapes and, if all pass, TFLOP/s vs torch SDPA at
-b=4, h=16, s=4096, d=128 (causal and not). Not tuned: PV is not fused into the
-accumulator and every wgmma is waited with pending=0.
+b=4, h=16, s=4096, d=128 (causal and not). PV is fused into the accumulator by the
+renderer; every wgmma is still waited with pending=0 (no intra-warpgroup overlap).
+Variant sweep: benchmarks/flash_attn_tune.py.
 
     PYTHONPATH=. python3 benchmarks/flash_attn_hopper.py
 """

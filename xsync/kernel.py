@@ -64,6 +64,7 @@ class Kernel:
         self.example = dict(example or {})
         self._cache: dict = {}
         self._lock = threading.Lock()
+        self._source_hash: str | None = None
 
     def __repr__(self):
         return f"<xsync kernel {self.fn.__module__}.{self.__name__}>"
@@ -88,7 +89,10 @@ class Kernel:
         return out
 
     def source_hash(self) -> str:
-        return hashlib.sha256(inspect.getsource(self.fn).encode()).hexdigest()[:16]
+        # Computed once: every launch needs it, and reading the source costs milliseconds.
+        if self._source_hash is None:
+            self._source_hash = hashlib.sha256(inspect.getsource(self.fn).encode()).hexdigest()[:16]
+        return self._source_hash
 
     def lower(self, backend: str, constexprs: dict | None = None,
               tensor_dtypes: dict | None = None, check: bool | None = None) -> Lowered:

@@ -85,7 +85,8 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group,
     k_len = xs.load_scalar(cu_k, b + 1) - k_start
     q_row = q_start * q_cu_rows + h * q_head_rows
     kv_row = k_start * kv_cu_rows + kv_h * kv_head_rows
-    m_block = xs.program_id(0) * (2 * BM)
+    # last row block first: under a causal mask it has the most keys (longest tiles start first)
+    m_block = (xs.num_programs(0) - 1 - xs.program_id(0)) * (2 * BM)
     qk_scale = sm_scale * LOG2E
     if m_block < q_len:
         hi = k_len
@@ -95,7 +96,12 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group,
         with mma:
             q_tile = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
         with softmax:
-            rows = m_block + xs.replica_id() * BM + xs.arange(0, BM)
+            row0 = m_block + xs.replica_id() * BM
+            rows = row0 + xs.arange(0, BM)
+            # key blocks from mask_from on need the mask (past k_len, or crossing the diagonal)
+            mask_from = k_len
+            if CAUSAL:
+                mask_from = xs.minimum(k_len, row0 + 1 + k_len - q_len)
             m_i = xs.full([BM], NEG, xs.float32)
             l_i = xs.zeros([BM], xs.float32)
             o_acc = xs.zeros([BM, D], xs.float32)
@@ -119,11 +125,12 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group,
                 sc = s_out.wait()
                 x = sc.s * qk_scale
                 s_out.release()
-                cols = n + xs.arange(0, BN)
-                keep = cols[None, :] < k_len
-                if CAUSAL:
-                    keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
-                x = xs.where(keep, x, NEG)
+                if n + BN > mask_from:       # a boundary block: mask; the others need none
+                    cols = n + xs.arange(0, BN)
+                    keep = cols[None, :] < k_len
+                    if CAUSAL:
+                        keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
+                    x = xs.where(keep, x, NEG)
                 m_new = xs.maximum(m_i, xs.max(x, 1))
                 alpha = xs.exp2(m_i - m_new)
                 p = xs.exp2(x - m_new[:, None])
@@ -150,7 +157,6 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group,
             seen = m_i > NEG * 0.5           # rows that saw at least one key
             l_safe = xs.where(seen, l_i, 1.0)
             out = xs.where(seen[:, None], o_acc / l_safe[:, None], 0.0)
-            row0 = m_block + xs.replica_id() * BM
             xs.store(o, [q_row + row0, h * q_head_cols], out.to(o.dtype),
                      bounds=[q_row + q_len, h * q_head_cols + D])
             lse_row = xs.where(seen, (m_i + xs.log2(l_safe)) * LN2, NEG)

@@ -152,3 +152,56 @@ def test_flash_attention_single_source_compiles():
         assert pipe.upper() + "_FULL" not in r.source
     assert "k_in_k.index(kt).permute((1, 0))" in r.source     # xs.trans on a shared-memory operand
     assert "DotOperandLayout(operand_index=0" in r.source     # register A operand (P)
+
+
+def test_flash_attention_pv_fused_into_accumulator():
+    """The kernel writes the split form (`pv = mma(p, v)`, then `o_acc = o_acc * alpha + pv`
+    in the softmax role); on Hopper both ends share a partition, so the renderer fuses it
+    into one accumulating wgmma (DESIGN §7) and Q is converted to the operand layout once."""
+    from kernels.flash_attn import attention_fwd
+
+    consts = dict(BM=64, BN=128, D=128, CAUSAL=0, STAGES=2)
+    fused = compile_ptx(attention_fwd, consts, scalar_types={"sm_scale": "fp32"})
+    src = fused.source
+    assert re.search(r"pv = warpgroup_mma\(.*, o_acc \* alpha\[:, None\], is_async=True\)", src), src
+    assert "o_acc = pv_out_pv" in src
+    assert "+ pv_out_pv" not in src
+    loop = src[src.index("for n in range"):src.index("# role 'softmax' (line", src.index("o_acc = pv_out_pv"))]
+    assert "convert_layout(q_tile" not in loop and "warpgroup_mma(q_tile," in loop
+    split = compile_ptx(attention_fwd, consts, scalar_types={"sm_scale": "fp32"}, options={"fuse_mma": False})
+    assert "o_acc = o_acc * alpha[:, None] + pv_out_pv" in split.source
+    # PTX: the rescale-and-add (64 fma per thread and consumer warpgroup) is gone; the
+    # wgmma accumulates into the rescaled o_acc instead of a zero-initialised product
+    fma = lambda ptx: len(lines(ptx, r"fma\.rn\.f32"))  # noqa: E731
+    assert fma(fused.ptx) + 2 * 64 <= fma(split.ptx), (fma(fused.ptx), fma(split.ptx))
+    assert len(lines(fused.ptx, r"wgmma\.mma_async")) == len(lines(split.ptx, r"wgmma\.mma_async"))
+
+
+def test_split_mma_not_fused_when_product_is_reused():
+    """Fusion needs exactly one `E + product` use with E unchanged since the mma."""
+    from xsync.backends.nvidia import render_source
+
+    @xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=64, BN=64))
+    def reused(a, b, c, BM: xs.constexpr, BN: xs.constexpr):
+        load = xs.role("load", kind="copy")
+        mma = xs.role("mma", kind="matrix")
+        t = xs.pipe(load, mma, stages=1, a=xs.tile([BM, BN], a.dtype), b=xs.tile([BN, BN], b.dtype))
+        with load:
+            s = t.acquire()
+            s.a = xs.load(a, [0, 0], [BM, BN])
+            s.b = xs.load(b, [0, 0], [BN, BN])
+            t.commit()
+        with mma:
+            acc = xs.zeros([BM, BN], xs.float32)
+            g = t.wait()
+            r = xs.mma(g.a, g.b)
+            r = xs.mma_wait(r, pending=0)
+            t.release()
+            acc = acc + r
+            acc = acc + r * 2.0
+            xs.store(c, [0, 0], acc)
+
+    lowered = reused.lower("nvidia")
+    src = render_source(lowered.kernel, lowered.placement, lowered.allocation)
+    assert "acc = acc + r\n" in src or "acc = acc + r " in src
+    assert "gl.zeros([64, 64], gl.float32, ACC_N64), is_async=True)" in src

@@ -40,7 +40,18 @@ from xsync.lowering.placement import Placement
 TARGET_ARCH = 90
 
 
+_AVAILABILITY: tuple[bool, str] | None = None
+
+
 def availability() -> tuple[bool, str]:
+    """(can run here, why not); probed once per process (every launch asks)."""
+    global _AVAILABILITY
+    if _AVAILABILITY is None:
+        _AVAILABILITY = _probe()
+    return _AVAILABILITY
+
+
+def _probe() -> tuple[bool, str]:
     try:
         import triton.experimental.gluon  # noqa: F401
     except ImportError:

@@ -17,7 +17,20 @@ The generated module is plain Gluon a user could have written:
 * a group barrier is a named barrier (``bar.sync`` / ``bar.arrive`` inline asm) with
   the allocated ID and thread count;
 * ``xs.mma`` -> ``warpgroup_mma(is_async=True)``, ``xs.mma_wait`` ->
-  ``warpgroup_mma_wait(n, deps=...)``.
+  ``warpgroup_mma_wait(n, deps=...)``; a register A operand held in a variable (Q in
+  attention) gets the wgmma operand layout at its definition, so a loop does not
+  convert it on every iteration.
+
+Rewrite before rendering (:func:`fuse_accumulating_mma`, option ``fuse_mma``, default
+on; DESIGN §7 "where the output accumulates"): the portable split form
+
+    pv = xs.mma(p, v); pv = xs.mma_wait(pv, pending=0)    # role mma
+    slot.pv = pv  ... w = pipe.wait(); o = o * alpha[:, None] + w.pv   # role softmax
+
+becomes one accumulating wgmma, ``pv = warpgroup_mma(p, v, o * alpha[:, None])`` and
+``o = pv``, when the product reaches exactly one ``E + product`` use through
+``mma_wait`` re-bindings and pipes whose ends share the partition, and no name that E
+reads changes between the mma and the use. Otherwise the code is rendered as written.
 
 Hang debug mode (``debug_hang=True``, ``XSYNC_DEBUG_HANG=1``): every mbarrier wait is
 preceded by a bounded ``mbarrier.try_wait.parity`` poll (inline PTX, %globaltimer
@@ -123,6 +136,162 @@ def _pow2(n: int) -> bool:
 
 def _round8(n: float) -> int:
     return int(n) // 8 * 8
+
+
+# ---------------------------------------------------------------- renderer rewrites
+def _assigned(s) -> set:
+    """Names a statement (and everything inside it) assigns or binds."""
+    out = set()
+    for x in ir.walk([s]):
+        if isinstance(x, ir.Assign):
+            out |= set(x.targets)
+        elif isinstance(x, ir.SyncOp) and x.target:
+            out.add(x.target)
+        elif isinstance(x, ir.For):
+            out.add(x.var)
+    return out
+
+
+def _leaves(stmts):
+    """The statements of one block in program order, role blocks entered (they do not
+    change control flow); loops and branches are single leaves."""
+    for s in stmts:
+        if isinstance(s, ir.RoleBlock):
+            yield from _leaves(s.body)
+        else:
+            yield s
+
+
+def _replace(stmts, repl: dict):
+    out = []
+    for s in stmts:
+        if id(s) in repl:
+            out.append(repl[id(s)])
+        elif isinstance(s, ir.RoleBlock):
+            out.append(ir.RoleBlock(s.role, tuple(_replace(s.body, repl)), s.loc))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def fuse_accumulating_mma(stmts, kernel: ir.KernelIR, placement: Placement):
+    """Rewrite the split form ``r = mma(a, b); ...; y = E + r`` into ``r = mma(a, b, E);
+    ...; y = r`` (DESIGN §7: Hopper keeps O in the wgmma accumulator).
+
+    Applies, per block (role blocks are transparent, loops and branches are recursed
+    into), to an ``xs.mma`` without accumulator whose result ``r`` reaches through
+    ``mma_wait`` re-bindings and same-partition pipe hand-offs (slot field written with
+    ``r``, read back as ``slot.field`` after ``wait``) exactly one use, of the form
+    ``y = E + r`` or ``y = r + E``, later in the same block, where no name that ``E``
+    reads is assigned between the mma and the use (so E has the same value at the mma).
+    Anything else (a second use, a cross-partition pipe, E's inputs changing) leaves the
+    code as written."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ir.For):
+            s = ir.For(s.var, s.start, s.stop, s.step, fuse_accumulating_mma(s.body, kernel, placement), s.loc)
+        elif isinstance(s, ir.If):
+            s = ir.If(s.cond, fuse_accumulating_mma(s.body, kernel, placement),
+                      fuse_accumulating_mma(s.orelse, kernel, placement), s.loc)
+        elif isinstance(s, ir.RoleBlock):
+            s = ir.RoleBlock(s.role, tuple(_fuse_roles(s.body, kernel, placement)), s.loc)
+        out.append(s)
+    return _fuse_block(tuple(out), kernel, placement)
+
+
+def _fuse_roles(stmts, kernel, placement):
+    # loops/branches nested inside a role block
+    for s in stmts:
+        if isinstance(s, (ir.For, ir.If)):
+            yield fuse_accumulating_mma((s,), kernel, placement)[0]
+        else:
+            yield s
+
+
+def _fuse_block(stmts, kernel, placement):
+    while True:
+        leaves = list(_leaves(stmts))
+        repl = _fuse_one(leaves, kernel, placement)
+        if not repl:
+            return stmts
+        stmts = _replace(stmts, repl)
+
+
+def _fuse_one(leaves, kernel, placement):
+    for i, s in enumerate(leaves):
+        if not (isinstance(s, ir.Assign) and len(s.targets) == 1 and isinstance(s.value, ir.Call)
+                and s.value.op == "mma"):
+            continue
+        call = s.value
+        if len(call.args) > 2 and not (isinstance(call.args[2], ir.Const) and call.args[2].value is None):
+            continue
+        t = s.targets[0]
+        alias = {ir.Name(t)}        # expressions holding the product
+        handoff = set()             # (pipe, field) carrying it in registers
+        use = None
+        ok = True
+        changed = set()             # names assigned after the mma
+        for j in range(i + 1, len(leaves)):
+            x = leaves[j]
+            if isinstance(x, ir.Assign) and x.targets == (t,) and isinstance(x.value, ir.Call) \
+                    and x.value.op == "mma_wait" and x.value.args[0] == ir.Name(t):
+                continue
+            if isinstance(x, ir.SlotWrite) and x.value in alias:
+                pipe = kernel.sync_object(x.pipe)
+                if placement.crosses(pipe):
+                    ok = False
+                    break
+                handoff.add((x.pipe, x.field))
+                continue
+            if isinstance(x, ir.SyncOp) and x.verb == "wait" and x.target:
+                for p, f in handoff:
+                    if p == x.obj:
+                        alias.add(ir.Attr(ir.Name(x.target), f))
+            touches = any(e in alias for st in ir.walk([x]) for e in _stmt_exprs(st))
+            if touches:
+                if use is not None or not isinstance(x, ir.Assign) or len(x.targets) != 1:
+                    ok = False
+                    break
+                v = x.value
+                if not (isinstance(v, ir.BinOp) and v.op == "+" and (v.right in alias) != (v.left in alias)):
+                    ok = False
+                    break
+                other = v.left if v.right in alias else v.right
+                if any(e in alias for e in ir.subexprs(other)) or ir.expr_names(other) & changed:
+                    ok = False
+                    break
+                use = (j, x, other, v.right if v.right in alias else v.left)
+            if use is None:
+                changed |= _assigned(x)
+            if isinstance(x, ir.Assign) and t in x.targets and use is not None:
+                break
+        if not ok or use is None:
+            continue
+        before = {e for x in leaves[:i] for st in ir.walk([x]) for e in _stmt_exprs(st)}
+        if before & alias:
+            continue
+        j, x, other, res = use
+        args = (call.args[0], call.args[1], other)
+        return {id(s): ir.Assign(s.targets, ir.Call("mma", args, call.kwargs), s.loc),
+                id(x): ir.Assign(x.targets, res, x.loc)}
+    return None
+
+
+def _stmt_exprs(s):
+    """Every expression (and sub-expression) one statement reads, itself only."""
+    roots = []
+    if isinstance(s, ir.Assign):
+        roots = [s.value]
+    elif isinstance(s, ir.SlotWrite):
+        roots = [s.value]
+    elif isinstance(s, ir.Store):
+        roots = [s.value, *s.offsets, *(s.bounds or ())]
+    elif isinstance(s, ir.For):
+        roots = [s.start, s.stop, s.step]
+    elif isinstance(s, ir.If):
+        roots = [s.cond]
+    for r in roots:
+        yield from ir.subexprs(r)
 
 
 class NvidiaRenderer(PythonRenderer):
@@ -540,6 +709,11 @@ class NvidiaRenderer(PythonRenderer):
         else:
             bits = (at.dtype.bits if at.dtype else 16)
             dot_l = f"gl.DotOperandLayout(operand_index=0, parent={acc_l}, k_width={32 // bits})"
+            if isinstance(a, ir.Name) and a.id not in self.consts and at.kind == "tile" and at.layout != dot_l:
+                # a register A operand held in a variable (Q in attention): give its
+                # definition the operand layout (next rendering pass), so a loop does
+                # not convert it on every iteration
+                self.prefs.setdefault(a.id, dot_l)
             acode, _ = self.tx(a, dot_l)
         if len(e.args) > 2 and not (isinstance(e.args[2], ir.Const) and e.args[2].value is None):
             ccode, _ = self.tx(e.args[2], acc_l)
@@ -651,7 +825,13 @@ class NvidiaRenderer(PythonRenderer):
             self.env[target] = t
             return
         self.last_mma_reads = []
-        code, t = self.tx(v, want)
+        if want is not None and want.startswith("gl.DotOperandLayout(") and not (
+                isinstance(v, ir.Call) and v.op in ("mma", "mma_wait")):
+            # operand layout: compute in the natural layout, convert once here
+            code, t = self.tx(v)
+            code, t = self.want_cvt(code, t, want)
+        else:
+            code, t = self.tx(v, want)
         if t.kind == "tile" and len(t.shape) == 2 and t.shape[1] > 1 and self.usual_cols is None:
             self.usual_cols = t.shape[1]
         note = f"  # line {s.loc.line}: async wgmma" if isinstance(v, ir.Call) and v.op == "mma" else ""
@@ -861,6 +1041,8 @@ class NvidiaRenderer(PythonRenderer):
             warps = next(w for lb, w in self.allocation.partitions if lb.split("[")[0] == agent.name)
             self.warps = warps
             stmts = slice_agent(k.body, agent.roles)
+            if self.options.get("fuse_mma", True):
+                stmts = fuse_accumulating_mma(stmts, k, self.placement)
             self.prefs = {}
             first_site = len(self.wait_sites)
             for _ in range(2):
