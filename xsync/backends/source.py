@@ -33,7 +33,34 @@ class Emitter:
 
 
 class PythonRenderer:
-    """Renders IR expressions as Python; subclasses spell the target's ops."""
+    """Renders IR expressions as Python; subclasses spell the target's ops.
+
+    Subclasses keep their lines in ``self.out`` (an :class:`Emitter`)."""
+
+    out: Emitter
+
+    # ------------------------------------------------------------ control flow
+    def emit_for(self, s: ir.For, body):
+        """``for var in range(start, stop, step):`` with ``body(stmts)`` rendering the body."""
+        o = self.out
+        o.line(f"for {self.name(s.var)} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
+               f"{self.expr(s.step)}):")
+        o.indent()
+        body(s.body)
+        o.dedent()
+
+    def emit_if(self, s: ir.If, body):
+        """``if cond: ... else: ...`` with ``body(stmts)`` rendering each branch."""
+        o = self.out
+        o.line(f"if {self.expr(s.cond)}:")
+        o.indent()
+        body(s.body)
+        o.dedent()
+        if s.orelse:
+            o.line("else:")
+            o.indent()
+            body(s.orelse)
+            o.dedent()
 
     def expr(self, e, parent: int = 0) -> str:
         if isinstance(e, ir.Const):

@@ -468,21 +468,9 @@ class AscendRenderer(PythonRenderer):
                 self.role_body(s.body)
                 self.reps = [None]
             elif isinstance(s, ir.For):
-                o.line(f"for {s.var} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
-                       f"{self.expr(s.step)}):")
-                o.indent()
-                self.block(s.body)
-                o.dedent()
+                self.emit_for(s, self.block)
             elif isinstance(s, ir.If):
-                o.line(f"if {self.expr(s.cond)}:")
-                o.indent()
-                self.block(s.body)
-                o.dedent()
-                if s.orelse:
-                    o.line("else:")
-                    o.indent()
-                    self.block(s.orelse)
-                    o.dedent()
+                self.emit_if(s, self.block)
             else:
                 self.simple(s)
         if len(o.lines) == n0:
@@ -591,21 +579,9 @@ class AscendRenderer(PythonRenderer):
     def role_stmt(self, s):
         o = self.out
         if isinstance(s, ir.For):
-            o.line(f"for {self.name(s.var)} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
-                   f"{self.expr(s.step)}):")
-            o.indent()
-            self.role_body_plain(s.body)
-            o.dedent()
+            self.emit_for(s, self.role_body_plain)
         elif isinstance(s, ir.If):
-            o.line(f"if {self.expr(s.cond)}:")
-            o.indent()
-            self.role_body_plain(s.body)
-            o.dedent()
-            if s.orelse:
-                o.line("else:")
-                o.indent()
-                self.role_body_plain(s.orelse)
-                o.dedent()
+            self.emit_if(s, self.role_body_plain)
         elif isinstance(s, ir.SyncOp):
             self.sync(s)
         else:

@@ -95,22 +95,11 @@ class CpuRenderer(PythonRenderer):
             o.line(f"# role '{s.role}' (line {s.loc.line})")
             self.block(s.body)
         elif isinstance(s, ir.For):
-            o.line(f"for {s.var} in range({self.expr(s.start)}, {self.expr(s.stop)}, {self.expr(s.step)}):")
-            o.indent()
             self.loop_vars.append(s.var)
-            self.block(s.body)
+            self.emit_for(s, self.block)
             self.loop_vars.pop()
-            o.dedent()
         elif isinstance(s, ir.If):
-            o.line(f"if {self.expr(s.cond)}:")
-            o.indent()
-            self.block(s.body)
-            o.dedent()
-            if s.orelse:
-                o.line("else:")
-                o.indent()
-                self.block(s.orelse)
-                o.dedent()
+            self.emit_if(s, self.block)
         elif isinstance(s, ir.SyncOp):
             self.sync(s)
         else:
