@@ -47,3 +47,26 @@ def test_lower_cpu_writes_files(tmp_path):
 def test_bad_spec_is_a_clear_error():
     r = xsync("check", "kernels.gemm:nope")
     assert r.returncode != 0 and "has no xsync kernel 'nope'" in r.stderr + r.stdout
+
+
+def test_lower_every_backend_prints_generated_source():
+    expect = {"cpu": "def agent_load(ag",
+              "nvidia": "gl.warp_specialize(", "ascend": "tl.sync_block_set("}
+    for backend, needle in expect.items():
+        r = xsync("lower", "kernels.flash_attn.kernel:attention_fwd", "--backend", backend)
+        assert r.returncode == 0, r.stderr
+        assert needle in r.stdout, backend
+        assert f"allocation for {backend}" in r.stdout
+
+
+def test_bench_without_gpu_says_so():
+    r = xsync("bench", "flash_attn", "--quick")
+    assert r.returncode == 2
+    assert "needs a CUDA GPU" in r.stderr
+
+
+def test_demo_runs_on_the_cpu_emulator():
+    r = subprocess.run([sys.executable, "-m", "xsync", "demo"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600, env={**os.environ, "XSYNC_BACKEND": "cpu"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "5 of 5 kernels match torch on the cpu backend" in r.stdout
