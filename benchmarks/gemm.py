@@ -1,11 +1,18 @@
 """GEMM throughput: xsync's kernels/gemm.py on Hopper vs torch.matmul, same process.
 
-    PYTHONPATH=. python3 benchmarks/gemm.py [--size 8192] [--stages 3 4] [--out DIR]
+    PYTHONPATH=. python3 benchmarks/gemm.py [--size 8192] [--stages 3 4] [--variants ...] [--out DIR]
 
 bf16 inputs, fp32 accumulation (xsync writes fp32 C; torch.matmul writes bf16 C).
-Times come from ``triton.testing.do_bench`` around the full xsync launch path
-(argument binding, TMA descriptors, launch). Results are printed and written as JSON
+Times come from ``triton.testing.do_bench`` around the xsync launch of the compiled
+kernel (TMA descriptors built per call, launch). Results are printed and written as JSON
 to benchmarks/results/ (and to --out if given).
+
+A variant is ``s<STAGES>[_2cta][_nodefer]``: ``_2cta`` launches with maxnreg=128 and
+24/232 producer/consumer registers, so two CTAs share an SM (their mainloops and
+epilogues overlap); ``_nodefer`` turns off the renderer's wait deferral
+(``defer_mma_wait``: one wgmma stays in flight across K steps) for an A/B in the same
+process. The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
+``s3_2cta`` / ``s3_2cta_nodefer`` when 3 is among them.
 """
 import argparse
 import json
@@ -21,11 +28,14 @@ def main(argv=None):
     import torch
     import triton
 
+    import xsync as xs
     from kernels.gemm import gemm
+    from xsync.backends.nvidia import compile_kernel
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--stages", type=int, nargs="+", default=[3, 4])
+    ap.add_argument("--variants", default=None, help="comma-separated, e.g. s3,s3_nodefer,s3_2cta")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     M = N = K = args.size
@@ -45,20 +55,37 @@ def main(argv=None):
     t_ref = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=25, rep=200)
     results["torch_matmul"] = {"ms": t_ref, "tflops": tflops(t_ref)}
     print(f"torch.matmul          {t_ref:8.3f} ms  {tflops(t_ref):7.1f} TFLOP/s")
-    for stages in args.stages:
-        grid = (triton.cdiv(M, 128), triton.cdiv(N, 128))
+    variants = args.variants.split(",") if args.variants else \
+        [f"s{n}{suffix}" for n in args.stages for suffix in ("", "_nodefer")] + \
+        (["s3_2cta", "s3_2cta_nodefer"] if 3 in args.stages else [])
+    grid = (triton.cdiv(M, 128), triton.cdiv(N, 128))
+    for name in variants:
+        stages = int(name.split("_")[0][1:])
+        opts = {}
+        if "_2cta" in name:
+            opts.update(maxnreg=128, producer_regs=24, consumer_regs=232)
+        if "_nodefer" in name:
+            opts["defer_mma_wait"] = False
+        consts = dict(BM=128, BN=128, BK=64, STAGES=stages)
+        lowered = gemm.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32))
+        compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
+        kargs = dict(a=a, b=b, c=c, M=M, N=N, K=K)
 
         def run():
-            gemm[grid](a, b, c, M, N, K, BM=128, BN=128, BK=64, STAGES=stages, backend="nvidia")
+            compiled.launch(grid, kargs)
+        c.zero_()
         run()
         torch.cuda.synchronize()
         err = (c - ref.float()).abs().max().item() / ref.float().abs().max().item()
         t = triton.testing.do_bench(run, warmup=25, rep=200)
-        row = {"BM": 128, "BN": 128, "BK": 64, "stages": stages, "ms": t, "tflops": tflops(t),
-               "ratio_vs_torch": t_ref / t, "max_rel_err_vs_torch": err}
+        row = {"variant": name, "BM": 128, "BN": 128, "BK": 64, "stages": stages, "options": opts, "ms": t,
+               "tflops": tflops(t), "ratio_vs_torch": t_ref / t, "max_rel_err_vs_torch": err}
         results["xsync"].append(row)
-        print(f"xsync gemm STAGES={stages}  {t:8.3f} ms  {tflops(t):7.1f} TFLOP/s  "
-              f"({t_ref / t:.2f}x torch.matmul, max rel err {err:.1e})")
+        print(f"xsync gemm {name:16s} {t:8.3f} ms  {tflops(t):7.1f} TFLOP/s  "
+              f"({t_ref / t:.2f}x torch.matmul, max rel err {err:.1e})", flush=True)
+    t_ref2 = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=25, rep=200)
+    results["torch_matmul_after"] = {"ms": t_ref2, "tflops": tflops(t_ref2)}
+    print(f"torch.matmul (again)  {t_ref2:8.3f} ms  {tflops(t_ref2):7.1f} TFLOP/s")
     text = json.dumps(results, indent=2)
     name = f"gemm_{M}x{N}x{K}_{time.strftime('%Y%m%d-%H%M%S')}.json"
     for d in filter(None, [os.path.join(ROOT, "benchmarks", "results"), args.out]):

@@ -28,7 +28,7 @@ def named_barrier_rows(lowered):
     return out
 
 
-def common_sync_checks(ptx, expect_bytes, wait_groups=(0,)):
+def common_sync_checks(ptx, expect_bytes, wait_groups=(0,), producer_regs=40):
     assert lines(ptx, r"mbarrier\.try_wait\.parity"), "no mbarrier wait"
     expects = lines(ptx, r"mbarrier\.arrive\.expect_tx")
     assert expects and all(l.rstrip(";").endswith(f", {expect_bytes}") for l in expects), expects
@@ -36,7 +36,7 @@ def common_sync_checks(ptx, expect_bytes, wait_groups=(0,)):
     waits = {int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}
     assert waits == set(wait_groups), waits
     assert lines(ptx, r"wgmma\.mma_async")
-    assert lines(ptx, r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;"), "producer register budget"
+    assert lines(ptx, rf"setmaxnreg\.dec\.sync\.aligned\.u32\s+{producer_regs};"), "producer register budget"
     assert lines(ptx, r"setmaxnreg\.inc")
     assert lines(ptx, r"\.target sm_90a")
 
@@ -46,7 +46,11 @@ def test_gemm_stages_compile(stages):
     consts = dict(BM=128, BN=128, BK=64, STAGES=stages)
     r = compile_ptx(gemm, consts, GEMM_DTYPES)
     assert len(r.cubin) > 10_000
-    common_sync_checks(r.ptx, 2 * (128 * 64 * 2))
+    # wait deferral keeps one wgmma in flight once the ring has two slots; rings up to
+    # 113 KB leave room for two CTAs per SM, whose producers then get 24 registers
+    common_sync_checks(r.ptx, 2 * (128 * 64 * 2), wait_groups=(0,) if stages == 1 else (0, 1),
+                       producer_regs=24 if stages <= 3 else 40)
+    assert (".maxnreg 128" in r.ptx) == (stages <= 3)
     # full + empty barrier per stage
     assert len(lines(r.ptx, r"mbarrier\.init")) == 2 * stages
     # ring arithmetic derived by xsync, kernel lines cited
@@ -59,7 +63,7 @@ def test_gemm_stages_compile(stages):
 def test_gemm_softmax_compile():
     lowered = gemm_softmax.lower("nvidia")
     r = compile_ptx(lowered)
-    common_sync_checks(r.ptx, 2 * (64 * 64 * 2))
+    common_sync_checks(r.ptx, 2 * (64 * 64 * 2), wait_groups=(0, 1))
     (bid, threads), = named_barrier_rows(lowered).values()
     syncs = lines(r.ptx, rf"bar\.sync\s+{bid},\s*{threads};")
     assert len(syncs) == 2, syncs  # one per epilogue replica partition
@@ -205,3 +209,79 @@ def test_split_mma_not_fused_when_product_is_reused():
     src = render_source(lowered.kernel, lowered.placement, lowered.allocation)
     assert "acc = acc + r\n" in src or "acc = acc + r " in src
     assert "gl.zeros([64, 64], gl.float32, ACC_N64), is_async=True)" in src
+
+
+def ptx_loops(ptx):
+    """Bodies of the PTX loops: the lines from a label to a later branch back to it."""
+    body = ptx.splitlines()
+    labels, loops = {}, []
+    for i, l in enumerate(body):
+        m = re.match(r"^(\$L__\w+):", l.strip())
+        if m:
+            labels[m.group(1)] = i
+        m = re.search(r"\bbra(?:\.uni)?\s+(\$L__\w+);", l)
+        if m and m.group(1) in labels and labels[m.group(1)] < i:
+            loops.append(body[labels[m.group(1)]:i + 1])
+    return loops
+
+
+def wgmma_loop(ptx):
+    loops = [lp for lp in ptx_loops(ptx) if any("wgmma.mma_async" in l for l in lp)]
+    assert len(loops) == 1, len(loops)
+    return "\n".join(loops[0])
+
+
+def test_gemm_wait_deferral():
+    """defer_mma_wait (default on): the K loop waits with wgmma.wait_group 1 (the wgmma just
+    issued stays in flight) and releases the previous slot; the loop's last wgmma is
+    drained after the loop. Off: every wgmma is waited to 0 in the loop."""
+    consts = dict(BM=128, BN=128, BK=64, STAGES=3)
+    r = compile_ptx(gemm, consts, GEMM_DTYPES)
+    loop = wgmma_loop(r.ptx)
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned 1;", loop), loop
+    assert not re.search(r"wgmma\.wait_group\.sync\.aligned 0;", loop), loop
+    assert len(lines(loop, r"mbarrier\.arrive\.shared")) == 1          # the deferred release, predicated
+    after = r.ptx[r.ptx.index(loop) + len(loop):]
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned 0;", after)
+    src = r.source
+    assert "warpgroup_mma_wait(1, deps=[acc, tiles_a.index(ab), tiles_b.index(ab)])" in src
+    assert "pred=xs_held_tiles > 0" in src and "acc = warpgroup_mma_wait(0, deps=[acc])" in src
+    # the drain and the last release come right after the loop, before the epilogue reads acc
+    tail = src[src.index("acc = warpgroup_mma_wait(0, deps=[acc])"):]
+    assert tail.index("tiles.release() of the last slot") < tail.index("gl.store(c")
+
+    off = compile_ptx(gemm, consts, GEMM_DTYPES, options={"defer_mma_wait": False})
+    loop = wgmma_loop(off.ptx)
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned 0;", loop)
+    assert "xs_held_tiles" not in off.source
+    assert {int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", off.ptx)} == {0}
+
+
+def test_wait_deferral_needs_a_private_accumulator():
+    """An accumulator read elsewhere in the loop (here: stored every step) is not deferred."""
+    from xsync.backends.nvidia import render_source
+
+    @xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=64, BN=64, BK=64))
+    def peeks(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr):
+        load = xs.role("load", kind="copy")
+        mma = xs.role("mma", kind="matrix")
+        t = xs.pipe(load, mma, stages=2, a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+        with mma:
+            acc = xs.zeros([BM, BN], xs.float32)
+        for k in range(0, K, BK):
+            with load:
+                s = t.acquire()
+                s.a = xs.load(a, [0, k], [BM, BK])
+                s.b = xs.load(b, [k, 0], [BK, BN])
+                t.commit()
+            with mma:
+                g = t.wait()
+                acc = xs.mma(g.a, g.b, acc)
+                acc = xs.mma_wait(acc, pending=0)
+                t.release()
+                xs.store(c, [0, 0], acc)
+
+    lowered = peeks.lower("nvidia")
+    src = render_source(lowered.kernel, lowered.placement, lowered.allocation)
+    assert "warpgroup_mma_wait(0, deps=[acc, t_a.index(g), t_b.index(g)])" in src
+    assert "xs_held_" not in src

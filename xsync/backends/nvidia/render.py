@@ -32,6 +32,15 @@ becomes one accumulating wgmma, ``pv = warpgroup_mma(p, v, o * alpha[:, None])``
 ``mma_wait`` re-bindings and pipes whose ends share the partition, and no name that E
 reads changes between the mma and the use. Otherwise the code is rendered as written.
 
+Rewrite before rendering (:func:`defer_mma_wait`, option ``defer_mma_wait``, default on;
+renderer-level software pipelining): a consumer loop written in the simple form
+
+    s = pipe.wait(); x = xs.mma(s.a, s.b, x); x = xs.mma_wait(x, pending=0); pipe.release()
+
+keeps one wgmma in flight: ``warpgroup_mma_wait(1)`` in the loop, the release frees the
+previous iteration's slot (predicated on a held-slot flag), and after the loop
+``warpgroup_mma_wait(0)`` and the release of the last slot. Conditions in its docstring.
+
 Hang debug mode (``debug_hang=True``, ``XSYNC_DEBUG_HANG=1``): every mbarrier wait is
 preceded by a bounded ``mbarrier.try_wait.parity`` poll (inline PTX, %globaltimer
 budget); on timeout the thread writes (agent, wait site, iteration) into a host-mapped
@@ -292,6 +301,156 @@ def _stmt_exprs(s):
         roots = [s.cond]
     for r in roots:
         yield from ir.subexprs(r)
+
+
+# ---------------------------------------------------------------- wait deferral
+@dataclass(frozen=True)
+class HoldInit:
+    """``xs_held_<pipe> = 0`` before a loop rewritten by :func:`defer_mma_wait`."""
+
+    flag: str
+    pipe: str
+    loc: object
+
+
+@dataclass(frozen=True)
+class DeferredRelease(ir.SyncOp):
+    """``pipe.release()`` of the slot held back by :func:`defer_mma_wait`: arrives on the
+    empty barrier of the oldest held slot when ``flag`` says one is held (FIFO counters
+    as for any release). In the loop (``final=False``) the current slot is held next."""
+
+    flag: str = ""
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class MmaDrain:
+    """``x = warpgroup_mma_wait(0, deps=[x])`` after a loop rewritten by :func:`defer_mma_wait`."""
+
+    target: str
+    loc: object
+
+
+def _mma_calls(stmts):
+    return [c for s in ir.walk(stmts) for e in _stmt_exprs(s) for c in [e]
+            if isinstance(c, ir.Call) and c.op in ("mma", "mma_wait")]
+
+
+def _slot_of(e):
+    """The slot variable an mma operand reads in shared memory (``slot.f`` or
+    ``trans(slot.f)``), else None."""
+    if isinstance(e, ir.Call) and e.op == "trans" and len(e.args) == 1:
+        e = e.args[0]
+    if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name):
+        return e.value.id
+    return None
+
+
+def defer_mma_wait(stmts, kernel: ir.KernelIR, placement: Placement):
+    """Software-pipeline the wgmma of an accumulating consumer loop ("wait deferral").
+
+    The portable form waits for every mma before it releases the slot the mma read::
+
+        for ...:
+            s = pipe.wait()
+            x = mma(s.a, s.b, x)
+            x = mma_wait(x, pending=0)
+            pipe.release()
+
+    so on Hopper each wgmma is drained before the next is issued. The rewrite keeps one
+    wgmma in flight: the wait becomes ``warpgroup_mma_wait(1)`` (every wgmma but the one
+    just issued has completed), the release frees the *previous* iteration's slot (whose
+    wgmma has now completed; nothing on the first iteration), and after the loop
+    ``warpgroup_mma_wait(0)`` drains the last wgmma and the last slot is released (nothing
+    for a zero-trip loop). A flag ``xs_held_<pipe>`` (0 or 1) carries "one slot is held"
+    through the loop; the empty-barrier arrives keep their counts and FIFO order, only
+    one iteration later.
+
+    Applies to a loop (anywhere: role blocks and branches are entered, inner loops first)
+    whose body, role blocks entered, has at its top level, in this order, the only
+    ``wait`` of a cross-partition pipe P with at least 2 stages, the only mma
+    ``x = mma(s.f, s.g or trans(s.g), x)`` with both operands in slot s of that wait, the
+    only mma_wait ``x = mma_wait(x, pending=0)``, and the only ``release`` of P; x is
+    read or written nowhere else in the body, and the body has no other synchronization
+    with another partition (holding the slot one iteration longer must not block a
+    partner we wait for; with one stage the next ``wait`` would wait for our own
+    release). Anything else is rendered as written."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ir.For):
+            s = ir.For(s.var, s.start, s.stop, s.step, defer_mma_wait(s.body, kernel, placement), s.loc)
+            plan = _defer_plan(s, kernel, placement)
+            if plan:
+                out.extend(plan)
+                continue
+        elif isinstance(s, ir.If):
+            s = ir.If(s.cond, defer_mma_wait(s.body, kernel, placement),
+                      defer_mma_wait(s.orelse, kernel, placement), s.loc)
+        elif isinstance(s, ir.RoleBlock):
+            s = ir.RoleBlock(s.role, defer_mma_wait(s.body, kernel, placement), s.loc)
+        out.append(s)
+    return tuple(out)
+
+
+def _defer_plan(loop: ir.For, kernel, placement):
+    leaves = list(_leaves(loop.body))
+    calls = _mma_calls(loop.body)
+    if sorted(c.op for c in calls) != ["mma", "mma_wait"]:
+        return None
+    mi = next((i for i, s in enumerate(leaves) if isinstance(s, ir.Assign) and isinstance(s.value, ir.Call)
+               and s.value.op == "mma"), None)
+    if mi is None or len(leaves[mi].targets) != 1:
+        return None
+    mma_s = leaves[mi]
+    x, call = mma_s.targets[0], mma_s.value
+    if len(call.args) < 3 or call.args[2] != ir.Name(x):
+        return None
+    slots = {_slot_of(a) for a in call.args[:2]}
+    if len(slots) != 1 or None in slots:
+        return None
+    slot = slots.pop()
+    wi = next((i for i, s in enumerate(leaves[:mi]) if isinstance(s, ir.SyncOp) and s.verb == "wait"
+               and s.target == slot), None)
+    if wi is None:
+        return None
+    pipe = kernel.sync_object(leaves[wi].obj)
+    if not isinstance(pipe, ir.Pipe) or not placement.crosses(pipe) or pipe.stages < 2:
+        return None
+    ji = next((j for j in range(mi + 1, len(leaves)) if isinstance(leaves[j], ir.Assign)
+               and isinstance(leaves[j].value, ir.Call) and leaves[j].value.op == "mma_wait"), None)
+    if ji is None:
+        return None
+    wait_s = leaves[ji]
+    pending = wait_s.value.kwarg("pending", ir.Const(0))
+    if wait_s.targets != (x,) or wait_s.value.args[:1] != (ir.Name(x),) or pending != ir.Const(0):
+        return None
+    ri = next((r for r in range(ji + 1, len(leaves)) if isinstance(leaves[r], ir.SyncOp)
+               and leaves[r].obj == pipe.name and leaves[r].verb == "release"), None)
+    if ri is None:
+        return None
+    # the only synchronization with another partition: this wait and this release
+    for st in ir.walk(loop.body):
+        if isinstance(st, ir.SyncOp) and st is not leaves[wi] and st is not leaves[ri]:
+            obj = kernel.sync_object(st.obj)
+            if isinstance(obj, ir.Barrier) or placement.crosses(obj):
+                return None
+    # x: produced by the mma and its wait only, read by them only
+    for st in ir.walk(loop.body):
+        if st is mma_s or st is wait_s:
+            continue
+        own = set(st.targets) if isinstance(st, ir.Assign) else \
+            {st.target} if isinstance(st, ir.SyncOp) else {st.var} if isinstance(st, ir.For) else set()
+        if x in own or any(e == ir.Name(x) for e in _stmt_exprs(st)):
+            return None
+    flag = f"xs_held_{pipe.name}"
+    deferred_wait = ir.Assign(wait_s.targets, ir.Call("mma_wait", wait_s.value.args, (("pending", ir.Const(1)),)),
+                              wait_s.loc)
+    rel = leaves[ri]
+    body = _replace(loop.body, {id(wait_s): deferred_wait,
+                                id(rel): DeferredRelease(rel.verb, rel.obj, rel.target, rel.loc, flag, False)})
+    new_loop = ir.For(loop.var, loop.start, loop.stop, loop.step, body, loop.loc)
+    return [HoldInit(flag, pipe.name, loop.loc), new_loop, MmaDrain(x, wait_s.loc),
+            DeferredRelease(rel.verb, rel.obj, rel.target, rel.loc, flag, True)]
 
 
 class NvidiaRenderer(PythonRenderer):
@@ -787,8 +946,17 @@ class NvidiaRenderer(PythonRenderer):
                 o.indent()
                 self.block(s.orelse)
                 o.dedent()
+        elif isinstance(s, DeferredRelease):
+            self.deferred_release(s)
         elif isinstance(s, ir.SyncOp):
             self.sync(s)
+        elif isinstance(s, HoldInit):
+            o.line(f"{s.flag} = 0  # defer_mma_wait: 1 while a slot of '{s.pipe}' is held until the next "
+                   f"wgmma wait")
+            self.env[s.flag] = SCALAR
+        elif isinstance(s, MmaDrain):
+            o.line(f"{s.target} = warpgroup_mma_wait(0, deps=[{s.target}])  # line {s.loc.line}: defer_mma_wait: "
+                   f"the loop's last wgmma completes")
         else:
             raise TypeError(f"cannot render {s!r}")
 
@@ -962,6 +1130,18 @@ class NvidiaRenderer(PythonRenderer):
                    f"count=1)  # line {line}: {name}.release()")
             o.line(f"{name}_released += 1")
 
+    def deferred_release(self, s: DeferredRelease):
+        """Release the slot held back by defer_mma_wait, if one is held."""
+        o, pipe = self.out, self.kernel.sync_object(s.obj)
+        name = pipe.name
+        which = "the last slot" if s.final else "the previous iteration's slot"
+        o.line(f"mbarrier.arrive({self.bar_index(pipe, 'empty', self.ring_slot(pipe, f'{name}_released'))}, "
+               f"count=1, pred={s.flag} > 0)  # line {s.loc.line}: {name}.release() of {which} "
+               f"(defer_mma_wait: its wgmma has completed)")
+        o.line(f"{name}_released += {s.flag}")
+        if not s.final:
+            o.line(f"{s.flag} = 1")
+
     def counters(self, stmts):
         """Per-agent pipe/event counters this agent needs."""
         names = []
@@ -1043,6 +1223,8 @@ class NvidiaRenderer(PythonRenderer):
             stmts = slice_agent(k.body, agent.roles)
             if self.options.get("fuse_mma", True):
                 stmts = fuse_accumulating_mma(stmts, k, self.placement)
+            if self.options.get("defer_mma_wait", True):
+                stmts = defer_mma_wait(stmts, k, self.placement)
             self.prefs = {}
             first_site = len(self.wait_sites)
             for _ in range(2):
