@@ -42,8 +42,8 @@ def setup(variant):
     blocks, opts = VARIANTS[variant]
     base = ops.block_sizes.__wrapped__ if hasattr(ops.block_sizes, "__wrapped__") else ops.block_sizes
 
-    def block_sizes(backend, d):
-        return {**base(backend, d), **blocks}
+    def block_sizes(backend):
+        return {**base(backend), **blocks}
     block_sizes.__wrapped__ = base
     ops.block_sizes = block_sizes
     orig = nv.resolve_options.__wrapped__ if hasattr(nv.resolve_options, "__wrapped__") else nv.resolve_options

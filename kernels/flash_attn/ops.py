@@ -26,7 +26,7 @@ HEAD_DIMS = (64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
 
 
-def block_sizes(backend: str, head_dim: int) -> dict:
+def block_sizes(backend: str) -> dict:
     """Tile shapes per backend: rows per consumer replica (BM), keys per step (BN)."""
     if backend == "cpu":
         return dict(BM=16, BN=32, STAGES=2)
@@ -73,7 +73,7 @@ def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scal
     from xsync.backends import select
 
     backend = select()
-    blocks = block_sizes(backend, d)
+    blocks = block_sizes(backend)
     grid = (max(1, math.ceil(max_q / (2 * blocks["BM"]))), batch * hq)
     attention_fwd[grid](q2, k2, v2, o2, lse2, cu_q, cu_k, float(scale), hq, hq // hk, *layout,
                         D=d, CAUSAL=int(bool(causal)), backend=backend, **blocks)

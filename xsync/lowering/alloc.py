@@ -62,9 +62,6 @@ class Allocation:
     workspace_bytes: int = 0                          # ascend: per program
     workspace: tuple["WorkspaceRing", ...] = ()       # ascend: GM ring layout per pipe
 
-    def event_id(self, key: str) -> int:
-        return dict(self.event_ids)[key]
-
     def barrier_id(self, name: str) -> int:
         return dict(self.barrier_ids)[name]
 
@@ -82,10 +79,6 @@ class Allocation:
 
 def allocate(kernel: ir.KernelIR, placement: Placement) -> Allocation:
     return {"cpu": _cpu, "nvidia": _nvidia, "ascend": _ascend}[placement.backend](kernel, placement)
-
-
-def _agent_hw(placement, role):
-    return placement.agent_of(role)
 
 
 # ---------------------------------------------------------------- cpu

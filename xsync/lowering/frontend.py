@@ -56,7 +56,6 @@ class _Frontend:
         self.slots: dict[str, tuple[str, str]] = {}        # slot variable -> (pipe, side)
         self.params: list[ir.Param] = []
         self.role_ctx: str | None = None
-        self.loop_depth = 0
         self.loop_vars: set[str] = set()
         self.used_verbs: set[tuple[str, str]] = set()
 
@@ -282,11 +281,7 @@ class _Frontend:
             self.home.pop(s.target.id, None)  # each loop scopes its own counter
         self.loop_vars.add(s.target.id)
         self.bind([s.target.id], ir.Const(0), s)
-        self.loop_depth += 1
-        try:
-            body = self.block(s.body)
-        finally:
-            self.loop_depth -= 1
+        body = self.block(s.body)
         return ir.For(s.target.id, start, stop, step, tuple(body), self.loc(s))
 
     def method_verb(self, call: ast.Call):

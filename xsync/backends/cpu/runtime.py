@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from xsync import api
 from xsync.errors import LaunchError, ProtocolError, SourceLoc, StallError
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -265,10 +264,6 @@ class Agent:
 
 
 # ---------------------------------------------------------------- tile ops on torch
-def torch_dtype(d: api.DType):
-    return TORCH_DTYPES[d.name]
-
-
 def cdiv(a, b):
     return -(-a // b)
 
