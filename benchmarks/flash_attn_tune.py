@@ -5,7 +5,7 @@ then measures TFLOP/s for d=128 / d=64 at s=4k and 16k (b*s = 16384, h*d = 2048)
 causal and not, next to torch SDPA (cuDNN and flash backends) in the same process.
 
 A variant is a set of block sizes (BM, BN, STAGES) and renderer options
-(consumer_regs, producer_regs, fuse_mma). Select with --variants name,name (default all).
+(consumer_regs, producer_regs, fuse_mma, pingpong). Select with --variants name,name (default all).
 
     PYTHONPATH=. python3 benchmarks/flash_attn_tune.py [--variants default,stages3] [--d 128,64]
 """
@@ -31,6 +31,11 @@ VARIANTS = {
     "stages3_regs240": ({"STAGES": 3}, {"consumer_regs": 240, "producer_regs": 24}),
     "bn64": ({"BN": 64}, {}),
     "bn64_stages4": ({"BN": 64, "STAGES": 4}, {}),
+    # inter-warpgroup ping-pong scheduling (render.pingpong_schedule), per placement
+    "pp_off": ({}, {"pingpong": False}),
+    "pp_wrap": ({}, {"pingpong": "wrap"}),
+    "pp_first": ({}, {"pingpong": "first"}),
+    "pp_each": ({}, {"pingpong": "each"}),
 }
 
 

@@ -285,3 +285,75 @@ def test_wait_deferral_needs_a_private_accumulator():
     src = render_source(lowered.kernel, lowered.placement, lowered.allocation)
     assert "warpgroup_mma_wait(0, deps=[acc, t_a.index(g), t_b.index(g)])" in src
     assert "xs_held_" not in src
+
+
+@pytest.mark.parametrize("where", ["wrap", "first", "each"])
+def test_flash_attention_pingpong_scheduler_barriers(where):
+    """Option pingpong: the two consumer warpgroups take turns issuing their wgmmas
+    through the scheduler barrier pair the allocation reserves (256 threads each):
+    replica r bar.syncs lo + r before its wgmma, bar.arrives lo + 1 - r after; replica 1
+    arrives once before the loop, replica 0 once after it (balanced at exit)."""
+    from kernels.flash_attn import attention_fwd
+
+    lowered = attention_fwd.lower("nvidia", dict(BM=64, BN=128, D=128, CAUSAL=1, STAGES=2))
+    row = next(r for r in lowered.allocation.rows if r.what == "scheduler barriers")
+    lo, hi = (int(x) for x in re.match(r"bar ids (\d+), (\d+), 256 threads", row.resource).groups())
+    assert hi == lo + 1 and lo >= 2 + 2                      # above the compiler's 0, 1, 2, 3 (+padding)
+    assert lowered.allocation.barrier_id("consumer:pingpong") == lo
+    r = compile_ptx(lowered, scalar_types={"sm_scale": "fp32"}, options={"pingpong": where})
+    src = r.source[r.source.index("def attention_fwd_consumer"):]
+    loop = src[src.index("for n in range"):src.index("# role 'softmax' (line", src.index("o_acc = pv_out_pv"))]
+    n_sync = loop.count(f"xs_named_barrier_sync({lo} + REPLICA, 256)")
+    n_arrive = loop.count(f"xs_named_barrier_arrive({hi} - REPLICA, 256)")
+    assert (n_sync, n_arrive) == ((2, 2) if where == "each" else (1, 1))
+    head = src[:src.index("for n in range")]
+    tail = src[src.index("o_acc = pv_out_pv"):]
+    assert f"if REPLICA == 1:  # pingpong" in head and f"xs_named_barrier_arrive({lo}, 256)" in head
+    assert f"if REPLICA == 0:  # pingpong" in tail and f"xs_named_barrier_arrive({lo}, 256)" in tail
+    # the first wgmma of the loop comes after the sync, the arrive after a wgmma issue and
+    # before its wait
+    i_sync = loop.index(f"xs_named_barrier_sync({lo} + REPLICA")
+    assert i_sync < loop.index("warpgroup_mma(q_tile")
+    i_arr = loop.index(f"xs_named_barrier_arrive({hi} - REPLICA")
+    assert loop.rindex("= warpgroup_mma(", 0, i_arr) < i_arr < loop.index("warpgroup_mma_wait(", i_arr)
+    # PTX: each consumer warpgroup syncs its own ID and arrives on the other's, 256 threads
+    ptx = r.ptx
+    for op, bid in (("sync", lo), ("sync", hi), ("arrive", lo), ("arrive", hi)):
+        assert lines(ptx, rf"\bbar\.{op}\s+{bid},\s*256;"), (op, bid)
+    ids = {int(m) for m in re.findall(r"\bbar\.(?:sync|arrive)\s+(\d+),\s*256;", ptx)}
+    assert ids == {lo, hi}
+    common_sync_checks(ptx, 128 * 128 * 2)
+
+
+def test_pingpong_off_and_replica_dependent_loops_untouched(monkeypatch):
+    """On by default ("each"); off by option: no scheduler barrier in the source. A loop whose trip count
+    depends on the replica is left as written (the replicas could disagree on the
+    number of turns)."""
+    from kernels.flash_attn import attention_fwd
+    from xsync.backends.nvidia.render import SchedBarrier, pingpong_schedule
+    from xsync.lowering import ir
+    from xsync.lowering.slicing import slice_agent
+
+    monkeypatch.delenv("XSYNC_NV_PINGPONG", raising=False)
+    lowered = attention_fwd.lower("nvidia", dict(BM=64, BN=128, D=128, CAUSAL=0, STAGES=2))
+    from xsync.backends.nvidia import render_source
+    off = render_source(lowered.kernel, lowered.placement, lowered.allocation, {"pingpong": False})
+    assert "pingpong:" not in off and "+ REPLICA, 256)" not in off
+    default = render_source(lowered.kernel, lowered.placement, lowered.allocation, {})
+    assert default.count("xs_named_barrier_sync(14 + REPLICA, 256)") == 2      # on, placement "each"
+    agent = next(a for a in lowered.placement.agents if a.replicas == 2)
+    stmts = slice_agent(lowered.kernel.body, agent.roles)
+    sched = lambda body: [s for s in ir.walk(pingpong_schedule(body, lowered.kernel, agent, 14, 256, "each"))  # noqa: E731
+                          if isinstance(s, SchedBarrier)]
+    assert len(sched(stmts)) == 2 + 4
+
+    def skew(body):   # for n in range(0, hi + replica_id(), BN)
+        out = []
+        for s in body:
+            if isinstance(s, ir.For):
+                s = ir.For(s.var, s.start, ir.BinOp("+", s.stop, ir.Call("replica_id", ())), s.step, s.body, s.loc)
+            elif isinstance(s, ir.If):
+                s = ir.If(s.cond, tuple(skew(s.body)), tuple(skew(s.orelse)), s.loc)
+            out.append(s)
+        return tuple(out)
+    assert sched(skew(stmts)) == []

@@ -158,8 +158,49 @@ def _nvidia(kernel, placement):
         barrier_ids.append((b.name, bid))
         rows.append(Row(b.name, "named barrier", f"bar id {bid}, {threads} threads",
                         "sync = bar.sync; arrive = bar.arrive"))
+    # Scheduler barriers of the renderer's pingpong rewrite (render.pingpong_schedule): a
+    # consecutive pair per agent with two consumer-warpgroup replicas and a loop with an
+    # mma, taken below the user barriers; skipped when XSYNC_NV_PINGPONG=0 or no pair is free.
+    top = HOPPER_NAMED_BARRIERS - 1 - len(kernel.barriers)
+    for a in ordered:
+        if not _pingpong_candidate(kernel, a) or os.environ.get("XSYNC_NV_PINGPONG", "").strip().lower() \
+                in ("0", "false", "off", "no"):
+            continue
+        lo = top - 1
+        if lo < reserved:
+            continue
+        top -= 2
+        barrier_ids.append((f"{a.name}:pingpong", lo))
+        rows.append(Row(a.name, "scheduler barriers", f"bar ids {lo}, {lo + 1}, {32 * 2 * WARPS['consumer']} threads",
+                        f"pingpong (renderer option): replica r bar.sync {lo} + r before its wgmma, "
+                        f"bar.arrive {lo} + 1 - r after"))
     return Allocation("nvidia", tuple(rows), barrier_ids=tuple(barrier_ids),
                       partitions=tuple(partitions))
+
+
+def _pingpong_candidate(kernel, agent) -> bool:
+    """Two consumer-warpgroup replicas of one agent and a loop whose body has an mma of
+    one of its roles (the renderer checks the rest: replica-uniform trip counts)."""
+    if agent.replicas != 2 or agent.name.startswith("producer"):
+        return False
+
+    def has_mma(stmts, mine, in_loop):
+        for s in stmts:
+            if isinstance(s, ir.RoleBlock):
+                if has_mma(s.body, s.role in agent.roles, in_loop):
+                    return True
+            elif isinstance(s, ir.For):
+                if has_mma(s.body, mine, True):
+                    return True
+            elif isinstance(s, ir.If):
+                if has_mma(s.body, mine, in_loop) or has_mma(s.orelse, mine, in_loop):
+                    return True
+            elif mine and in_loop and isinstance(s, (ir.Assign, ir.SlotWrite)) \
+                    and any(c.op == "mma" for c in ir.expr_calls(s.value)):
+                return True
+        return False
+
+    return has_mma(kernel.body, False, False)
 
 
 def is_tma_pipe(kernel: ir.KernelIR, pipe: ir.Pipe) -> bool:

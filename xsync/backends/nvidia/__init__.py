@@ -25,6 +25,11 @@ Environment:
   ``defer_mma_wait``, both on by default) -- turn off the renderer rewrites
   :func:`~xsync.backends.nvidia.render.fuse_accumulating_mma` /
   :func:`~xsync.backends.nvidia.render.defer_mma_wait` (A/B measurements, debugging).
+* ``XSYNC_NV_PINGPONG=0|1|wrap|first|each`` (option ``pingpong``: bool or placement
+  name; default on, placement ``each``) -- inter-warpgroup ping-pong scheduling
+  of two consumer replicas (:func:`~xsync.backends.nvidia.render.pingpong_schedule`)
+  on the scheduler barrier pair the allocation reserves (``0`` also drops the pair
+  from the allocation).
 """
 from __future__ import annotations
 
@@ -93,6 +98,9 @@ def resolve_options(options: dict | None = None) -> dict:
     for key, var in (("fuse_mma", "XSYNC_NV_FUSE_MMA"), ("defer_mma_wait", "XSYNC_NV_DEFER_MMA_WAIT")):
         if os.environ.get(var, "").strip():
             out[key] = _env_flag(var)
+    raw = os.environ.get("XSYNC_NV_PINGPONG", "").strip()
+    if raw:
+        out["pingpong"] = raw
     out.update({k: v for k, v in (options or {}).items() if v is not None})
     return out
 

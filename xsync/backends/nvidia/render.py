@@ -41,6 +41,13 @@ keeps one wgmma in flight: ``warpgroup_mma_wait(1)`` in the loop, the release fr
 previous iteration's slot (predicated on a held-slot flag), and after the loop
 ``warpgroup_mma_wait(0)`` and the release of the last slot. Conditions in its docstring.
 
+Rewrite before rendering (:func:`pingpong_schedule`, option ``pingpong`` /
+``XSYNC_NV_PINGPONG``, default on with placement ``each``; FA3-style inter-warpgroup
+ping-pong): the two replicas of an agent with two consumer warpgroups take turns issuing
+the wgmmas of a loop whose trip count both replicas share, through the scheduler
+named-barrier pair the allocation reserves (bar.sync own ID before a wgmma, bar.arrive
+the other's after it; 256 threads). Conditions and placements in its docstring.
+
 Hang debug mode (``debug_hang=True``, ``XSYNC_DEBUG_HANG=1``): every mbarrier wait is
 preceded by a bounded ``mbarrier.try_wait.parity`` poll (inline PTX, %globaltimer
 budget); on timeout the thread writes (agent, wait site, iteration) into a host-mapped
@@ -63,6 +70,10 @@ from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import NotConstant, evaluate
 from xsync.lowering.slicing import slice_agent
 
+# pingpong_schedule on by default, placement "each": H200, flash attention d=128, one run,
+# off/each TFLOP/s non-causal s=4k 531,527/550, s=16k 562,559/576; causal 464,449/457,
+# 547,544/548 ("wrap" loses 20%: it keeps the softmax inside the turn).
+PINGPONG_DEFAULT = True
 GL_DTYPES = {"float16": "gl.float16", "bfloat16": "gl.bfloat16", "float32": "gl.float32",
              "int32": "gl.int32", "int1": "gl.int1"}
 SIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int1": "i1"}
@@ -451,6 +462,156 @@ def _defer_plan(loop: ir.For, kernel, placement):
     new_loop = ir.For(loop.var, loop.start, loop.stop, loop.step, body, loop.loc)
     return [HoldInit(flag, pipe.name, loop.loc), new_loop, MmaDrain(x, wait_s.loc),
             DeferredRelease(rel.verb, rel.obj, rel.target, rel.loc, flag, True)]
+
+
+# ---------------------------------------------------------------- ping-pong scheduling
+PINGPONG_PLACEMENTS = ("each", "first", "wrap")   # the first is the default placement
+
+
+@dataclass(frozen=True)
+class SchedBarrier:
+    """One scheduler named-barrier operation of :func:`pingpong_schedule`.
+
+    ``kind``: ``sync`` (bar.sync ``bar + REPLICA``: wait for this replica's turn),
+    ``arrive`` (bar.arrive ``bar + 1 - REPLICA``: hand the turn to the other replica),
+    ``first`` (before the loop, replica 1 arrives on ``bar``: replica 0 goes first),
+    ``last`` (after the loop, replica 0 arrives on ``bar``: completes replica 1's last,
+    unmatched arrival so no barrier is left half-arrived)."""
+
+    kind: str
+    bar: int
+    threads: int
+    loc: object
+    note: str = ""
+
+
+def _replica_tainted(stmts, kernel) -> set:
+    """Names whose value may differ between the replicas of one agent: anything computed
+    from ``xs.replica_id()``, a pipe slot (paired pipes give each replica its own data) or
+    a tainted name, and anything assigned under a tainted branch or loop (fixpoint)."""
+    slots = {s.target for s in ir.walk(stmts) if isinstance(s, ir.SyncOp) and s.target}
+    tainted = set(slots)
+
+    def dirty(e):
+        return any(isinstance(x, ir.Call) and x.op == "replica_id" for x in ir.subexprs(e)) \
+            or bool(ir.expr_names(e) & tainted)
+
+    def visit(block, ctrl):
+        changed = False
+        for s in block:
+            if isinstance(s, ir.Assign):
+                if ctrl or dirty(s.value):
+                    changed |= not set(s.targets) <= tainted
+                    tainted.update(s.targets)
+            elif isinstance(s, ir.For):
+                c = ctrl or any(dirty(e) for e in (s.start, s.stop, s.step))
+                if c and s.var not in tainted:
+                    tainted.add(s.var)
+                    changed = True
+                changed |= visit(s.body, c)
+            elif isinstance(s, ir.If):
+                c = ctrl or dirty(s.cond)
+                changed |= visit(s.body, c) | visit(s.orelse, c)
+            elif isinstance(s, ir.RoleBlock):
+                changed |= visit(s.body, ctrl)
+        return changed
+
+    while visit(stmts, False):
+        pass
+    return tainted
+
+
+def _splice(stmts, repl: dict):
+    """Like _replace, but each replaced statement becomes a list of statements."""
+    out = []
+    for s in stmts:
+        if id(s) in repl:
+            out.extend(repl[id(s)])
+        elif isinstance(s, ir.RoleBlock):
+            out.append(ir.RoleBlock(s.role, tuple(_splice(s.body, repl)), s.loc))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def pingpong_schedule(stmts, kernel: ir.KernelIR, agent, bar: int, threads: int, where: str = "each"):
+    """Inter-warpgroup ping-pong scheduling (FA3-style) of an agent with two replicas.
+
+    The two consumer warpgroups of one agent (replicas 0 and 1) take turns issuing
+    their wgmmas, so one's softmax (or other non-tensor-core work) overlaps the other's
+    GEMMs instead of both contending for the tensor core at once. Two named barriers
+    ``bar`` and ``bar + 1`` (reserved by the allocation, ``threads`` = both warpgroups):
+    replica r waits on ``bar + r`` (bar.sync) before issuing and hands the turn over by
+    arriving on ``bar + 1 - r`` (bar.arrive, no wait). Before the loop replica 1 arrives
+    once on ``bar`` (replica 0 goes first); after it replica 0 arrives once on ``bar``,
+    completing replica 1's last, unmatched arrival (zero-trip loops included), so no
+    barrier is left half-arrived. A replica can never arrive twice on a barrier before
+    the other's matching sync (its next arrival needs the other's arrival first).
+
+    ``where`` places the pair in the loop body, whose wgmma issues M1..Mk are in order:
+    ``wrap`` sync before M1, arrive after Mk; ``first`` sync before M1, arrive after M1
+    (only the first GEMM, QK^T in attention, alternates); ``each`` sync before and arrive
+    after every Mi (strict alternation of every GEMM: QK0 QK1 PV0 PV1 ...). Arrivals
+    follow the issue, before any wgmma wait.
+
+    Safe by construction, so it applies only to a loop (innermost first) where: the
+    agent has exactly 2 replicas (checked by the caller), the loop's bounds and every
+    enclosing branch condition and loop bound are the same for both replicas (no
+    ``replica_id``, pipe slot or value derived from them: see :func:`_replica_tainted`),
+    and every mma of its body sits at the body's top level (role blocks entered), not
+    under a branch or an inner loop. Then both replicas execute the same number of
+    syncs and arrivals. Anything else is left as written."""
+    if where not in PINGPONG_PLACEMENTS:
+        raise BackendError(f"pingpong placement {where!r} is not one of {', '.join(PINGPONG_PLACEMENTS)}",
+                           fix="set XSYNC_NV_PINGPONG to 0, 1 or a placement name")
+    tainted = _replica_tainted(stmts, kernel)
+
+    def dirty(e):
+        return any(isinstance(x, ir.Call) and x.op == "replica_id" for x in ir.subexprs(e)) \
+            or bool(ir.expr_names(e) & tainted)
+
+    def is_mma(s):
+        return isinstance(s, ir.Assign) and len(s.targets) == 1 and isinstance(s.value, ir.Call) \
+            and s.value.op == "mma"
+
+    def plan(loop):
+        leaves = list(_leaves(loop.body))
+        mmas = [s for s in leaves if is_mma(s)]
+        nested = [c for c in _mma_calls(loop.body) if c.op == "mma"]
+        if not mmas or len(nested) != len(mmas):      # an mma under a branch / inner loop
+            return None
+        sync = SchedBarrier("sync", bar, threads, loop.loc, "wait for this replica's turn")
+        arrive = SchedBarrier("arrive", bar, threads, loop.loc, "hand the turn to the other replica")
+        if where == "each":
+            repl = {id(m): [sync, m, arrive] for m in mmas}
+        elif where == "first" or len(mmas) == 1:
+            repl = {id(mmas[0]): [sync, mmas[0], arrive]}
+        else:
+            repl = {id(mmas[0]): [sync, mmas[0]], id(mmas[-1]): [mmas[-1], arrive]}
+        body = _splice(loop.body, repl)
+        return [SchedBarrier("first", bar, threads, loop.loc, "replica 0 issues first"),
+                ir.For(loop.var, loop.start, loop.stop, loop.step, body, loop.loc),
+                SchedBarrier("last", bar, threads, loop.loc, "balance replica 1's last arrival")]
+
+    def rewrite(block, uniform):
+        out = []
+        for s in block:
+            if isinstance(s, ir.For):
+                ok = uniform and not any(dirty(e) for e in (s.start, s.stop, s.step))
+                p = plan(s) if ok else None
+                if p:
+                    out.extend(p)
+                    continue
+                s = ir.For(s.var, s.start, s.stop, s.step, rewrite(s.body, ok), s.loc)
+            elif isinstance(s, ir.If):
+                ok = uniform and not dirty(s.cond)
+                s = ir.If(s.cond, rewrite(s.body, ok), rewrite(s.orelse, ok), s.loc)
+            elif isinstance(s, ir.RoleBlock):
+                s = ir.RoleBlock(s.role, rewrite(s.body, uniform), s.loc)
+            out.append(s)
+        return tuple(out)
+
+    return rewrite(stmts, True)
 
 
 class NvidiaRenderer(PythonRenderer):
@@ -954,6 +1115,8 @@ class NvidiaRenderer(PythonRenderer):
             o.line(f"{s.flag} = 0  # defer_mma_wait: 1 while a slot of '{s.pipe}' is held until the next "
                    f"wgmma wait")
             self.env[s.flag] = SCALAR
+        elif isinstance(s, SchedBarrier):
+            self.sched_barrier(s)
         elif isinstance(s, MmaDrain):
             o.line(f"{s.target} = warpgroup_mma_wait(0, deps=[{s.target}])  # line {s.loc.line}: defer_mma_wait: "
                    f"the loop's last wgmma completes")
@@ -1142,6 +1305,33 @@ class NvidiaRenderer(PythonRenderer):
         if not s.final:
             o.line(f"{s.flag} = 1")
 
+    def pingpong_where(self):
+        """Placement of the pingpong rewrite, or None when off (option ``pingpong``:
+        False/0 off, True/1 the default placement, or a placement name)."""
+        v = self.options.get("pingpong", PINGPONG_DEFAULT)
+        if isinstance(v, str):
+            v = v.strip().lower()
+            if v in ("", "0", "false", "off", "no"):
+                return None
+            return PINGPONG_PLACEMENTS[0] if v in ("1", "true", "on", "yes") else v
+        return PINGPONG_PLACEMENTS[0] if v else None
+
+    def pingpong_threads(self, agent) -> int:
+        return 32 * sum(w for label, w in self.allocation.partitions if label.split("[")[0] == agent.name)
+
+    def sched_barrier(self, s: SchedBarrier):
+        o = self.out
+        if s.kind == "sync":
+            o.line(f"xs_named_barrier_sync({s.bar} + REPLICA, {s.threads})  # pingpong: {s.note} "
+                   f"(named barrier {s.bar} + replica)")
+        elif s.kind == "arrive":
+            o.line(f"xs_named_barrier_arrive({s.bar + 1} - REPLICA, {s.threads})  # pingpong: {s.note} "
+                   f"(named barrier {s.bar} + 1 - replica)")
+        else:
+            who = 1 if s.kind == "first" else 0
+            o.line(f"if REPLICA == {who}:  # pingpong (line {s.loc.line}): {s.note}")
+            o.line(f"    xs_named_barrier_arrive({s.bar}, {s.threads})")
+
     def counters(self, stmts):
         """Per-agent pipe/event counters this agent needs."""
         names = []
@@ -1225,6 +1415,10 @@ class NvidiaRenderer(PythonRenderer):
                 stmts = fuse_accumulating_mma(stmts, k, self.placement)
             if self.options.get("defer_mma_wait", True):
                 stmts = defer_mma_wait(stmts, k, self.placement)
+            pp = self.pingpong_where()
+            bar = dict(self.allocation.barrier_ids).get(f"{agent.name}:pingpong")
+            if pp and agent.replicas == 2 and bar is not None:
+                stmts = pingpong_schedule(stmts, k, agent, bar, self.pingpong_threads(agent), pp)
             self.prefs = {}
             first_site = len(self.wait_sites)
             for _ in range(2):
