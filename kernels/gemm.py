@@ -24,14 +24,21 @@ def _trace_args(settings):
 @xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32,
                         BM=128, BN=128, BK=64, STAGES=3), trace=_trace_args)
 def gemm(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
-         STAGES: xs.constexpr):
+         STAGES: xs.constexpr, GROUP_M: xs.constexpr = 8):
     load = xs.role("load", kind="copy")
     mma = xs.role("mma", kind="matrix")
     tiles = xs.pipe(load, mma, stages=STAGES,
                     a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
 
-    off_m = xs.program_id(0) * BM
-    off_n = xs.program_id(1) * BN
+    # Programs take output tiles in groups of GROUP_M row blocks, column by column, so
+    # the programs running at once share their A and B tiles in L2.
+    blocks_m = xs.num_programs(0)
+    pid = xs.program_id(1) * blocks_m + xs.program_id(0)
+    per_group = GROUP_M * xs.num_programs(1)
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = xs.minimum(blocks_m - first_m, GROUP_M)
+    off_m = (first_m + pid % per_group % group_rows) * BM
+    off_n = (pid % per_group // group_rows) * BN
     with mma:
         acc = xs.zeros([BM, BN], xs.float32)
     for k in range(0, K, BK):

@@ -105,12 +105,17 @@ class Kernel:
         allocation = allocate(kernel, placement)
         return Lowered(kernel, placement, allocation, report, backend)
 
+    def constexpr_defaults(self) -> dict:
+        """Defaults written in the signature (`GROUP_M: xs.constexpr = 8`)."""
+        return {n: p.default for n, p in self.signature.parameters.items()
+                if n in self.constexpr_names() and p.default is not inspect.Parameter.empty}
+
     def _example_defaults(self, constexprs, tensor_dtypes):
         if constexprs is None:
             constexprs = {k: v for k, v in self.example.items() if not isinstance(v, api.DType)}
         if tensor_dtypes is None:
             tensor_dtypes = {k: v for k, v in self.example.items() if isinstance(v, api.DType)}
-        return dict(constexprs), dict(tensor_dtypes)
+        return {**self.constexpr_defaults(), **constexprs}, dict(tensor_dtypes)
 
     def compile(self, backend: str, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
         constexprs, tensor_dtypes = self._example_defaults(constexprs, tensor_dtypes)
@@ -135,6 +140,7 @@ class Kernel:
         """Split launch arguments into run-time args, constexprs and tensor dtypes."""
         try:
             bound = self.signature.bind(*args, **kwargs)
+            bound.apply_defaults()
         except TypeError as exc:
             raise LaunchError(f"kernel '{self.__name__}': {exc}",
                               fix=f"signature is {self.__name__}{self.signature}") from exc
