@@ -65,6 +65,14 @@ class Kernel:
         self._cache: dict = {}
         self._lock = threading.Lock()
         self._source_hash: str | None = None
+        # Launch-path facts, computed once (every launch needs them).
+        self._constexpr_names = tuple(
+            name for name, p in self.signature.parameters.items()
+            if p.annotation is api.constexpr or (isinstance(p.annotation, str)
+                                                 and p.annotation.endswith("constexpr")))
+        self._constexpr_defaults = {
+            name: self.signature.parameters[name].default for name in self._constexpr_names
+            if self.signature.parameters[name].default is not inspect.Parameter.empty}
 
     def __repr__(self):
         return f"<xsync kernel {self.fn.__module__}.{self.__name__}>"
@@ -80,13 +88,11 @@ class Kernel:
 
     # ---------------------------------------------------------------- lowering
     def constexpr_names(self) -> list[str]:
-        out = []
-        for name, p in self.signature.parameters.items():
-            ann = p.annotation
-            if ann is api.constexpr or ann == "xs.constexpr" or ann == "constexpr" or \
-                    (isinstance(ann, str) and ann.endswith("constexpr")):
-                out.append(name)
-        return out
+        return list(self._constexpr_names)
+
+    def constexpr_defaults(self) -> dict:
+        """Defaults written in the signature (`GROUP_M: xs.constexpr = 8`)."""
+        return dict(self._constexpr_defaults)
 
     def source_hash(self) -> str:
         # Computed once: every launch needs it, and reading the source costs milliseconds.
@@ -105,17 +111,12 @@ class Kernel:
         allocation = allocate(kernel, placement)
         return Lowered(kernel, placement, allocation, report, backend)
 
-    def constexpr_defaults(self) -> dict:
-        """Defaults written in the signature (`GROUP_M: xs.constexpr = 8`)."""
-        return {n: p.default for n, p in self.signature.parameters.items()
-                if n in self.constexpr_names() and p.default is not inspect.Parameter.empty}
-
     def _example_defaults(self, constexprs, tensor_dtypes):
         if constexprs is None:
             constexprs = {k: v for k, v in self.example.items() if not isinstance(v, api.DType)}
         if tensor_dtypes is None:
             tensor_dtypes = {k: v for k, v in self.example.items() if isinstance(v, api.DType)}
-        return {**self.constexpr_defaults(), **constexprs}, dict(tensor_dtypes)
+        return {**self._constexpr_defaults, **constexprs}, dict(tensor_dtypes)
 
     def compile(self, backend: str, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
         constexprs, tensor_dtypes = self._example_defaults(constexprs, tensor_dtypes)
@@ -144,7 +145,7 @@ class Kernel:
         except TypeError as exc:
             raise LaunchError(f"kernel '{self.__name__}': {exc}",
                               fix=f"signature is {self.__name__}{self.signature}") from exc
-        consts = set(self.constexpr_names())
+        consts = self._constexpr_names
         run_args, constexprs, dtypes = {}, {}, {}
         for name, value in bound.arguments.items():
             if name in consts:
