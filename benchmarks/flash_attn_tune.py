@@ -5,7 +5,7 @@ then measures TFLOP/s for d=128 / d=64 at s=4k and 16k (b*s = 16384, h*d = 2048)
 causal and not, next to torch SDPA (cuDNN and flash backends) in the same process.
 
 A variant is a set of block sizes (BM, BN, STAGES) and renderer options
-(consumer_regs, producer_regs, fuse_mma, pingpong). Select with --variants name,name (default all).
+(consumer_regs, producer_regs, fuse_mma, pingpong, overlap_softmax). Select with --variants name,name (default all).
 
     PYTHONPATH=. python3 benchmarks/flash_attn_tune.py [--variants default,stages3] [--d 128,64]
 """
@@ -36,6 +36,14 @@ VARIANTS = {
     "pp_wrap": ({}, {"pingpong": "wrap"}),
     "pp_first": ({}, {"pingpong": "first"}),
     "pp_each": ({}, {"pingpong": "each"}),
+    # intra-warpgroup overlap (render.overlap_softmax): PV of the previous block in flight
+    # during the softmax
+    "ov_off": ({}, {"overlap_softmax": False}),          # the previous default (ping-pong "each")
+    "ov_pp_first": ({}, {"overlap_softmax": True, "pingpong": "first"}),
+    "ov_on": ({}, {"overlap_softmax": True}),
+    "ov_on_pp_off": ({}, {"overlap_softmax": True, "pingpong": False}),
+    "ov_on_regs240": ({}, {"overlap_softmax": True, "consumer_regs": 240, "producer_regs": 24}),
+    "ov_on_stages3": ({"STAGES": 3}, {"overlap_softmax": True}),
 }
 
 

@@ -147,9 +147,13 @@ def test_flash_attention_single_source_compiles():
     mma and softmax roles share registers (no barrier for s_out / p_in / pv_out)."""
     from kernels.flash_attn import attention_fwd
 
+    from xsync.backends.nvidia import resolve_options
+    from xsync.backends.nvidia.render import OVERLAP_DEFAULT
+
     lowered = attention_fwd.lower("nvidia")
     r = compile_ptx(lowered, scalar_types={"sm_scale": "fp32"})
-    common_sync_checks(r.ptx, 128 * 128 * 2)
+    overlap = resolve_options().get("overlap_softmax", OVERLAP_DEFAULT)   # keeps PV in flight: wait 1
+    common_sync_checks(r.ptx, 128 * 128 * 2, wait_groups=(0, 1) if overlap else (0,))
     assert r.metadata.num_warps == 12          # 2 consumer warpgroups + producer warp (+3 padding)
     assert lines(r.ptx, r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16")
     for pipe in ("s_out", "p_in", "pv_out"):
@@ -165,7 +169,8 @@ def test_flash_attention_pv_fused_into_accumulator():
     from kernels.flash_attn import attention_fwd
 
     consts = dict(BM=64, BN=128, D=128, CAUSAL=0, STAGES=2)
-    fused = compile_ptx(attention_fwd, consts, scalar_types={"sm_scale": "fp32"})
+    fused = compile_ptx(attention_fwd, consts, scalar_types={"sm_scale": "fp32"},
+                        options={"overlap_softmax": False})   # one softmax copy, as in split
     src = fused.source
     assert re.search(r"pv = warpgroup_mma\(.*, o_acc \* alpha\[:, None\], is_async=True\)", src), src
     assert "o_acc = pv_out_pv" in src
@@ -300,7 +305,7 @@ def test_flash_attention_pingpong_scheduler_barriers(where):
     lo, hi = (int(x) for x in re.match(r"bar ids (\d+), (\d+), 256 threads", row.resource).groups())
     assert hi == lo + 1 and lo >= 2 + 2                      # above the compiler's 0, 1, 2, 3 (+padding)
     assert lowered.allocation.barrier_id("consumer:pingpong") == lo
-    r = compile_ptx(lowered, scalar_types={"sm_scale": "fp32"}, options={"pingpong": where})
+    r = compile_ptx(lowered, scalar_types={"sm_scale": "fp32"}, options={"pingpong": where, "overlap_softmax": False})
     src = r.source[r.source.index("def attention_fwd_consumer"):]
     loop = src[src.index("for n in range"):src.index("# role 'softmax' (line", src.index("o_acc = pv_out_pv"))]
     n_sync = loop.count(f"xs_named_barrier_sync({lo} + REPLICA, 256)")
@@ -339,8 +344,15 @@ def test_pingpong_off_and_replica_dependent_loops_untouched(monkeypatch):
     from xsync.backends.nvidia import render_source
     off = render_source(lowered.kernel, lowered.placement, lowered.allocation, {"pingpong": False})
     assert "pingpong:" not in off and "+ REPLICA, 256)" not in off
-    default = render_source(lowered.kernel, lowered.placement, lowered.allocation, {})
+    default = render_source(lowered.kernel, lowered.placement, lowered.allocation, {"overlap_softmax": False})
     assert default.count("xs_named_barrier_sync(14 + REPLICA, 256)") == 2      # on, placement "each"
+    # with overlap_softmax (default on) and pingpong not given, the rotated loop runs
+    # without scheduler barriers; an explicit pingpong keeps them
+    ov = render_source(lowered.kernel, lowered.placement, lowered.allocation, {"overlap_softmax": True})
+    assert "overlap_softmax" in ov and "+ REPLICA, 256)" not in ov
+    both = render_source(lowered.kernel, lowered.placement, lowered.allocation,
+                         {"overlap_softmax": True, "pingpong": "each"})
+    assert "overlap_softmax" in both and both.count("xs_named_barrier_sync(14 + REPLICA, 256)") == 4
     agent = next(a for a in lowered.placement.agents if a.replicas == 2)
     stmts = slice_agent(lowered.kernel.body, agent.roles)
     sched = lambda body: [s for s in ir.walk(pingpong_schedule(body, lowered.kernel, agent, 14, 256, "each"))  # noqa: E731
@@ -357,3 +369,95 @@ def test_pingpong_off_and_replica_dependent_loops_untouched(monkeypatch):
             out.append(s)
         return tuple(out)
     assert sched(skew(stmts)) == []
+
+
+def _ptxas_log(ptx):
+    """ptxas -v output for a PTX module (the ptxas Triton ships), to see wgmma serialization."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as fh:
+            fh.write(ptx)
+        p = subprocess.run([ptxas, "-arch=sm_90a", "-v", src, "-o", os.path.join(d, "k.cubin")],
+                           capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_flash_attention_overlap_softmax(causal):
+    """overlap_softmax: the loop issues S_n = QK^T and PV_{n-1} back to back, waits with
+    wgmma.wait_group 1 for S_n (PV stays in flight during the softmax), then 0 for PV;
+    the first softmax is peeled into the prologue and the last PV into the epilogue, so
+    K and V are each waited and released twice in the source (prologue/epilogue + loop).
+    ptxas keeps the wgmmas asynchronous (no C7514 serialization)."""
+    from kernels.flash_attn import attention_fwd
+
+    consts = dict(BM=64, BN=128, D=128, CAUSAL=causal, STAGES=2)
+    r = compile_ptx(attention_fwd, consts, scalar_types={"sm_scale": "fp32"},
+                    options={"overlap_softmax": True, "pingpong": "each"})
+    src = r.source[r.source.index("def attention_fwd_consumer"):r.source.index("def attention_fwd(")]
+    assert "if 0 < hi:" in src and "for n in range(0 + BN, hi, BN):" in src
+    loop = src[src.index("for n in range(0 + BN, hi, BN):"):src.index("overlap_softmax: the last PV completes")]
+    i_s, i_pv = loop.index("s = warpgroup_mma(q_tile"), loop.index("pv = warpgroup_mma(")
+    i_w1 = loop.index("s, pv = warpgroup_mma_wait(1, deps=[s, pv])")
+    i_soft = loop.index("m_new = gl.maximum(")
+    i_w0 = loop.index("pv = warpgroup_mma_wait(0, deps=[pv])")
+    assert i_s < i_pv < i_w1 < i_soft < i_w0 < loop.index("o_acc = pv_out_pv")
+    assert loop.index("K_IN_EMPTY", i_w1) < i_soft                      # K released before the softmax
+    assert loop.index("V_IN_EMPTY", i_w0) > i_w0                        # V released after PV completes
+    for what in ("K_IN_FULL + kt", "K_IN_EMPTY + k_in_released", "V_IN_FULL + vt", "V_IN_EMPTY + v_in_released"):
+        assert src.count(what) == 2, (what, src.count(what))
+    assert src.count("m_new = gl.maximum(") == 2                       # softmax: prologue + loop
+    assert src.count("xs_named_barrier_sync(14 + REPLICA, 256)") == 4  # ping-pong: every wgmma issue
+    # PTX: per consumer partition one wgmma loop with wait_group 1 then 0, and no wgmma
+    # wait inside a branch of the loop
+    # (the innermost PTX loops with a wgmma: 2 commit groups, one wait of each count;
+    # LLVM may rotate the block, so the order is not checked here)
+    loops = [lp for lp in ptx_loops(r.ptx) if sum("wgmma.commit_group" in l for l in lp) == 2]
+    assert len({lp[0] for lp in loops}) == 2, [lp[0] for lp in loops]  # the two consumer warpgroups
+    for lp in loops:
+        waits = [int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", "\n".join(lp))]
+        assert sorted(waits) == [0, 1], waits
+    assert {int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", r.ptx)} == {0, 1}
+    log = _ptxas_log(r.ptx)
+    assert "C7514" not in log and "serialized" not in log, log
+    common_sync_checks(r.ptx, 128 * 128 * 2, wait_groups=(0, 1))
+
+
+def test_overlap_softmax_switch_and_non_matching(monkeypatch):
+    """Off: the loop is rendered as written. XSYNC_NV_OVERLAP=1 turns it on. A loop the
+    rewrite does not match exactly is left alone: ping-pong placement "wrap" (its turn
+    spans the softmax), the unfused split form (no accumulating PV), other kernels."""
+    from kernels.flash_attn import attention_fwd
+    from xsync.backends.nvidia import render_source, resolve_options
+    from xsync.backends.nvidia.render import OVERLAP_DEFAULT
+
+    lowered = attention_fwd.lower("nvidia", dict(BM=64, BN=128, D=128, CAUSAL=1, STAGES=2))
+    args = (lowered.kernel, lowered.placement, lowered.allocation)
+    off = render_source(*args, {"overlap_softmax": False})
+    on = render_source(*args, {"overlap_softmax": True})
+
+    def consumer(src):
+        return src[src.index("def attention_fwd_consumer"):src.index("def attention_fwd(")]
+    assert "overlap_softmax" not in off and "for n in range(0, hi, BN):" in consumer(off)
+    assert "overlap_softmax" in on and "for n in range(0, hi, BN):" not in consumer(on)
+    assert render_source(*args, {}) == (on if OVERLAP_DEFAULT else off)
+    monkeypatch.setenv("XSYNC_NV_OVERLAP", "1")
+    assert resolve_options()["overlap_softmax"] is True
+    assert render_source(*args) == on
+    monkeypatch.setenv("XSYNC_NV_OVERLAP", "0")
+    assert render_source(*args) == off
+    monkeypatch.delenv("XSYNC_NV_OVERLAP")
+    for opts in ({"pingpong": "wrap"}, {"fuse_mma": False}):
+        src = render_source(*args, {**opts, "overlap_softmax": True})
+        assert "overlap_softmax" not in src and "for n in range(0, hi, BN):" in consumer(src), opts
+    for kern in (gemm_softmax, handoff):
+        lw = kern.lower("nvidia")
+        a = (lw.kernel, lw.placement, lw.allocation)
+        assert render_source(*a, {"overlap_softmax": True}) == render_source(*a, {"overlap_softmax": False})

@@ -30,6 +30,10 @@ Environment:
   of two consumer replicas (:func:`~xsync.backends.nvidia.render.pingpong_schedule`)
   on the scheduler barrier pair the allocation reserves (``0`` also drops the pair
   from the allocation).
+* ``XSYNC_NV_OVERLAP=0|1`` (option ``overlap_softmax``; default
+  :data:`~xsync.backends.nvidia.render.OVERLAP_DEFAULT`) -- FA3-style intra-warpgroup
+  overlap (:func:`~xsync.backends.nvidia.render.overlap_softmax`): the attention loop is
+  rotated so the next QK^T and the previous PV are in flight during the softmax.
 """
 from __future__ import annotations
 
@@ -95,7 +99,8 @@ def resolve_options(options: dict | None = None) -> dict:
             except ValueError as exc:
                 raise BackendError(f"{var}={raw!r} is not an integer", fix=f"unset {var} or give a number") from exc
     out["debug_hang"] = _env_flag("XSYNC_DEBUG_HANG")
-    for key, var in (("fuse_mma", "XSYNC_NV_FUSE_MMA"), ("defer_mma_wait", "XSYNC_NV_DEFER_MMA_WAIT")):
+    for key, var in (("fuse_mma", "XSYNC_NV_FUSE_MMA"), ("defer_mma_wait", "XSYNC_NV_DEFER_MMA_WAIT"),
+                     ("overlap_softmax", "XSYNC_NV_OVERLAP")):
         if os.environ.get(var, "").strip():
             out[key] = _env_flag(var)
     raw = os.environ.get("XSYNC_NV_PINGPONG", "").strip()

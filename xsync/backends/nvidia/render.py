@@ -614,6 +614,247 @@ def pingpong_schedule(stmts, kernel: ir.KernelIR, agent, bar: int, threads: int,
     return rewrite(stmts, True)
 
 
+# ---------------------------------------------------------------- intra-warpgroup overlap
+# overlap_softmax on by default: H200, flash attention d=128, b*s=16384, one run, TFLOP/s
+# s=4k/8k/16k, before (pingpong "each", no overlap) -> overlap without ping-pong:
+# non-causal 551/570/572 -> 583/597/603, causal 456/499/550 -> 502/537/599 (overlap
+# with ping-pong "each": 545/563/565, 453/500/550, no gain). So when the option
+# ``pingpong`` is not given, an agent whose loop is rotated runs without ping-pong.
+OVERLAP_DEFAULT = True
+
+
+@dataclass(frozen=True)
+class OverlapWait:
+    """``x, y = warpgroup_mma_wait(pending, deps=[x, y])`` placed by :func:`overlap_softmax`
+    (``targets``: the values the wait returns; a product still in flight after the wait
+    is passed through it, so the loop carries a tensor, as :func:`defer_mma_wait` does)."""
+
+    targets: tuple
+    pending: int
+    loc: object
+    note: str = ""
+
+
+def _reads(stmts) -> set:
+    return {n for st in ir.walk(list(stmts)) for e in _stmt_exprs(st) if isinstance(e, ir.Name) for n in [e.id]}
+
+
+def _writes(stmts) -> set:
+    out = set()
+    for st in stmts:
+        out |= _assigned(st)
+    return out
+
+
+def _issue_segment(leaves, i, kernel, placement):
+    """``t = P.wait(); [sched sync]; r = mma(..); [sched arrive]; r = mma_wait(r, pending=0);
+    P.release()`` from leaves[i], P a cross-partition pipe with >= 2 stages whose slot the
+    mma reads as B. Returns (wait, issue statements, mma, mma_wait, release, next index)."""
+    n = len(leaves)
+    if i >= n or not (isinstance(leaves[i], ir.SyncOp) and leaves[i].verb == "wait" and leaves[i].target):
+        return None
+    wait = leaves[i]
+    pipe = kernel.sync_object(wait.obj)
+    if not isinstance(pipe, ir.Pipe) or not placement.crosses(pipe) or pipe.stages < 2:
+        return None
+    j = i + 1
+    issue = [wait]
+    synced = j < n and isinstance(leaves[j], SchedBarrier) and leaves[j].kind == "sync"
+    if synced:
+        issue.append(leaves[j])
+        j += 1
+    if j >= n:
+        return None
+    m = leaves[j]
+    if not (isinstance(m, ir.Assign) and len(m.targets) == 1 and isinstance(m.value, ir.Call)
+            and m.value.op == "mma" and len(m.value.args) >= 2 and _slot_of(m.value.args[1]) == wait.target):
+        return None
+    issue.append(m)
+    j += 1
+    if synced:
+        if not (j < n and isinstance(leaves[j], SchedBarrier) and leaves[j].kind == "arrive"):
+            return None
+        issue.append(leaves[j])
+        j += 1
+    if j + 1 >= n:
+        return None
+    w, rel = leaves[j], leaves[j + 1]
+    t = m.targets[0]
+    if not (isinstance(w, ir.Assign) and w.targets == (t,) and isinstance(w.value, ir.Call)
+            and w.value.op == "mma_wait" and w.value.args[:1] == (ir.Name(t),)
+            and w.value.kwarg("pending", ir.Const(0)) == ir.Const(0)):
+        return None
+    if not (isinstance(rel, ir.SyncOp) and rel.obj == pipe.name and rel.verb == "release"):
+        return None
+    return wait, issue, m, w, rel, j + 2
+
+
+def overlap_softmax(stmts, kernel: ir.KernelIR, placement: Placement):
+    """Intra-warpgroup overlap (FA3-style): the PV product of the previous key block is in
+    flight during the softmax of the current one.
+
+    The portable attention loop, after :func:`fuse_accumulating_mma` (and optionally
+    :func:`pingpong_schedule`, placement ``each``), reads per iteration n::
+
+        A_n: kt = K.wait(); s = mma(q, trans(kt.k)); s = mma_wait(s, 0); K.release()
+        B_n: softmax of s (register hand-offs only) -> p, alpha, ...
+        C_n: vt = V.wait(); pv = mma(p, vt.v, E); pv = mma_wait(pv, 0); V.release()
+        D_n: register hand-offs of pv ending in exactly one ``y = pv`` (y = o_acc)
+
+    so the tensor core idles during B (the other warpgroup's ping-pong hides part of it).
+    The rewrite rotates it by one GEMM (wgmma groups retire in issue order)::
+
+        if start < stop:
+            A_0; n = start; B_0                        # S_0 issued and waited, its softmax
+            for n in range(start + step, stop, step):
+                kt = K.wait(); s = mma(q, kt)          # S_n                    [S_n]
+                vt = V.wait(); pv = mma(p, vt, E)      # PV_{n-1}: p, alpha of B_{n-1}  [S_n, PV_{n-1}]
+                s, pv = wait(1); K.release()           # S_n completes, PV_{n-1} stays in flight
+                B_n                                    # softmax(S_n) overlaps PV_{n-1}
+                pv = wait(0); D_{n-1}; V.release()
+            vt = V.wait(); pv = mma(p, vt, E); pv = wait(0); D_last; V.release()
+
+    The tensor core has S_n and PV_{n-1} back to back and this warpgroup's softmax runs
+    under PV_{n-1}. Nothing is in flight across the loop's back edge (a product carried
+    in flight into the next iteration, whose first wait would retire it, makes ptxas
+    serialize every wgmma: C7514), no branch surrounds a wgmma or its wait, and the
+    pending counts are constants (the first softmax is peeled into the prologue, the
+    last PV into the epilogue). Pipe counters keep their counts and FIFO order: K and V
+    are each waited and released once per block. Ping-pong scheduler barriers stay
+    attached to their wgmma issue, so both replicas still issue 2 * trips wgmmas in
+    alternation.
+
+    Applies only to a loop (inner loops first; role blocks and branches entered) whose
+    bounds and enclosing conditions are the same for every replica of the agent, whose
+    step is a positive constant, whose bounds and variable the body does not assign, and
+    whose body, role blocks entered, is exactly A B C D as above: A's mma without
+    accumulator reads B from the slot of a >= 2-stage cross-partition pipe K and its other
+    inputs are not written in the body (nor the loop variable read); B has no wgmma, no
+    cross-partition synchronization and no scheduler barrier; C's mma accumulates into
+    an expression E and reads B from the slot of another such pipe V; D has only
+    same-partition pipe operations and one assignment of the product; D neither reads
+    the loop variable nor anything A or B write, and A, B do not read what D writes; C
+    and D do not read what A writes. Anything else is rendered as written."""
+    consts = dict(kernel.constexpr_values)
+    tainted = _replica_tainted(stmts, kernel)
+
+    def dirty(e):
+        return any(isinstance(x, ir.Call) and x.op == "replica_id" for x in ir.subexprs(e)) \
+            or bool(ir.expr_names(e) & tainted)
+
+    def rewrite(block, uniform):
+        out = []
+        for s in block:
+            if isinstance(s, ir.For):
+                ok = uniform and not any(dirty(e) for e in (s.start, s.stop, s.step))
+                s = ir.For(s.var, s.start, s.stop, s.step, rewrite(s.body, ok), s.loc)
+                plan = _overlap_plan(s, kernel, placement, consts) if ok else None
+                if plan:
+                    out.extend(plan)
+                    continue
+            elif isinstance(s, ir.If):
+                ok = uniform and not dirty(s.cond)
+                s = ir.If(s.cond, rewrite(s.body, ok), rewrite(s.orelse, ok), s.loc)
+            elif isinstance(s, ir.RoleBlock):
+                s = ir.RoleBlock(s.role, rewrite(s.body, uniform), s.loc)
+            out.append(s)
+        return tuple(out)
+
+    return rewrite(stmts, True)
+
+
+def _overlap_plan(loop: ir.For, kernel, placement, consts):
+    try:
+        step = evaluate(loop.step, consts)
+    except (NotConstant, TypeError):
+        return None
+    if not isinstance(step, int) or step <= 0:
+        return None
+    leaves = list(_leaves(loop.body))
+    calls = _mma_calls(loop.body)
+    tops = [s for s in leaves if isinstance(s, ir.Assign) and isinstance(s.value, ir.Call)
+            and s.value.op in ("mma", "mma_wait")]
+    if len(calls) != 4 or len(tops) != 4:
+        return None
+    a = _issue_segment(leaves, 0, kernel, placement)
+    if a is None:
+        return None
+    k_wait, a_issue, a_mma, a_wait, k_rel, i = a
+    ci = next((j for j in range(i, len(leaves)) if isinstance(leaves[j], ir.SyncOp)
+               and leaves[j].verb == "wait" and isinstance(kernel.sync_object(leaves[j].obj), ir.Pipe)
+               and placement.crosses(kernel.sync_object(leaves[j].obj))), None)
+    if ci is None:
+        return None
+    body_b = leaves[i:ci]
+    c = _issue_segment(leaves, ci, kernel, placement)
+    if c is None:
+        return None
+    v_wait, c_issue, c_mma, c_wait, v_rel, i = c
+    body_d = leaves[i:]
+    if v_wait.obj == k_wait.obj:
+        return None
+    s_name, pv = a_mma.targets[0], c_mma.targets[0]
+    if s_name == pv or len(a_mma.value.args) > 2 and not (
+            isinstance(a_mma.value.args[2], ir.Const) and a_mma.value.args[2].value is None):
+        return None
+    if len(c_mma.value.args) < 3 or isinstance(c_mma.value.args[2], ir.Const) and c_mma.value.args[2].value is None:
+        return None
+    # B: the softmax, no wgmma and no synchronization with another partition
+    for st in ir.walk(body_b):
+        if isinstance(st, (SchedBarrier, HoldInit, MmaDrain, OverlapWait)):
+            return None
+        if isinstance(st, ir.SyncOp):
+            obj = kernel.sync_object(st.obj)
+            if isinstance(obj, ir.Barrier) or placement.crosses(obj):
+                return None
+    # D: same-partition hand-offs of the product, one assignment y = product
+    alias, handoff, y = {ir.Name(pv)}, set(), None
+    for st in body_d:
+        if isinstance(st, ir.SyncOp):
+            obj = kernel.sync_object(st.obj)
+            if not isinstance(obj, ir.Pipe) or placement.crosses(obj):
+                return None
+            if st.verb == "wait" and st.target:
+                alias |= {ir.Attr(ir.Name(st.target), f) for p, f in handoff if p == st.obj}
+        elif isinstance(st, ir.SlotWrite) and st.value in alias:
+            if placement.crosses(kernel.sync_object(st.pipe)):
+                return None
+            handoff.add((st.pipe, st.field))
+        elif isinstance(st, ir.Assign) and len(st.targets) == 1 and st.value in alias and y is None:
+            y = st.targets[0]
+        else:
+            return None
+    if y is None or y in (pv, s_name):
+        return None
+    # commutation: A_{n+1} moves before B_n, D_{n-1}, C_n; D_{n-1} after A_n, A_{n+1}, B_n
+    a_st = a_issue + [a_wait, k_rel]
+    ra, wa = _reads(a_st), _writes(a_st)
+    rb, wb = _reads(body_b), _writes(body_b)
+    rc, wc = _reads(c_issue + [c_wait, v_rel]), _writes(c_issue + [c_wait, v_rel])
+    rd, wd = _reads(body_d), _writes(body_d)
+    body_w = _writes(loop.body)
+    if loop.var in body_w or loop.var in ra or loop.var in rc or loop.var in rd:
+        return None
+    if (ir.expr_names(loop.start) | ir.expr_names(loop.stop)) & body_w:
+        return None
+    if (wb | wc | wd) & (ra | wa):
+        return None
+    if (rc | rd) & wa or wd & (ra | wa | rb | wb) or rd & (wa | wb) - {pv}:
+        return None
+    if (ra - {k_wait.target, s_name}) & body_w:     # A's inputs (Q) are loop-invariant
+        return None
+    # the rotated loop
+    loc = loop.loc
+    body = (*a_issue, *c_issue,
+            OverlapWait((s_name, pv), 1, a_wait.loc, "S of this block completes; the previous PV stays in flight"),
+            k_rel, *body_b,
+            OverlapWait((pv,), 0, c_wait.loc, "the previous PV completes (it overlapped this softmax)"),
+            *body_d, v_rel)
+    new_loop = ir.For(loop.var, ir.BinOp("+", loop.start, loop.step), loop.stop, loop.step, body, loc)
+    prologue = (*a_issue, a_wait, k_rel, ir.Assign((loop.var,), loop.start, loc), *body_b)
+    epilogue = (*c_issue, OverlapWait((pv,), 0, c_wait.loc, "the last PV completes"), *body_d, v_rel)
+    return [ir.If(ir.Compare("<", loop.start, loop.stop), (*prologue, new_loop, *epilogue), (), loc)]
+
 class NvidiaRenderer(PythonRenderer):
     def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
                  options: dict | None = None):
@@ -1117,6 +1358,9 @@ class NvidiaRenderer(PythonRenderer):
             self.env[s.flag] = SCALAR
         elif isinstance(s, SchedBarrier):
             self.sched_barrier(s)
+        elif isinstance(s, OverlapWait):
+            o.line(f"{', '.join(s.targets)} = warpgroup_mma_wait({s.pending}, deps=[{', '.join(s.targets)}])"
+                   f"  # line {s.loc.line}: overlap_softmax: {s.note}")
         elif isinstance(s, MmaDrain):
             o.line(f"{s.target} = warpgroup_mma_wait(0, deps=[{s.target}])  # line {s.loc.line}: defer_mma_wait: "
                    f"the loop's last wgmma completes")
@@ -1300,7 +1544,7 @@ class NvidiaRenderer(PythonRenderer):
         which = "the last slot" if s.final else "the previous iteration's slot"
         o.line(f"mbarrier.arrive({self.bar_index(pipe, 'empty', self.ring_slot(pipe, f'{name}_released'))}, "
                f"count=1, pred={s.flag} > 0)  # line {s.loc.line}: {name}.release() of {which} "
-               f"(defer_mma_wait: its wgmma has completed)")
+               f"(held back: its wgmma has completed)")
         o.line(f"{name}_released += {s.flag}")
         if not s.final:
             o.line(f"{s.flag} = 1")
@@ -1417,8 +1661,18 @@ class NvidiaRenderer(PythonRenderer):
                 stmts = defer_mma_wait(stmts, k, self.placement)
             pp = self.pingpong_where()
             bar = dict(self.allocation.barrier_ids).get(f"{agent.name}:pingpong")
+            overlap = self.options.get("overlap_softmax", OVERLAP_DEFAULT)
+            if overlap and self.options.get("pingpong") is None:
+                # pingpong not asked for explicitly: an agent whose loop overlap_softmax
+                # rotates runs without the scheduler barriers (measured faster, see
+                # OVERLAP_DEFAULT); any other agent keeps the default ping-pong
+                rotated = overlap_softmax(stmts, k, self.placement)
+                if rotated != stmts:
+                    stmts, pp, overlap = rotated, None, False
             if pp and agent.replicas == 2 and bar is not None:
                 stmts = pingpong_schedule(stmts, k, agent, bar, self.pingpong_threads(agent), pp)
+            if overlap:
+                stmts = overlap_softmax(stmts, k, self.placement)
             self.prefs = {}
             first_site = len(self.wait_sites)
             for _ in range(2):
