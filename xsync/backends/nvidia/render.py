@@ -183,15 +183,8 @@ def _leaves(stmts):
 
 
 def _replace(stmts, repl: dict):
-    out = []
-    for s in stmts:
-        if id(s) in repl:
-            out.append(repl[id(s)])
-        elif isinstance(s, ir.RoleBlock):
-            out.append(ir.RoleBlock(s.role, tuple(_replace(s.body, repl)), s.loc))
-        else:
-            out.append(s)
-    return tuple(out)
+    """Replace statements (by identity) with others, also inside role blocks."""
+    return _splice(stmts, {key: [new] for key, new in repl.items()})
 
 
 def fuse_accumulating_mma(stmts, kernel: ir.KernelIR, placement: Placement):
@@ -522,7 +515,7 @@ def _replica_tainted(stmts, kernel) -> set:
 
 
 def _splice(stmts, repl: dict):
-    """Like _replace, but each replaced statement becomes a list of statements."""
+    """Replace statements (by identity) with lists of statements, also inside role blocks."""
     out = []
     for s in stmts:
         if id(s) in repl:
