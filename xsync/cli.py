@@ -52,9 +52,7 @@ def load_kernel(spec: str):
 
 def parse_settings(kernel, settings: list[str]) -> tuple[dict, dict]:
     """`--set BM=64 --set a=bfloat16` on top of the kernel's example specialization."""
-    constexprs = {**kernel.constexpr_defaults(),
-                  **{k: v for k, v in kernel.example.items() if not isinstance(v, api.DType)}}
-    dtypes = {k: v for k, v in kernel.example.items() if isinstance(v, api.DType)}
+    constexprs, dtypes = kernel.specialization()
     for item in settings:
         name, sep, raw = item.partition("=")
         if not sep:

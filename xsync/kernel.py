@@ -90,10 +90,6 @@ class Kernel:
     def constexpr_names(self) -> list[str]:
         return list(self._constexpr_names)
 
-    def constexpr_defaults(self) -> dict:
-        """Defaults written in the signature (`GROUP_M: xs.constexpr = 8`)."""
-        return dict(self._constexpr_defaults)
-
     def source_hash(self) -> str:
         # Computed once: every launch needs it, and reading the source costs milliseconds.
         if self._source_hash is None:
@@ -103,7 +99,7 @@ class Kernel:
     def lower(self, backend: str, constexprs: dict | None = None,
               tensor_dtypes: dict | None = None, check: bool | None = None) -> Lowered:
         """Frontend, placement, verification and allocation for one specialization."""
-        constexprs, tensor_dtypes = self._example_defaults(constexprs, tensor_dtypes)
+        constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
         kernel = parse_kernel(self.fn, constexprs, tensor_dtypes)
         placement = place(kernel, backend)
         run_check = enabled_verification() if check is None else check
@@ -111,7 +107,9 @@ class Kernel:
         allocation = allocate(kernel, placement)
         return Lowered(kernel, placement, allocation, report, backend)
 
-    def _example_defaults(self, constexprs, tensor_dtypes):
+    def specialization(self, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
+        """(constexprs, tensor dtypes): the given ones, else the kernel's ``example=``, with
+        signature defaults (`GROUP_M: xs.constexpr = 8`) filling the constexprs left out."""
         if constexprs is None:
             constexprs = {k: v for k, v in self.example.items() if not isinstance(v, api.DType)}
         if tensor_dtypes is None:
@@ -119,7 +117,7 @@ class Kernel:
         return {**self._constexpr_defaults, **constexprs}, dict(tensor_dtypes)
 
     def compile(self, backend: str, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
-        constexprs, tensor_dtypes = self._example_defaults(constexprs, tensor_dtypes)
+        constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
         key = (self.source_hash(), backend, tuple(sorted(constexprs.items())),
                tuple(sorted((k, v.name) for k, v in tensor_dtypes.items())), enabled_verification())
         with self._lock:

@@ -332,7 +332,7 @@ def trace_kernel(kernel, settings: dict | None = None, *, constexprs: dict | Non
 
     settings = dict(settings or {})
     if constexprs is None or dtypes is None:
-        constexprs, dtypes = kernel._example_defaults(None, None)  # noqa: SLF001
+        constexprs, dtypes = kernel.specialization()
     if kernel.trace is None or backend != "cpu":
         try:
             kernel.lower(backend, constexprs, dtypes, check=True)
