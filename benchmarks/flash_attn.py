@@ -61,7 +61,7 @@ def sdpa_runner(backend_name, q, k, v, causal):
 
 def measure_point(p, progress=None):
     import torch
-    from kernels.flash_attn import attention
+    from xsync.kernels.flash_attn import attention
 
     b, h, s, d, causal = p["b"], p["h"], p["s"], p["d"], p["causal"]
     torch.manual_seed(0)
@@ -89,7 +89,7 @@ def measure_point(p, progress=None):
 
 def measure_varlen():
     import torch
-    from kernels.flash_attn import attention_varlen
+    from xsync.kernels.flash_attn import attention_varlen
 
     lens = [128, 8192, 512, 4096, 256, 2048, 1024, 6144, 384, 3072, 768, 5120, 1536, 7168, 640, 2560]
     h, d = 16, 128

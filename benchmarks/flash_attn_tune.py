@@ -48,9 +48,9 @@ VARIANTS = {
 
 
 def setup(variant):
-    import kernels.flash_attn.ops as ops
+    import xsync.kernels.flash_attn.ops as ops
     import xsync.backends.nvidia as nv
-    from kernels.flash_attn.kernel import attention_fwd
+    from xsync.kernels.flash_attn.kernel import attention_fwd
 
     blocks, opts = VARIANTS[variant]
     base = ops.block_sizes.__wrapped__ if hasattr(ops.block_sizes, "__wrapped__") else ops.block_sizes
@@ -82,7 +82,7 @@ def ref(q, k, v, causal):
 
 def check(ds):
     import torch
-    from kernels.flash_attn.ops import attention_impl
+    from xsync.kernels.flash_attn.ops import attention_impl
     worst = 0.0
     for d in ds:
         for causal in (False, True):
@@ -136,7 +136,7 @@ def main():
         refs[(d, s, c)] = row
         print(f"SDPA d={d} s={s} causal={int(c)}: cudnn {row['cudnn']:.0f} flash {row['flash']:.0f}", flush=True)
     results = {}
-    from kernels.flash_attn.ops import attention_impl
+    from xsync.kernels.flash_attn.ops import attention_impl
     for var in args.variants.split(","):
         t0 = time.time()
         try:

@@ -30,7 +30,7 @@ def main(argv=None):
     import triton
 
     import xsync as xs
-    from kernels.gemm import gemm
+    from xsync.kernels.gemm import gemm
     from xsync.backends.nvidia import compile_kernel
 
     ap = argparse.ArgumentParser()

@@ -1,5 +1,10 @@
 """xsync: one producer/consumer synchronization vocabulary for accelerator kernels,
 lowered onto NVIDIA Hopper (Gluon), Huawei Ascend (triton-ascend) and a CPU emulator."""
+import os as _os
+
+from xsync import _source_kernels
+
+_source_kernels.install(_os.path.dirname(_os.path.abspath(__file__)))
 # Load the xsync.kernel submodule first: importing it later (from api.kernel) would rebind
 # the package attribute `xsync.kernel` from the decorator to the module.
 import xsync.kernel as _kernel_module  # noqa: E402,F401

@@ -6,7 +6,7 @@
     xsync bench flash_attn|gemm [--quick]   benchmark vs torch on a GPU, with a progress bar
     xsync demo     the main job: examples + flash attention on the default backend vs torch
 
-MODULE is an importable module (``kernels.gemm``) or a path to a .py file.
+MODULE is an importable module (``xsync.kernels.gemm``) or a path to a .py file.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def load_kernel(spec: str):
     from xsync.kernel import Kernel
 
     if ":" not in spec:
-        raise SystemExit(f"xsync: expected MODULE:KERNEL, got {spec!r} (e.g. kernels.gemm:gemm)")
+        raise SystemExit(f"xsync: expected MODULE:KERNEL, got {spec!r} (e.g. xsync.kernels.gemm:gemm)")
     mod_name, _, attr = spec.rpartition(":")
     if mod_name.endswith(".py") or os.sep in mod_name:
         path = os.path.abspath(mod_name)
@@ -215,7 +215,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="protocol, allocation and verifier verdict per backend")
-    p.add_argument("kernel", help="MODULE:KERNEL, e.g. kernels.gemm:gemm")
+    p.add_argument("kernel", help="MODULE:KERNEL, e.g. xsync.kernels.gemm:gemm")
     p.add_argument("--backend", choices=BACKENDS)
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="constexpr value or tensor dtype (e.g. BM=64, a=float16)")

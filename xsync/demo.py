@@ -25,7 +25,7 @@ def _cdiv(a, b):
 
 
 def run_gemm(dev):
-    from kernels.gemm import gemm
+    from xsync.kernels.gemm import gemm
 
     M, N, K = 200, 136, 320
     a, b = torch.randn(M, K, device=dev).bfloat16(), torch.randn(K, N, device=dev).bfloat16()
@@ -40,7 +40,7 @@ def run_gemm(dev):
 
 
 def run_gemm_softmax(dev):
-    from kernels.gemm_softmax import gemm_softmax
+    from xsync.kernels.gemm_softmax import gemm_softmax
 
     M, N, K, TILES = 96, 200, 128, 2
     BM, BN = (64, 64)
@@ -68,7 +68,7 @@ def _reference(q, k, v, causal, scale):
 
 
 def run_attention(dev, B, H, HKV, S, D, causal):
-    from kernels.flash_attn import attention
+    from xsync.kernels.flash_attn import attention
 
     q = torch.randn(B, H, S, D, device=dev).bfloat16()
     k = torch.randn(B, HKV, S, D, device=dev).bfloat16()
@@ -83,7 +83,7 @@ def run_attention(dev, B, H, HKV, S, D, causal):
 
 
 def run_varlen(dev):
-    from kernels.flash_attn import attention_varlen
+    from xsync.kernels.flash_attn import attention_varlen
 
     lens = [7, 64, 33, 120]
     H, HKV, D = 4, 2, 64
@@ -110,7 +110,7 @@ def _sync(dev):
 
 
 def main(args=None) -> int:
-    from kernels.flash_attn.kernel import attention_fwd
+    from xsync.kernels.flash_attn.kernel import attention_fwd
     from xsync.backends import select
     from xsync.cli import describe
 

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from kernels.flash_attn.kernel import attention_fwd
+from xsync.kernels.flash_attn.kernel import attention_fwd
 from xsync.errors import LaunchError
 
 HEAD_DIMS = (64, 128)

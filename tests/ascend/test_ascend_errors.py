@@ -3,7 +3,7 @@ file:line, the pipes/events involved and the fix."""
 import ascend_cases as cases
 import pytest
 
-from kernels.gemm_softmax import gemm_softmax
+from xsync.kernels.gemm_softmax import gemm_softmax
 from xsync.backends.ascend import DEFAULT_CORES, compile_kernel
 from xsync.errors import AllocationError, BackendError, LaunchError, ProtocolError
 
@@ -102,7 +102,7 @@ def test_grid_larger_than_core_count(monkeypatch):
 
 
 def test_kernel_without_barrier_has_no_grid_limit():
-    from kernels.gemm import gemm
+    from xsync.kernels.gemm import gemm
     gemm.compile("ascend").check_grid((10_000, 10))
 
 

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-import kernels
-from kernels.gemm import gemm
-from kernels.gemm_softmax import gemm_softmax
+import xsync.kernels as kernels
+from xsync.kernels.gemm import gemm
+from xsync.kernels.gemm_softmax import gemm_softmax
 from xsync.backends.ascend import compile_hivm, compile_kernel
 from xsync.backends.ascend.render import core_of_kind
 from xsync.kernel import Kernel
@@ -19,7 +19,7 @@ SCALARS = {"sm_scale": "fp32"}
 def all_kernels():
     """Every xsync kernel under kernels/ (flash_attn included once it exists)."""
     found = {}
-    for mod in pkgutil.walk_packages(kernels.__path__, "kernels."):
+    for mod in pkgutil.walk_packages(kernels.__path__, "xsync.kernels."):
         module = importlib.import_module(mod.name)
         for value in vars(module).values():
             if isinstance(value, Kernel):
@@ -96,7 +96,7 @@ def test_every_kernel_compiles_with_its_allocation(kernel, triton_ascend):
 
 def test_flash_attn_flags_when_present(triton_ascend):
     try:
-        from kernels.flash_attn import attention_fwd
+        from xsync.kernels.flash_attn import attention_fwd
     except ImportError:
         pytest.skip("kernels/flash_attn is not there yet")
     lowered = attention_fwd.lower("ascend")

@@ -3,8 +3,8 @@ here is reported as skipped, with the reason, on a machine without torch_npu / a
 import pytest
 import torch
 
-from kernels.gemm import gemm
-from kernels.gemm_softmax import gemm_softmax
+from xsync.kernels.gemm import gemm
+from xsync.kernels.gemm_softmax import gemm_softmax
 from xsync.backends.ascend import availability
 
 OK, WHY = availability()
@@ -41,7 +41,7 @@ def test_gemm_softmax():
 @npu
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention(causal):
-    fa = pytest.importorskip("kernels.flash_attn")
+    fa = pytest.importorskip("xsync.kernels.flash_attn")
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 256, 128, dtype=torch.bfloat16, device="npu") for _ in range(3))
     o, _ = fa.attention(q, k, v, causal=causal)

@@ -7,8 +7,8 @@ import os
 import ascend_cases as cases
 import pytest
 
-from kernels.gemm import gemm
-from kernels.gemm_softmax import gemm_softmax
+from xsync.kernels.gemm import gemm
+from xsync.kernels.gemm_softmax import gemm_softmax
 from test_ascend_hivm import all_kernels
 from xsync.backends import ascend
 from xsync.backends.ascend import compile_kernel, select_form

@@ -12,7 +12,7 @@ def xsync(*args):
 
 
 def test_check_prints_protocol_allocation_and_verdict():
-    r = xsync("check", "kernels.gemm_softmax:gemm_softmax")
+    r = xsync("check", "xsync.kernels.gemm_softmax:gemm_softmax")
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "pipe    scores" in out and "barrier team" in out
@@ -31,21 +31,21 @@ def test_check_reports_counterexample_and_fails():
 
 
 def test_check_flash_attention_all_backends():
-    r = xsync("check", "kernels.flash_attn.kernel:attention_fwd", "--set", "CAUSAL=0")
+    r = xsync("check", "xsync.kernels.flash_attn.kernel:attention_fwd", "--set", "CAUSAL=0")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "register hand-off" in r.stdout                    # hopper: mma+softmax share a warpgroup
     assert "GM workspace ring" in r.stdout                    # ascend: cube<->vector workspace
 
 
 def test_lower_cpu_writes_files(tmp_path):
-    r = xsync("lower", "kernels.gemm:gemm", "--backend", "cpu", "--out", str(tmp_path))
+    r = xsync("lower", "xsync.kernels.gemm:gemm", "--backend", "cpu", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "def agent_load(ag" in (tmp_path / "gemm.cpu.py").read_text()
     assert "allocation for cpu" in (tmp_path / "gemm.cpu.alloc.txt").read_text()
 
 
 def test_bad_spec_is_a_clear_error():
-    r = xsync("check", "kernels.gemm:nope")
+    r = xsync("check", "xsync.kernels.gemm:nope")
     assert r.returncode != 0 and "has no xsync kernel 'nope'" in r.stderr + r.stdout
 
 
@@ -53,7 +53,7 @@ def test_lower_every_backend_prints_generated_source():
     expect = {"cpu": "def agent_load(ag",
               "nvidia": "gl.warp_specialize(", "ascend": "tl.sync_block_set("}
     for backend, needle in expect.items():
-        r = xsync("lower", "kernels.flash_attn.kernel:attention_fwd", "--backend", backend)
+        r = xsync("lower", "xsync.kernels.flash_attn.kernel:attention_fwd", "--backend", backend)
         assert r.returncode == 0, r.stderr
         assert needle in r.stdout, backend
         assert f"allocation for {backend}" in r.stdout

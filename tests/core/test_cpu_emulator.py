@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import xsync as xs
-from kernels.gemm import gemm
-from kernels.gemm_softmax import gemm_softmax
+from xsync.kernels.gemm import gemm
+from xsync.kernels.gemm_softmax import gemm_softmax
 from tests.core import broken_kernels as bk
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import xsync as xs
-from kernels.gemm import gemm
-from kernels.flash_attn import attention
+from xsync.kernels.gemm import gemm
+from xsync.kernels.flash_attn import attention
 from tests.core import broken_kernels as bk
 from tests.core.test_verifier import bug_line
 from xsync.errors import XSyncError
@@ -78,7 +78,7 @@ def test_backend_errors(monkeypatch):
     assert "cpu, nvidia, ascend" in info.value.fix
     monkeypatch.setenv("XSYNC_BACKEND", "")
     monkeypatch.setenv("XSYNC_ASCEND_EVENT_IDS", "99")
-    from kernels.gemm_softmax import gemm_softmax
+    from xsync.kernels.gemm_softmax import gemm_softmax
     with pytest.raises(xs.BackendError, match="XSYNC_ASCEND_EVENT_IDS") as info:
         gemm_softmax.lower("ascend")
     assert "1 to 16" in str(info.value) and info.value.fix

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import xsync as xs
-from kernels.flash_attn import attention, attention_varlen
+from xsync.kernels.flash_attn import attention, attention_varlen
 
 
 def reference(q, k, v, causal, scale):

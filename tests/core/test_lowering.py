@@ -3,8 +3,8 @@ import re
 
 import pytest
 
-from kernels.gemm import gemm
-from kernels.gemm_softmax import gemm_softmax
+from xsync.kernels.gemm import gemm
+from xsync.kernels.gemm_softmax import gemm_softmax
 from xsync.lowering import ir
 from xsync.lowering.slicing import slice_agent
 

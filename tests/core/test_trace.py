@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 import torch
 
-from kernels.flash_attn.kernel import attention_fwd
-from kernels.gemm import gemm
-from kernels.gemm_softmax import gemm_softmax
+from xsync.kernels.flash_attn.kernel import attention_fwd
+from xsync.kernels.gemm import gemm
+from xsync.kernels.gemm_softmax import gemm_softmax
 from tests.core import broken_kernels as bk
 from xsync import trace as tr
 from xsync.backends.cpu import runtime
@@ -190,7 +190,7 @@ def test_bad_output_name(tmp_path):
 
 def test_cli_trace(tmp_path):
     out = tmp_path / "gemm.svg"
-    r = subprocess.run([sys.executable, "-m", "xsync", "trace", "kernels.gemm:gemm", "--out", str(out),
+    r = subprocess.run([sys.executable, "-m", "xsync", "trace", "xsync.kernels.gemm:gemm", "--out", str(out),
                         "--set", "STAGES=3", "--grid", "1,1"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr

@@ -5,8 +5,8 @@ import re
 import pytest
 
 import xsync as xs
-from kernels.gemm import gemm
-from kernels.gemm_softmax import gemm_softmax
+from xsync.kernels.gemm import gemm
+from xsync.kernels.gemm_softmax import gemm_softmax
 from tests.nvidia.nv_kernels import gemm_extra_wait, handoff
 from xsync.backends.nvidia import bars_offset_from_ptx, compile_ptx
 from xsync.errors import BackendError
@@ -145,7 +145,7 @@ def test_register_b_operand_is_rejected():
 def test_flash_attention_single_source_compiles():
     """kernels/flash_attn on Hopper: K/V by TMA, two ping-pong consumer warpgroups whose
     mma and softmax roles share registers (no barrier for s_out / p_in / pv_out)."""
-    from kernels.flash_attn import attention_fwd
+    from xsync.kernels.flash_attn import attention_fwd
 
     from xsync.backends.nvidia import resolve_options
     from xsync.backends.nvidia.render import OVERLAP_DEFAULT
@@ -166,7 +166,7 @@ def test_flash_attention_pv_fused_into_accumulator():
     """The kernel writes the split form (`pv = mma(p, v)`, then `o_acc = o_acc * alpha + pv`
     in the softmax role); on Hopper both ends share a partition, so the renderer fuses it
     into one accumulating wgmma (DESIGN §7) and Q is converted to the operand layout once."""
-    from kernels.flash_attn import attention_fwd
+    from xsync.kernels.flash_attn import attention_fwd
 
     consts = dict(BM=64, BN=128, D=128, CAUSAL=0, STAGES=2)
     fused = compile_ptx(attention_fwd, consts, scalar_types={"sm_scale": "fp32"},
@@ -298,7 +298,7 @@ def test_flash_attention_pingpong_scheduler_barriers(where):
     through the scheduler barrier pair the allocation reserves (256 threads each):
     replica r bar.syncs lo + r before its wgmma, bar.arrives lo + 1 - r after; replica 1
     arrives once before the loop, replica 0 once after it (balanced at exit)."""
-    from kernels.flash_attn import attention_fwd
+    from xsync.kernels.flash_attn import attention_fwd
 
     lowered = attention_fwd.lower("nvidia", dict(BM=64, BN=128, D=128, CAUSAL=1, STAGES=2))
     row = next(r for r in lowered.allocation.rows if r.what == "scheduler barriers")
@@ -334,7 +334,7 @@ def test_pingpong_off_and_replica_dependent_loops_untouched(monkeypatch):
     """On by default ("each"); off by option: no scheduler barrier in the source. A loop whose trip count
     depends on the replica is left as written (the replicas could disagree on the
     number of turns)."""
-    from kernels.flash_attn import attention_fwd
+    from xsync.kernels.flash_attn import attention_fwd
     from xsync.backends.nvidia.render import SchedBarrier, pingpong_schedule
     from xsync.lowering import ir
     from xsync.lowering.slicing import slice_agent
@@ -396,7 +396,7 @@ def test_flash_attention_overlap_softmax(causal):
     the first softmax is peeled into the prologue and the last PV into the epilogue, so
     K and V are each waited and released twice in the source (prologue/epilogue + loop).
     ptxas keeps the wgmmas asynchronous (no C7514 serialization)."""
-    from kernels.flash_attn import attention_fwd
+    from xsync.kernels.flash_attn import attention_fwd
 
     consts = dict(BM=64, BN=128, D=128, CAUSAL=causal, STAGES=2)
     r = compile_ptx(attention_fwd, consts, scalar_types={"sm_scale": "fp32"},
@@ -434,7 +434,7 @@ def test_overlap_softmax_switch_and_non_matching(monkeypatch):
     """Off: the loop is rendered as written. XSYNC_NV_OVERLAP=1 turns it on. A loop the
     rewrite does not match exactly is left alone: ping-pong placement "wrap" (its turn
     spans the softmax), the unfused split form (no accumulating PV), other kernels."""
-    from kernels.flash_attn import attention_fwd
+    from xsync.kernels.flash_attn import attention_fwd
     from xsync.backends.nvidia import render_source, resolve_options
     from xsync.backends.nvidia.render import OVERLAP_DEFAULT
 

@@ -31,7 +31,7 @@ def padded(rows, cols, dtype, fill=None):
 def test_gemm_numerics(stages, shape):
     import torch
 
-    from kernels.gemm import gemm
+    from xsync.kernels.gemm import gemm
 
     M, N, K = shape
     torch.manual_seed(0)
@@ -62,7 +62,7 @@ def softmax_blocks(x, n, block):
 def test_gemm_softmax_numerics(shape):
     import torch
 
-    from kernels.gemm_softmax import gemm_softmax
+    from xsync.kernels.gemm_softmax import gemm_softmax
 
     M, N, K = shape
     torch.manual_seed(1)
@@ -116,7 +116,7 @@ def test_flash_attention_single_source(d, causal, sq, sk, monkeypatch):
 
     import torch
 
-    from kernels.flash_attn.ops import attention_impl
+    from xsync.kernels.flash_attn.ops import attention_impl
 
     monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
     torch.manual_seed(2)
