@@ -13,6 +13,7 @@ from xsync.api import (  # noqa: F401
     int32, kernel, load, load_scalar, log2, max, maximum, minimum, mma, mma_wait, num_programs, pipe,
     program_id, replica_id, role, signal, store, sum, tile, trans, wait, where, zeros,
 )
+from xsync.config import ConfigError, options  # noqa: F401
 from xsync.errors import (  # noqa: F401
     AllocationError, BackendError, DeadlockError, KernelSourceError, LaunchError, ProtocolError,
     StallError, XSyncError,

@@ -6,9 +6,11 @@ import tempfile
 
 
 def cache_dir(*parts: str) -> str:
-    """Where generated sources live: $XSYNC_CACHE_DIR (default ~/.cache/xsync)/parts."""
-    root = os.environ.get("XSYNC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "xsync")
-    return os.path.join(root, *parts)
+    """Where generated sources live: the cache_dir option (XSYNC_CACHE_DIR, default
+    ~/.cache/xsync)/parts."""
+    from xsync import config
+
+    return config.cache_dir(*parts)
 
 
 def write_atomic(path: str, data: str | bytes):

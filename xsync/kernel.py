@@ -17,7 +17,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from xsync import api
+from xsync import api, config
 from xsync.errors import LaunchError
 from xsync.files import write_atomic
 from xsync.lowering import ir
@@ -46,13 +46,16 @@ class Kernel:
 
     example: the specialization ``xsync check``/``lower`` use (constexpr values and
     tensor dtypes by parameter name).
+    options: configuration defaults for this kernel (``xsync.config`` option names, e.g.
+    ``{"nv_pingpong": "0"}``); the environment is below them, ``with xsync.options(...)``
+    above them.
     trace: optional ``fn(settings) -> (grid, args, kwargs)`` building a *small* launch
     (tiny tensors, 1-2 programs) that ``xsync trace`` runs on the CPU emulator as
     ``kernel[grid](*args, **kwargs)``; ``settings`` holds the ``--set NAME=VALUE`` values
     (ints, floats, strings, xs dtypes) for the hook to honour. See ``xsync.trace``.
     """
 
-    def __init__(self, fn, example: dict | None = None, trace=None):
+    def __init__(self, fn, example: dict | None = None, trace=None, options: dict | None = None):
         if trace is not None and not callable(trace):
             raise TypeError(f"@xs.kernel(trace=...) of '{fn.__name__}' must be a function "
                             f"settings -> (grid, args, kwargs), got {type(trace).__name__}")
@@ -62,6 +65,8 @@ class Kernel:
         self.__doc__ = fn.__doc__
         self.signature = inspect.signature(fn)
         self.example = dict(example or {})
+        # Configuration defaults of this kernel (xsync.config option names).
+        self.options = config.kernel_options(options, fn.__name__)
         self._cache: dict = {}
         self._lock = threading.Lock()
         self._source_hash: str | None = None
@@ -99,6 +104,10 @@ class Kernel:
     def lower(self, backend: str, constexprs: dict | None = None,
               tensor_dtypes: dict | None = None, check: bool | None = None) -> Lowered:
         """Frontend, placement, verification and allocation for one specialization."""
+        with config.kernel_scope(self.options):
+            return self._lower(backend, constexprs, tensor_dtypes, check)
+
+    def _lower(self, backend, constexprs, tensor_dtypes, check) -> Lowered:
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
         kernel = parse_kernel(self.fn, constexprs, tensor_dtypes)
         placement = place(kernel, backend)
@@ -117,9 +126,15 @@ class Kernel:
         return {**self._constexpr_defaults, **constexprs}, dict(tensor_dtypes)
 
     def compile(self, backend: str, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
+        with config.kernel_scope(self.options):
+            return self._compile(backend, constexprs, tensor_dtypes)
+
+    def _compile(self, backend, constexprs, tensor_dtypes):
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
+        settings = config.current()
+        # The resolved configuration is part of the key: changing an option recompiles.
         key = (self.source_hash(), backend, tuple(sorted(constexprs.items())),
-               tuple(sorted((k, v.name) for k, v in tensor_dtypes.items())), enabled_verification())
+               tuple(sorted((k, v.name) for k, v in tensor_dtypes.items())), settings.codegen_key())
         with self._lock:
             compiled = self._cache.get(key)
         if compiled is None:
@@ -129,7 +144,7 @@ class Kernel:
             compiled.lowered = lowered
             with self._lock:
                 self._cache[key] = compiled
-        dump_dir = os.environ.get("XSYNC_DUMP")
+        dump_dir = settings.dump
         if dump_dir:
             dump(dump_dir, compiled.lowered, compiled.source)
         return compiled
@@ -171,15 +186,16 @@ class Kernel:
     def launch(self, grid, args, kwargs, backend: str | None = None):
         from xsync.backends import select
 
-        name = select(backend)
-        run_args, constexprs, dtypes = self.bind(args, kwargs)
-        if callable(grid):
-            grid = grid(constexprs)
-        grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
-        if not grid or any(g < 0 for g in grid) or len(grid) > 3:
-            raise LaunchError(f"kernel '{self.__name__}': grid {grid} must be 1-3 non-negative sizes")
-        compiled = self.compile(name, constexprs, dtypes)
-        compiled.launch(grid, run_args)
+        with config.kernel_scope(self.options):
+            name = select(backend)
+            run_args, constexprs, dtypes = self.bind(args, kwargs)
+            if callable(grid):
+                grid = grid(constexprs)
+            grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
+            if not grid or any(g < 0 for g in grid) or len(grid) > 3:
+                raise LaunchError(f"kernel '{self.__name__}': grid {grid} must be 1-3 non-negative sizes")
+            compiled = self._compile(name, constexprs, dtypes)
+            compiled.launch(grid, run_args)
         return compiled
 
 

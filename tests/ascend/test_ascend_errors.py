@@ -107,7 +107,11 @@ def test_kernel_without_barrier_has_no_grid_limit():
 
 
 def test_unknown_form(monkeypatch):
+    from xsync.backends.ascend import select_form
+    from xsync.config import ConfigError
     monkeypatch.setenv("XSYNC_ASCEND_FORM", "fancy")
-    with pytest.raises(BackendError, match="unknown Ascend source form 'fancy'"):
-        from xsync.backends.ascend import select_form
+    with pytest.raises(ConfigError, match="XSYNC_ASCEND_FORM=fancy is not valid"):
         select_form()
+    monkeypatch.delenv("XSYNC_ASCEND_FORM")
+    with pytest.raises(BackendError, match="unknown Ascend source form 'fancy'"):
+        select_form("fancy")

@@ -26,7 +26,9 @@ def availability(name: str) -> tuple[bool, str]:
 
 
 def select(name: str | None = None) -> str:
-    raw = name if name is not None else os.environ.get("XSYNC_BACKEND", "")
+    from xsync import config
+
+    raw = name if name is not None else config.current().backend
     raw = raw.strip().lower()
     if raw in ("", "auto"):
         for candidate in ("nvidia", "ascend"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from xsync import config
 from xsync.errors import AllocationError
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
@@ -163,8 +164,7 @@ def _nvidia(kernel, placement):
     # mma, taken below the user barriers; skipped when XSYNC_NV_PINGPONG=0 or no pair is free.
     top = HOPPER_NAMED_BARRIERS - 1 - len(kernel.barriers)
     for a in ordered:
-        if not _pingpong_candidate(kernel, a) or os.environ.get("XSYNC_NV_PINGPONG", "").strip().lower() \
-                in ("0", "false", "off", "no"):
+        if not _pingpong_candidate(kernel, a) or config.current().nv_pingpong == "0":
             continue
         lo = top - 1
         if lo < reserved:
@@ -232,18 +232,8 @@ def _src_count(kernel, placement, e):
 
 # ---------------------------------------------------------------- ascend
 def ascend_event_budget() -> int:
-    raw = os.environ.get("XSYNC_ASCEND_EVENT_IDS", "")
-    if not raw:
-        return ASCEND_EVENT_IDS
-    try:
-        cap = int(raw)
-    except ValueError:
-        cap = -1
-    if not 1 <= cap <= ASCEND_EVENT_IDS:
-        from xsync.errors import BackendError
-        raise BackendError(f"XSYNC_ASCEND_EVENT_IDS={raw!r} is not a number from 1 to 16",
-                           fix="unset it (16 IDs) or set a lower cap, e.g. 11 for CANN documenting 0-10")
-    return cap
+    cap = config.current().ascend_event_ids
+    return ASCEND_EVENT_IDS if cap is None else cap
 
 
 def _ascend(kernel, placement):

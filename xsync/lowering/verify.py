@@ -63,7 +63,9 @@ class VerifyReport:
 
 
 def enabled_verification() -> bool:
-    return os.environ.get("XSYNC_VERIFY", "1").strip().lower() not in ("0", "false", "off", "no")
+    from xsync import config
+
+    return bool(config.current().verify)
 
 
 def verify(kernel: ir.KernelIR, placement: Placement) -> VerifyReport:

@@ -28,7 +28,7 @@ import math
 import os
 import threading
 
-from xsync import files
+from xsync import config, files
 from xsync.backends.ascend import render as _render
 from xsync.errors import BackendError, LaunchError
 from xsync.lowering import ir
@@ -63,7 +63,7 @@ def scope_form_available() -> bool:
 
 
 def select_form(form: str | None = None) -> str:
-    raw = (form if form is not None else os.environ.get("XSYNC_ASCEND_FORM", "")).strip().lower()
+    raw = (form if form is not None else config.current().ascend_form).strip().lower()
     if raw in ("", "auto"):
         return "scope" if scope_form_available() else "release"
     if raw not in _render.FORMS:
@@ -74,15 +74,8 @@ def select_form(form: str | None = None) -> str:
 
 def core_count() -> tuple[int, str]:
     """(AI cores a launch may keep resident, where the number came from)."""
-    raw = os.environ.get("XSYNC_ASCEND_CORES", "").strip()
-    if raw:
-        try:
-            n = int(raw)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise BackendError(f"XSYNC_ASCEND_CORES={raw!r} is not a positive number",
-                               fix="unset it (ask the device) or set the AI core count, e.g. 20")
+    n = config.current().ascend_cores
+    if n is not None:
         return n, "XSYNC_ASCEND_CORES"
     try:
         import torch

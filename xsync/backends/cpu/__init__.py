@@ -5,6 +5,7 @@ import linecache
 import os
 from dataclasses import dataclass
 
+from xsync import config
 from xsync.backends.cpu import runtime
 from xsync.backends.cpu.render import render
 from xsync.lowering import ir
@@ -23,7 +24,7 @@ class CompiledCpu:
     agent_functions: dict
 
     def launch(self, grid: tuple[int, ...], args: dict):
-        timeout = float(os.environ.get("XSYNC_CPU_TIMEOUT", "600"))
+        timeout = config.current().cpu_timeout
         runtime.run_grid(self, grid, args, timeout)
 
 

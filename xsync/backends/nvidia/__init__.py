@@ -45,7 +45,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from xsync import files
+from xsync import config, files
 from xsync.errors import BackendError, LaunchError, SourceLoc, StallError
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
@@ -82,30 +82,18 @@ def _probe() -> tuple[bool, str]:
 
 
 # ---------------------------------------------------------------- options
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "off", "no")
+# renderer option -> xsync.config option (None there means "the renderer's default")
+_OPTION_NAMES = {"producer_regs": "nv_producer_regs", "consumer_regs": "nv_consumer_regs",
+                 "maxnreg": "nv_maxnreg", "hang_timeout_ms": "hang_timeout_ms",
+                 "debug_hang": "debug_hang", "fuse_mma": "nv_fuse_mma",
+                 "defer_mma_wait": "nv_defer_mma_wait", "overlap_softmax": "nv_overlap",
+                 "pingpong": "nv_pingpong"}
 
 
 def resolve_options(options: dict | None = None) -> dict:
-    """Kernel options from ``options`` over the environment."""
-    out = {}
-    env = {"producer_regs": "XSYNC_NV_PRODUCER_REGS", "consumer_regs": "XSYNC_NV_CONSUMER_REGS",
-           "maxnreg": "XSYNC_NV_MAXNREG", "hang_timeout_ms": "XSYNC_HANG_TIMEOUT_MS"}
-    for key, var in env.items():
-        raw = os.environ.get(var, "").strip()
-        if raw:
-            try:
-                out[key] = int(raw)
-            except ValueError as exc:
-                raise BackendError(f"{var}={raw!r} is not an integer", fix=f"unset {var} or give a number") from exc
-    out["debug_hang"] = _env_flag("XSYNC_DEBUG_HANG")
-    for key, var in (("fuse_mma", "XSYNC_NV_FUSE_MMA"), ("defer_mma_wait", "XSYNC_NV_DEFER_MMA_WAIT"),
-                     ("overlap_softmax", "XSYNC_NV_OVERLAP")):
-        if os.environ.get(var, "").strip():
-            out[key] = _env_flag(var)
-    raw = os.environ.get("XSYNC_NV_PINGPONG", "").strip()
-    if raw:
-        out["pingpong"] = raw
+    """Renderer options: ``options`` over the configuration (xsync.config)."""
+    settings = config.current()
+    out = {key: settings[name] for key, name in _OPTION_NAMES.items() if settings[name] is not None}
     out.update({k: v for k, v in (options or {}).items() if v is not None})
     return out
 

@@ -1,0 +1,303 @@
+"""Configuration: the one module that reads ``XSYNC_*`` environment variables.
+
+Every option has a typed spec (:class:`Option`): its Python name, its environment
+variable, how a value is parsed and validated, its default, and whether it changes the
+generated code (then it is part of the compile cache key). Values come from, in order of
+precedence:
+
+    1. ``with xsync.options(name=value, ...):``   (innermost block wins; per thread/task)
+    2. ``@xs.kernel(options={...})``               (defaults of one kernel)
+    3. the environment (``XSYNC_<NAME>``)
+    4. the option's default
+
+A bad value is an error that names the variable (or keyword), the value and the valid
+ones; nothing else in xsync looks at ``os.environ``. ``python -m xsync config`` prints
+the resolved configuration.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from xsync.errors import XSyncError
+
+
+class ConfigError(XSyncError):
+    """An XSYNC_* variable or an xsync.options(...) keyword has an invalid value."""
+
+
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("0", "false", "off", "no")
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str                     # Python keyword: xsync.options(name=...)
+    env: str                      # environment variable
+    kind: str                     # bool | int | float | choice | path
+    default: Any
+    doc: str
+    codegen: bool = False         # changes generated code -> part of the compile cache key
+    choices: tuple = ()
+    low: float | None = None
+    high: float | None = None
+    multiple_of: int | None = None
+    aliases: dict = field(default_factory=dict)   # accepted spellings -> canonical choice
+
+    def valid(self) -> str:
+        if self.kind == "bool":
+            return "one of " + ", ".join(_TRUE + _FALSE)
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind in ("int", "float"):
+            rng = []
+            if self.low is not None:
+                rng.append(f">= {self.low:g}")
+            if self.high is not None:
+                rng.append(f"<= {self.high:g}")
+            what = "an integer" if self.kind == "int" else "a finite number"
+            extra = f", a multiple of {self.multiple_of}" if self.multiple_of else ""
+            return what + (" " + " and ".join(rng) if rng else "") + extra
+        return "a directory path"
+
+    def parse(self, raw: Any, source: str) -> Any:
+        """The validated value of ``raw`` (text from the environment or a Python value)."""
+        def bad(reason: str = "") -> ConfigError:
+            if source.endswith("=)"):      # a keyword: xsync.options(name=value)
+                head = f"{source[:-1]}{raw!r})"
+            else:                           # an environment variable
+                head = f"{source}={raw if isinstance(raw, str) else repr(raw)}"
+            why = f": {reason}" if reason else ""
+            return ConfigError(f"{head} is not valid{why}",
+                               fix=f"{self.env} ({self.doc}) takes {self.valid()}; unset it for the "
+                                   f"default ({self.default_text()})")
+        if raw is None:
+            return None
+        if self.kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in _TRUE:
+                return True
+            if text in _FALSE:
+                return False
+            raise bad()
+        if self.kind == "choice":
+            text = str(raw).strip().lower() if not isinstance(raw, bool) else ("1" if raw else "0")
+            text = self.aliases.get(text, text)
+            if text not in self.choices:
+                raise bad()
+            return text
+        if self.kind == "path":
+            text = os.fspath(raw) if not isinstance(raw, str) else raw
+            if not text.strip():
+                raise bad("empty")
+            return text
+        # numbers
+        if isinstance(raw, bool):
+            raise bad()
+        try:
+            value = float(raw) if self.kind == "float" else int(str(raw).strip(), 10) \
+                if isinstance(raw, str) else raw
+        except (TypeError, ValueError):
+            raise bad() from None
+        if self.kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            raise bad()
+        if self.kind == "float":
+            value = float(value)
+            if not math.isfinite(value):
+                raise bad("not finite")
+        if self.low is not None and value < self.low:
+            raise bad("too small")
+        if self.high is not None and value > self.high:
+            raise bad("too large")
+        if self.multiple_of and value % self.multiple_of:
+            raise bad(f"not a multiple of {self.multiple_of}")
+        return value
+
+    def default_text(self) -> str:
+        if self.default is None:
+            return "off" if self.kind == "path" else "automatic"
+        return str(self.default)
+
+
+def _cache_default() -> str:
+    return os.path.join(os.path.expanduser("~"), ".cache", "xsync")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("backend", "XSYNC_BACKEND", "choice", "auto",
+           "where kernels run: auto picks nvidia on a Hopper GPU, ascend on an NPU, else cpu",
+           choices=("auto", "cpu", "nvidia", "ascend", "ascend-sim"),
+           aliases={"": "auto", "ascend_sim": "ascend-sim", "sim": "ascend-sim"}),
+    Option("verify", "XSYNC_VERIFY", "bool", True,
+           "run the protocol verifier before compiling", codegen=True),
+    Option("dump", "XSYNC_DUMP", "path", None,
+           "directory that receives every generated source and its allocation table"),
+    Option("cache_dir", "XSYNC_CACHE_DIR", "path", None,
+           "where generated modules are written (default ~/.cache/xsync)"),
+    Option("cpu_timeout", "XSYNC_CPU_TIMEOUT", "float", 600.0,
+           "seconds a CPU-emulated or simulated launch may run before it is reported",
+           low=1e-3, high=1e7),
+    Option("debug_hang", "XSYNC_DEBUG_HANG", "bool", False,
+           "Hopper: report a stuck mbarrier wait as StallError instead of hanging", codegen=True),
+    Option("hang_timeout_ms", "XSYNC_HANG_TIMEOUT_MS", "int", 2000,
+           "Hopper hang debug mode: how long one wait may poll", codegen=True, low=1, high=3_600_000),
+    Option("nv_producer_regs", "XSYNC_NV_PRODUCER_REGS", "int", None,
+           "Hopper: registers per thread of the producer partition (setmaxnreg)", codegen=True,
+           low=24, high=256, multiple_of=8),
+    Option("nv_consumer_regs", "XSYNC_NV_CONSUMER_REGS", "int", None,
+           "Hopper: registers per thread of each consumer partition (setmaxnreg)", codegen=True,
+           low=24, high=256, multiple_of=8),
+    Option("nv_maxnreg", "XSYNC_NV_MAXNREG", "int", None,
+           "Hopper: the launch option maxnreg", codegen=True, low=24, high=255),
+    Option("nv_fuse_mma", "XSYNC_NV_FUSE_MMA", "bool", None,
+           "Hopper pass: fuse the split PV product into the accumulating wgmma (default on)",
+           codegen=True),
+    Option("nv_defer_mma_wait", "XSYNC_NV_DEFER_MMA_WAIT", "bool", None,
+           "Hopper pass: keep one wgmma in flight across K steps (default on)", codegen=True),
+    Option("nv_overlap", "XSYNC_NV_OVERLAP", "bool", None,
+           "Hopper pass: overlap the softmax with the running PV wgmma (default on)", codegen=True),
+    Option("nv_pingpong", "XSYNC_NV_PINGPONG", "choice", None,
+           "Hopper pass: ping-pong turns between two consumer warpgroups", codegen=True,
+           choices=("0", "1", "each", "first", "wrap"),
+           aliases={"off": "0", "false": "0", "no": "0", "on": "1", "true": "1", "yes": "1"}),
+    Option("ascend_form", "XSYNC_ASCEND_FORM", "choice", "auto",
+           "Ascend source form: release (one body, triton-ascend 3.2.0) or scope (al.scope, "
+           "triton-ascend 3.2.1+)", codegen=True, choices=("auto", "release", "scope")),
+    Option("ascend_event_ids", "XSYNC_ASCEND_EVENT_IDS", "int", None,
+           "Ascend: cap on cross-core event IDs (default: the range the CANN version documents)",
+           codegen=True, low=1, high=16),
+    Option("ascend_cores", "XSYNC_ASCEND_CORES", "int", None,
+           "Ascend: AI cores a launch may keep resident (default: ask the device, else 20)",
+           low=1, high=4096),
+)
+BY_NAME = {o.name: o for o in OPTIONS}
+BY_ENV = {o.env: o for o in OPTIONS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved configuration: ``settings.verify``, ``settings["nv_fuse_mma"]``."""
+
+    values: tuple[tuple[str, Any], ...]
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name == "values":
+            raise AttributeError(name)
+        try:
+            return dict(self.values)[name]
+        except KeyError:
+            raise AttributeError(f"xsync has no option {name!r}") from None
+
+    def __getitem__(self, name):
+        return getattr(self, name)
+
+    def as_dict(self) -> dict:
+        return dict(self.values)
+
+    def codegen_key(self) -> tuple:
+        """The options that change generated code: part of every compile cache key."""
+        return tuple((k, v) for k, v in self.values if BY_NAME[k].codegen)
+
+    def describe(self) -> str:
+        lines = []
+        for o in OPTIONS:
+            v = dict(self.values)[o.name]
+            shown = o.default_text() if v is None else v
+            lines.append(f"{o.env:<24} {o.name:<18} = {shown!s:<12} {o.doc}")
+        return "\n".join(lines)
+
+
+_overrides: contextvars.ContextVar[tuple] = contextvars.ContextVar("xsync_options", default=())
+_kernel_layer: contextvars.ContextVar[dict] = contextvars.ContextVar("xsync_kernel_options", default={})
+_env_cache: dict = {}
+
+
+def _check_keywords(kwargs: dict, where: str) -> dict:
+    out = {}
+    for name, value in kwargs.items():
+        opt = BY_NAME.get(name)
+        if opt is None:
+            raise ConfigError(f"{where}: unknown option {name!r}",
+                              fix="valid options: " + ", ".join(BY_NAME))
+        out[name] = opt.parse(value, f"{where}({name}=)")
+    return out
+
+
+def _from_environment() -> dict:
+    raw = tuple(os.environ.get(o.env) for o in OPTIONS)
+    hit = _env_cache.get(raw)
+    if hit is not None:
+        return hit
+    out = {}
+    for opt, text in zip(OPTIONS, raw):
+        if text is None or (text.strip() == "" and opt.kind != "path"):
+            continue
+        if opt.kind == "path" and text == "":
+            continue
+        out[opt.name] = opt.parse(text, opt.env)
+    if len(_env_cache) > 64:
+        _env_cache.clear()
+    _env_cache[raw] = out
+    return out
+
+
+def current() -> Settings:
+    """The configuration in effect here: context overrides, kernel options, environment."""
+    values = {o.name: o.default for o in OPTIONS}
+    values.update(_from_environment())
+    values.update(_kernel_layer.get())
+    for layer in _overrides.get():
+        values.update(layer)
+    return Settings(tuple(values.items()))
+
+
+@contextlib.contextmanager
+def options(**kwargs):
+    """``with xsync.options(verify=False, nv_fuse_mma=False): ...`` — validated overrides
+    for launches and compiles inside the block (this thread or task only)."""
+    layer = _check_keywords(kwargs, "xsync.options")
+    token = _overrides.set(_overrides.get() + (layer,))
+    try:
+        yield current()
+    finally:
+        _overrides.reset(token)
+
+
+def kernel_options(kwargs: dict | None, kernel_name: str) -> dict:
+    """Validate ``@xs.kernel(options={...})``."""
+    return _check_keywords(dict(kwargs or {}), f"@xs.kernel(options=...) of {kernel_name!r}")
+
+
+@contextlib.contextmanager
+def kernel_scope(kernel_opts: dict):
+    """While compiling/launching one kernel: its options sit between the environment and
+    any ``xsync.options`` block of the caller."""
+    if not kernel_opts:
+        yield
+        return
+    token = _kernel_layer.set(dict(kernel_opts))
+    try:
+        yield
+    finally:
+        _kernel_layer.reset(token)
+
+
+def cache_dir(*parts: str) -> str:
+    root = current().cache_dir or _cache_default()
+    return os.path.join(root, *parts)
+
+
+def environment_names() -> tuple[str, ...]:
+    return tuple(o.env for o in OPTIONS)
+
+
+def parse_value(name: str, raw: Any) -> Any:
+    """Validate one value for option ``name`` (used by tools that take NAME=VALUE)."""
+    return BY_NAME[name].parse(raw, name)
+
