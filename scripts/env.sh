@@ -2,7 +2,7 @@
 # Create (or reuse) the virtual environment of one test matrix and install xsync in it.
 #   scripts/env.sh core     torch + xsync                  -> .venv/core
 #   scripts/env.sh nvidia   + upstream triton 3.6 (Gluon)  -> .venv/nvidia
-#   scripts/env.sh ascend   + triton-ascend 3.2.0          -> .venv/ascend
+#   scripts/env.sh ascend   + triton-ascend 3.2.0 + ascendnpu-ir (HIVM compiler) -> .venv/ascend
 # Upstream Triton and triton-ascend both install a package named `triton`, so each
 # vendor matrix gets its own environment.
 set -euo pipefail
@@ -33,4 +33,9 @@ pip() {
 # torch first and pinned: 2.13.0 is the CPU build on these machines' local index.
 pip install "torch==2.13.0"
 pip install -e "$root[$extras]"
+if [ "$name" = ascend ]; then
+  # The HIVM compiler that runs after triton-ascend (bishengir-compile, to the CANN-only hivmc
+  # stage): the ascend matrix compiles every lowered kernel with it. x86_64 CPython 3.11 wheel.
+  pip install "ascendnpu-ir==1.2.0"
+fi
 echo "$want" > "$stamp"

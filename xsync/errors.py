@@ -70,5 +70,10 @@ class StallError(XSyncError):
     """At run time every live agent waits and none can proceed (CPU emulator / GPU debug mode)."""
 
 
+class SimulationError(XSyncError):
+    """At run time a simulated or emulated protocol broke a hardware rule: a flag overflowed,
+    synchronization was left pending at the end, or a core ran an op it does not own."""
+
+
 class LaunchError(XSyncError):
     """The kernel was launched with arguments that do not fit its signature."""

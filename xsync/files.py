@@ -13,6 +13,25 @@ def cache_dir(*parts: str) -> str:
     return config.cache_dir(*parts)
 
 
+def digest(text: str | bytes) -> str:
+    """Short content hash used in generated file names."""
+    import hashlib
+
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()[:16]
+
+
+def write_checked(path: str, text: str):
+    """Make ``path`` hold exactly ``text``: a missing, edited, truncated or undecodable file
+    is rewritten (atomically), so what is imported is always what xsync generated."""
+    try:
+        with open(path, "rb") as f:
+            if f.read() == text.encode():
+                return
+    except OSError:
+        pass
+    write_atomic(path, text)
+
+
 def write_atomic(path: str, data: str | bytes):
     """Write ``data`` to ``path`` through a temporary file and a rename, so a failure
     leaves either the old file or nothing — never half a file."""

@@ -108,6 +108,9 @@ class Kernel:
             return self._lower(backend, constexprs, tensor_dtypes, check)
 
     def _lower(self, backend, constexprs, tensor_dtypes, check) -> Lowered:
+        from xsync.backends import target_of
+
+        backend = target_of(backend)
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
         kernel = parse_kernel(self.fn, constexprs, tensor_dtypes)
         placement = place(kernel, backend)
@@ -138,9 +141,15 @@ class Kernel:
         with self._lock:
             compiled = self._cache.get(key)
         if compiled is None:
-            lowered = self.lower(backend, constexprs, tensor_dtypes)
-            module = importlib.import_module(f"xsync.backends.{backend}")
-            compiled = module.compile_kernel(lowered.kernel, lowered.placement, lowered.allocation)
+            from xsync.backends import runner_of, target_of
+
+            target = target_of(backend)
+            lowered = self._lower(target, constexprs, tensor_dtypes, None)
+            module = importlib.import_module(f"xsync.backends.{target}")
+            # ascend: the same generated module runs on an NPU or in the simulator
+            options = {"runner": runner_of(backend)} if target == "ascend" else None
+            compiled = module.compile_kernel(lowered.kernel, lowered.placement, lowered.allocation,
+                                             options)
             compiled.lowered = lowered
             with self._lock:
                 self._cache[key] = compiled

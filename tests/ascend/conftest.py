@@ -28,7 +28,7 @@ def _triton_ascend_reason():
     return None
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def triton_ascend():
     why = _triton_ascend_reason()
     if why:

@@ -20,7 +20,11 @@ def compile_ascend(kernel, form="release"):
     return compile_kernel(lw.kernel, lw.placement, lw.allocation, form=form)
 
 
-def test_event_budget_17_directions():
+def test_event_budget_17_directions(monkeypatch):
+    with pytest.raises(AllocationError) as err:
+        cases.seventeen_directions.lower("ascend")
+    assert "17 cross-core event IDs; the Ascend budget is 11 (IDs 0-10)" in str(err.value)
+    monkeypatch.setenv("XSYNC_ASCEND_EVENT_IDS", "16")
     with pytest.raises(AllocationError) as err:
         cases.seventeen_directions.lower("ascend")
     msg = str(err.value)
@@ -36,7 +40,7 @@ def test_event_budget_cap_from_env(monkeypatch):
     monkeypatch.setenv("XSYNC_ASCEND_EVENT_IDS", "2")       # gemm_softmax needs 3
     with pytest.raises(AllocationError) as err:
         gemm_softmax.lower("ascend", check=False)
-    assert "needs 3 cross-core event IDs; the Ascend budget is 2" in str(err.value)
+    assert "needs 3 cross-core event IDs; the Ascend budget is 2 (IDs 0-1)" in str(err.value)
     assert "scores" in err.value.objects and "team" in err.value.objects
 
 

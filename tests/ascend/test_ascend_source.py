@@ -47,12 +47,20 @@ def test_scope_form_golden(name):
 
 
 def test_scope_form_spelling():
+    """FULL: set on the writer's pipe, the reader's MTE2 waits; EMPTY: set on the reader's
+    MTE2 (after the GM read), the writer's pipe waits; a vector-replica barrier is the two
+    vector cores of one AI core (all_sub_vector), not the grid."""
+    lw = gemm_softmax.lower("ascend")
+    ids = dict(lw.allocation.event_ids)
+    full, empty, team = ids["scores:full"], ids["scores:empty"], ids["team"]
     text = source(gemm_softmax, "scope")
     assert "import triton.language.extra.cann.extension as al" in text
     assert 'with al.scope(core_mode="cube"):' in text and 'with al.scope(core_mode="vector"):' in text
-    assert 'al.sync_block_set("cube", "vector", 0, al.PIPE.PIPE_FIX, al.PIPE.PIPE_MTE2)' in text
-    assert 'al.sync_block_wait("vector", "cube", 1, al.PIPE.PIPE_MTE3, al.PIPE.PIPE_MTE2)' in text
-    assert 'al.sync_block_all("all_vector", 2)' in text
+    assert f'al.sync_block_set("cube", "vector", {full}, al.PIPE.PIPE_FIX, al.PIPE.PIPE_MTE2)' in text
+    assert f'al.sync_block_wait("cube", "vector", {full}, al.PIPE.PIPE_FIX, al.PIPE.PIPE_MTE2)' in text
+    assert f'al.sync_block_set("vector", "cube", {empty}, al.PIPE.PIPE_MTE2, al.PIPE.PIPE_FIX)' in text
+    assert f'al.sync_block_wait("vector", "cube", {empty}, al.PIPE.PIPE_MTE2, al.PIPE.PIPE_FIX)' in text
+    assert f'al.sync_block_all("all_sub_vector", {team})' in text
     assert "xs_rid = al.sub_vec_id()" in text and "if t % 2 == xs_rid:" in text
     assert "tl.sync_block" not in text
 
@@ -60,12 +68,14 @@ def test_scope_form_spelling():
 def test_release_form_replica_fallback():
     """No sub_vec_id in 3.2.0: both replicas run in lockstep on each vector core; the FULL
     wait and the EMPTY set happen once per core, not once per replica."""
+    ids = dict(gemm_softmax.lower("ascend").allocation.event_ids)
+    full, empty, team = ids["scores:full"], ids["scores:empty"], ids["team"]
     text = source(gemm_softmax, "release")
     vector = text[text.index("vector cores (AIV)"):]
     assert "sub_vec_id" not in text and "al." not in text
-    assert vector.count('tl.sync_block_wait("cube", "vector", 0)') == 1
-    assert vector.count('tl.sync_block_set("vector", "cube", 1)') == 1
-    assert vector.count('tl.sync_block_all("all_vector", 2)') == 1
+    assert vector.count(f'tl.sync_block_wait("cube", "vector", {full})') == 1
+    assert vector.count(f'tl.sync_block_set("vector", "cube", {empty})') == 1
+    assert vector.count(f'tl.sync_block_all("all_vector", {team})') == 1
     assert "if t % 2 == 0:" in vector and "if t % 2 == 1:" in vector
     assert "got_r0_c" in vector and "got_r1_c" in vector
     cube = text[:text.index("vector cores (AIV)")]
@@ -108,15 +118,45 @@ def test_source_written_atomically_to_cache(tmp_path, monkeypatch):
     assert not [p for p in os.listdir(tmp_path / "ascend") if p.endswith(".tmp")]
 
 
+def test_release_form_fences_the_empty_hand_off():
+    """3.2.0 cannot name pipes: an EMPTY set is fenced after the consumer's GM reads and an
+    EMPTY wait before the producer's GM writes (tl.debug_barrier = pipe_barrier(PIPE_ALL));
+    FULL needs no fence (the set follows the write on the writer's own pipe)."""
+    ids = dict(gemm_softmax.lower("ascend").allocation.event_ids)
+    full, empty = ids["scores:full"], ids["scores:empty"]
+    lines = [ln.strip() for ln in source(gemm_softmax, "release").splitlines()]
+    set_empty = lines.index(next(ln for ln in lines if ln.startswith(f'tl.sync_block_set("vector", "cube", {empty})')))
+    assert lines[set_empty - 1].startswith("tl.debug_barrier()")
+    wait_empty = lines.index(next(ln for ln in lines if ln.startswith(f'tl.sync_block_wait("vector", "cube", {empty})')))
+    assert lines[wait_empty + 1].startswith("tl.debug_barrier()")
+    set_full = lines.index(next(ln for ln in lines if ln.startswith(f'tl.sync_block_set("cube", "vector", {full})')))
+    assert not lines[set_full - 1].startswith("tl.debug_barrier()")
+
+
+def test_flags_allocated_from_the_top_of_the_documented_range(monkeypatch):
+    """CANN >= 8.0.RC3 documents IDs 0-10 on A2/A3; xsync allocates downward from 10 (the
+    compiler, when it allocates at all, starts at 0) and never hands out 14/15 with
+    sync_block_all; XSYNC_ASCEND_EVENT_IDS raises or lowers the range."""
+    ids = dict(gemm_softmax.lower("ascend").allocation.event_ids)
+    assert sorted(ids.values()) == [8, 9, 10]
+    monkeypatch.setenv("XSYNC_ASCEND_EVENT_IDS", "16")
+    ids = dict(gemm_softmax.lower("ascend").allocation.event_ids)   # has a barrier
+    assert sorted(ids.values()) == [11, 12, 13]
+    monkeypatch.setenv("XSYNC_ASCEND_EVENT_IDS", "4")
+    assert sorted(dict(gemm_softmax.lower("ascend").allocation.event_ids).values()) == [1, 2, 3]
+
+
 def test_dump_shows_flags_per_direction_and_workspace(tmp_path, monkeypatch):
     monkeypatch.setenv("XSYNC_DUMP", str(tmp_path))
     monkeypatch.setenv("XSYNC_ASCEND_FORM", "release")
     gemm_softmax._cache.clear()
     gemm_softmax.compile("ascend")
+    ids = dict(gemm_softmax.lower("ascend").allocation.event_ids)
     table = (tmp_path / "gemm_softmax.ascend.alloc.txt").read_text()
-    assert "flag 0 (cube -> vector)" in table and "flag 1 (vector -> cube)" in table
-    assert "mode all_vector, flag 2" in table
+    assert f"flag {ids['scores:full']} (cube -> vector)" in table
+    assert f"flag {ids['scores:empty']} (vector -> cube)" in table
+    assert f"mode all_vector, flag {ids['team']}" in table
     assert "2 x 16384 B at offset 0 per program" in table and "c[64, 64] float32 @+0" in table
     assert "GM per program" in table and "32768 B" in table
     src = (tmp_path / "gemm_softmax.ascend.py").read_text()
-    assert 'tl.sync_block_set("cube", "vector", 0)' in src
+    assert f'tl.sync_block_set("cube", "vector", {ids["scores:full"]})' in src

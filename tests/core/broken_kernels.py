@@ -94,12 +94,12 @@ def too_many_event_ids(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
     e8 = xs.event(vec, cube)
     e9 = xs.event(vec, cube)
     e10 = xs.event(vec, cube)
-    e11 = xs.event(vec, cube)
+    e11 = xs.event(vec, cube)  # BUG: the 12th direction; CANN documents IDs 0-10
     e12 = xs.event(vec, cube)
     e13 = xs.event(vec, cube)
     e14 = xs.event(vec, cube)
     e15 = xs.event(vec, cube)
-    e16 = xs.event(vec, cube)  # BUG
+    e16 = xs.event(vec, cube)
     with cube:
         xs.signal(e0)
         xs.signal(e1)

@@ -65,13 +65,16 @@ def test_zero_stages():
 
 def test_event_id_budget_exceeded():
     err = expect(bk.too_many_event_ids, "ascend", AllocationError, "17 cross-core event IDs",
-                 "budget is 16", "e16")
+                 r"budget is 11 \(IDs 0-10\)", "e16")
     assert "e0 (cube->vector)" in str(err)
 
 
-def test_event_id_budget_lower_cap(monkeypatch):
-    monkeypatch.setenv("XSYNC_ASCEND_EVENT_IDS", "11")
-    with pytest.raises(AllocationError, match="budget is 11"):
+def test_event_id_budget_cap(monkeypatch):
+    monkeypatch.setenv("XSYNC_ASCEND_EVENT_IDS", "16")      # CANN documenting IDs 0-15
+    with pytest.raises(AllocationError, match="budget is 16"):
+        bk.too_many_event_ids.lower("ascend")
+    monkeypatch.setenv("XSYNC_ASCEND_EVENT_IDS", "5")
+    with pytest.raises(AllocationError, match="budget is 5"):
         bk.too_many_event_ids.lower("ascend")
 
 

@@ -1,16 +1,32 @@
-"""Backend selection: XSYNC_BACKEND = nvidia | ascend | cpu | unset (auto).
+"""Backend selection: XSYNC_BACKEND = nvidia | ascend | ascend-sim | cpu | auto (unset).
 
 Auto picks nvidia on a CUDA GPU with Triton Gluon, ascend on an NPU with torch_npu and
-triton-ascend, else the CPU emulator. An unknown or unavailable backend is an error
-that lists the valid values and says why the backend cannot run here.
+triton-ascend, else the CPU emulator. ``ascend-sim`` lowers for Ascend and runs the generated
+triton-ascend code in xsync's cube/vector simulator on the CPU (needs triton-ascend, no NPU).
+An unknown or unavailable backend is an error that lists the valid values and says why the
+backend cannot run here.
 """
 from __future__ import annotations
 
 import importlib
-import os
 
 from xsync.errors import BackendError
-from xsync.lowering.placement import BACKENDS
+from xsync.lowering.placement import BACKENDS as TARGETS
+
+# A backend name is a target (what the kernel is lowered for) and a runner (what executes
+# the generated code).
+RUNNERS = {"cpu": ("cpu", "emulator"), "nvidia": ("nvidia", "gpu"), "ascend": ("ascend", "npu"),
+           "ascend-sim": ("ascend", "simulator")}
+BACKENDS = tuple(RUNNERS)
+
+
+def target_of(name: str) -> str:
+    """The lowering target of backend ``name`` (``ascend-sim`` lowers for ``ascend``)."""
+    return RUNNERS[name][0] if name in RUNNERS else name
+
+
+def runner_of(name: str) -> str:
+    return RUNNERS[name][1]
 
 
 def availability(name: str) -> tuple[bool, str]:
@@ -21,6 +37,9 @@ def availability(name: str) -> tuple[bool, str]:
         except ImportError:
             return False, "torch is not installed"
         return True, ""
+    if name == "ascend-sim":
+        from xsync.backends.ascend.simulator import availability as sim_availability
+        return sim_availability()
     module = importlib.import_module(f"xsync.backends.{name}")
     return module.availability()
 
@@ -42,8 +61,11 @@ def select(name: str | None = None) -> str:
                            fix=f"use one of: {', '.join(BACKENDS)}, or leave XSYNC_BACKEND unset for auto")
     ok, why = availability(raw)
     if not ok:
+        sim = ("; XSYNC_BACKEND=ascend-sim runs the generated Ascend code in xsync's cube/vector "
+               "simulator on the CPU (needs triton-ascend: bash scripts/env.sh ascend)"
+               if raw == "ascend" else "")
         raise BackendError(f"backend {raw!r} cannot run on this machine: {why}",
                            fix=f"valid values: {', '.join(BACKENDS)}; unset XSYNC_BACKEND to pick "
-                               f"automatically, or use `python -m xsync lower --backend {raw}` to see "
-                               f"the generated code without running it")
+                               f"automatically, or use `python -m xsync lower --backend "
+                               f"{target_of(raw)}` to see the generated code without running it{sim}")
     return raw

@@ -18,9 +18,18 @@ from xsync.errors import AllocationError
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 
-ASCEND_EVENT_IDS = 16
+ASCEND_EVENT_IDS = 16         # hardware flags per AI core (sync_block_* takes 0-15)
+ASCEND_DOCUMENTED_IDS = 11    # CANN >= 8.0.RC3 documents IDs 0-10 on A2/A3 (older: 0-15)
+# With sync_block_all present the HIVM compiler keeps 14 and 15 for itself (barrier
+# lowering, sub-block binding locks); xsync never hands them out then.
+ASCEND_COMPILER_IDS = (14, 15)
 ASCEND_FLAG_MAX_PENDING = 15
 ASCEND_WS_ALIGN = 32          # GM workspace fields start on 32-byte boundaries (DMA granule)
+# GM slots per cross-core ring, at least: the HIVM cv-pipelining pass (bishengir-compile
+# 1.2.0) never terminates on a cube result stored to a loop-invariant GM address inside a
+# loop with a run-time trip count, which a 1-slot ring is. Two physical slots alternate the
+# address; the protocol capacity (back-pressure) stays `stages`.
+ASCEND_MIN_RING_SLOTS = 2
 HOPPER_SMEM_BYTES = 227 * 1024
 # Gluon 3.6 warp_specialize uses named barrier 0 (default partition), 1 (CTA-wide at
 # partition entry/exit) and 2 + i for worker partition i; hardware has 16.
@@ -41,15 +50,21 @@ class WorkspaceRing:
     """Ascend: where one cross-core pipe's slots live inside a program's GM workspace.
 
     Byte address of field f of slot s in ring r (rings > 1 only for N -> N pipes: one
-    ring per replica pair) = offset + (r * stages + s) * slot_stride + field offset.
+    ring per replica pair) = offset + (r * slots + s) * slot_stride + field offset, with
+    s = i % slots for the i-th slot (slots = max(stages, ASCEND_MIN_RING_SLOTS)).
     """
 
     pipe: str
     offset: int                                   # bytes from the program's workspace base
     rings: int
-    stages: int
+    stages: int                                   # protocol capacity (free slots at start)
     slot_stride: int                              # bytes, a multiple of ASCEND_WS_ALIGN
     fields: tuple[tuple[str, int], ...]           # (field name, byte offset inside a slot)
+    slots: int = 0                                # GM slots per ring (>= stages); slot = i % slots
+
+    @property
+    def bytes(self) -> int:
+        return self.rings * self.slots * self.slot_stride
 
 
 @dataclass(frozen=True)
@@ -232,17 +247,51 @@ def _src_count(kernel, placement, e):
 
 # ---------------------------------------------------------------- ascend
 def ascend_event_budget() -> int:
+    """IDs 0 .. budget-1 are usable: XSYNC_ASCEND_EVENT_IDS, else the range documented by
+    the installed CANN (0-15 before 8.0.RC3, 0-10 from then on; without CANN: 0-10)."""
     cap = config.current().ascend_event_ids
-    return ASCEND_EVENT_IDS if cap is None else cap
+    if cap is not None:
+        return cap
+    return ASCEND_EVENT_IDS if _cann_documents_16_ids() else ASCEND_DOCUMENTED_IDS
+
+
+def _cann_documents_16_ids() -> bool:
+    """True only for an installed CANN older than 8.0.RC3 (which documents IDs 0-15)."""
+    import glob
+    import re
+
+    for info in glob.glob("/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info"):
+        try:
+            text = open(info).read()
+        except OSError:
+            continue
+        m = re.search(r"version=(\d+)\.(\d+)\.(?:RC(\d+)|(\d+))", text)
+        if m:
+            major, minor = int(m.group(1)), int(m.group(2))
+            rc = int(m.group(3)) if m.group(3) else 99
+            return (major, minor, rc) < (8, 0, 3)
+    return False
+
+
+def ascend_event_pool(has_barriers: bool) -> list[int]:
+    """Usable event IDs, highest first: the compiler's own allocation (when anything is
+    injected) starts at 0, so xsync allocates from the top of the documented range."""
+    budget = ascend_event_budget()
+    reserved = ASCEND_COMPILER_IDS if has_barriers else ()
+    return [i for i in range(budget - 1, -1, -1) if i not in reserved]
 
 
 def _ascend(kernel, placement):
-    rows, ids, users = [], [], []
+    rows, ids, users, wanted = [], [], [], []
+    pool = ascend_event_pool(bool(kernel.barriers))
 
     def take(key, obj, direction):
-        ids.append((key, len(ids)))
+        wanted.append((obj, direction))
+        if len(ids) >= len(pool):
+            return None
+        ids.append((key, pool[len(ids)]))
         users.append((obj, direction))
-        return len(ids) - 1
+        return ids[-1][1]
 
     def core(role):
         return "cube" if placement.agent_of(role).hardware.startswith("cube") else "vector"
@@ -271,10 +320,12 @@ def _ascend(kernel, placement):
             per = f"{ring.rings} ring(s) x " if ring.rings > 1 else ""
             layout = ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name} @+{off}"
                                for f, (_, off) in zip(p.fields, ring.fields))
+            extra = (f" ({ring.slots} GM slots for stages={p.stages}: the HIVM compiler needs an "
+                     f"alternating address)" if ring.slots > p.stages else "")
             rows.append(Row(p.name, "GM workspace ring",
-                            f"{per}{p.stages} x {ring.slot_stride} B at offset {workspace} per program",
-                            f"slot = i % stages; {layout}"))
-            workspace += ring.rings * p.stages * ring.slot_stride
+                            f"{per}{ring.slots} x {ring.slot_stride} B at offset {workspace} per program",
+                            f"slot = i % {ring.slots}; {layout}{extra}"))
+            workspace += ring.bytes
     for e in kernel.events:
         if not placement.crosses(e):
             rows.append(Row(e.name, "same core", "no flag", "program order on one core"))
@@ -288,14 +339,18 @@ def _ascend(kernel, placement):
         f = take(b.name, b, mode)
         rows.append(Row(b.name, "sync_block_all", f"mode {mode}, flag {f}",
                         "needs every launched core resident (grid <= core count)"))
-    budget = ascend_event_budget()
-    if len(ids) > budget:
-        listing = ", ".join(f"{o.name} ({d})" for o, d in users)
+    if len(wanted) > len(pool):
+        budget = ascend_event_budget()
+        listing = ", ".join(f"{o.name} ({d})" for o, d in wanted)
+        reserved = (f"; IDs {ASCEND_COMPILER_IDS[0]} and {ASCEND_COMPILER_IDS[1]} belong to the "
+                    f"compiler when sync_block_all is used") if kernel.barriers and budget > 14 else ""
         raise AllocationError(
-            f"the kernel needs {len(ids)} cross-core event IDs; the Ascend budget is {budget}",
-            loc=users[budget][0].loc, objects=tuple(dict.fromkeys(o.name for o, _ in users)),
+            f"the kernel needs {len(wanted)} cross-core event IDs; the Ascend budget is "
+            f"{len(pool)} (IDs 0-{budget - 1}{reserved})",
+            loc=wanted[len(pool)][0].loc, objects=tuple(dict.fromkeys(o.name for o, _ in wanted)),
             fix=("merge pipes that travel together into one pipe with several fields, keep roles "
-                 "that talk a lot on one core, or raise XSYNC_ASCEND_EVENT_IDS (at most 16)"),
+                 "that talk a lot on one core, or raise XSYNC_ASCEND_EVENT_IDS (at most 16, for "
+                 "CANN versions that document IDs 0-15)"),
             details=f"directions in allocation order: {listing}")
     if workspace:
         rows.append(Row("workspace", "GM per program", f"{workspace} B",
@@ -312,4 +367,5 @@ def _ascend_ring(kernel, p, offset) -> WorkspaceRing:
         at += -(-f.bytes // ASCEND_WS_ALIGN) * ASCEND_WS_ALIGN
     src, dst = kernel.role(p.src), kernel.role(p.dst)
     rings = src.replicas if src.replicas == dst.replicas and src.replicas > 1 else 1
-    return WorkspaceRing(p.name, offset, rings, p.stages, at, tuple(fields))
+    return WorkspaceRing(p.name, offset, rings, p.stages, at, tuple(fields),
+                         slots=max(p.stages, ASCEND_MIN_RING_SLOTS))

@@ -22,7 +22,6 @@ Environment:
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import math
 import os
@@ -36,6 +35,9 @@ from xsync.lowering.placement import Placement
 
 DEFAULT_CORES = 20          # Ascend 910B3: 20 AI cores (1 cube + 2 vector cores each)
 DEFAULT_ARCH = "Ascend910B3"
+# triton-ascend kernel options xsync compiles and launches with: the protocol's flags are
+# exactly xsync's allocation, so the compiler's automatic cross-core sync stays off.
+COMPILE_OPTIONS = {"disable_auto_inject_block_sync": True}
 
 
 def availability() -> tuple[bool, str]:
@@ -55,7 +57,7 @@ def availability() -> tuple[bool, str]:
 
 
 def scope_form_available() -> bool:
-    """True when the installed triton-ascend has al.scope (main / 3.3+)."""
+    """True when the installed triton-ascend has al.scope (3.2.1+, which still report 3.2.0)."""
     try:
         return importlib.util.find_spec("triton.language.extra.cann.extension") is not None
     except (ImportError, ValueError, AttributeError):
@@ -68,7 +70,7 @@ def select_form(form: str | None = None) -> str:
         return "scope" if scope_form_available() else "release"
     if raw not in _render.FORMS:
         raise BackendError(f"unknown Ascend source form {raw!r}" + ("" if form else " (from XSYNC_ASCEND_FORM)"),
-                           fix="use release (triton-ascend 3.2.0), scope (>= 3.3, al.scope) or auto")
+                           fix="use release (triton-ascend 3.2.0), scope (3.2.1+, al.scope) or auto")
     return raw
 
 
@@ -95,10 +97,16 @@ def cache_dir() -> str:
 
 
 class CompiledAscend:
-    def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation, source: str,
-                 form: str, path: str):
+    """The generated triton-ascend module of one specialization.
+
+    ``launch`` runs it on an NPU (runner "npu") or in xsync's cube/vector simulator on the
+    CPU (runner "simulator", ``XSYNC_BACKEND=ascend-sim``)."""
+
+    def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation,
+                 module: _render.AscendModule, path: str, runner: str = "npu"):
         self.kernel, self.placement, self.allocation = kernel, placement, allocation
-        self.source, self.form, self.path = source, form, path
+        self.module, self.path, self.runner = module, path, runner
+        self.source, self.form = module.source, module.form
         self._fn = None
         self._lock = threading.Lock()
         self._workspaces: dict = {}
@@ -140,16 +148,12 @@ class CompiledAscend:
             fix=(f"launch at most {cores} programs and loop over tiles inside the kernel (persistent "
                  f"tiles), or set XSYNC_ASCEND_CORES if this device has more AI cores"))
 
-    def launch(self, grid, args: dict):
-        grid = tuple(int(g) for g in grid)
-        self.check_grid(grid)
-        ok, why = availability()
-        if not ok:
-            raise BackendError(f"cannot launch '{self.kernel.name}' on Ascend: {why}",
-                               fix="run on an Ascend NPU host, or use compile_hivm() to inspect the "
-                                   "compiled sync ops without one")
+    def host_args(self, grid, args: dict) -> list:
+        """The generated kernel's arguments: each tensor with (rows, cols, row stride), the
+        scalars, then one typed view per workspace element type of ONE buffer holding
+        ``programs x workspace_bytes`` (the kernel offsets by its program index)."""
         import torch
-        fn = self.jit_function()
+
         call, device = [], None
         for p in self.kernel.params:
             if p.kind == "constexpr":
@@ -159,9 +163,17 @@ class CompiledAscend:
             if p.kind == "tensor":
                 device = device or v.device
                 if v.dim() == 1:      # index tables (xs.load_scalar)
-                    call += [int(v.shape[0]), 1, int(v.stride(0)), 1]
-                else:
-                    call += [int(v.shape[0]), int(v.shape[1]), int(v.stride(0)), int(v.stride(1))]
+                    call += [int(v.shape[0]), 1, int(v.stride(0))]
+                    continue
+                if v.shape[1] > 1 and v.stride(1) != 1:
+                    raise LaunchError(
+                        f"kernel '{self.kernel.name}': tensor `{p.name}` has column stride "
+                        f"{v.stride(1)}; the Ascend lowering addresses 2-D tensors with unit column "
+                        f"stride (a run-time column stride makes the HIVM compiler spread every "
+                        f"element of a tile over 32 bytes of UB)",
+                        fix=f"pass `{p.name}.contiguous()` (or a view whose last dimension is "
+                            f"contiguous)")
+                call += [int(v.shape[0]), int(v.shape[1]), int(v.stride(0))]
         dtypes = _render.workspace_dtypes(self.kernel, self.allocation)
         if dtypes:
             nbytes = math.prod(grid) * self.allocation.workspace_bytes
@@ -172,7 +184,22 @@ class CompiledAscend:
                 self._workspaces = {key: buf}
             for d in dtypes:
                 call.append(buf.view(_torch_dtype(d)))
-        fn[grid](*call)
+        return call
+
+    def launch(self, grid, args: dict):
+        grid = tuple(int(g) for g in grid)
+        if self.runner == "simulator":
+            from xsync.backends.ascend.simulator import simulate
+            return simulate(self, grid, args)
+        self.check_grid(grid)
+        ok, why = availability()
+        if not ok:
+            raise BackendError(f"cannot launch '{self.kernel.name}' on Ascend: {why}",
+                               fix="run on an Ascend NPU host; XSYNC_BACKEND=ascend-sim runs this "
+                                   "generated code in xsync's cube/vector simulator on the CPU")
+        fn = self.jit_function()
+        # xsync places every cross-core flag itself: the compiler must not add its own.
+        fn[grid](*self.host_args(grid, args), **COMPILE_OPTIONS)
 
 
 def _torch_dtype(d):
@@ -183,13 +210,14 @@ def _torch_dtype(d):
 
 def compile_kernel(kernel: ir.KernelIR, placement: Placement, allocation, options=None,
                    form: str | None = None) -> CompiledAscend:
-    form = select_form(form if form is not None else (options or {}).get("form"))
-    source = _render.render(kernel, placement, allocation, form)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    path = os.path.join(cache_dir(), f"{kernel.name}_{form}_{digest}.py")
-    if not os.path.exists(path):
-        files.write_atomic(path, source)
-    return CompiledAscend(kernel, placement, allocation, source, form, path)
+    """Render the triton-ascend module (options: ``form``; ``runner`` "npu" or "simulator")."""
+    options = options or {}
+    form = select_form(form if form is not None else options.get("form"))
+    module = _render.render_module(kernel, placement, allocation, form)
+    path = os.path.join(cache_dir(), f"{kernel.name}_{form}_{files.digest(module.source)}.py")
+    files.write_checked(path, module.source)
+    return CompiledAscend(kernel, placement, allocation, module, path,
+                          runner=options.get("runner", "npu"))
 
 
 def compile_hivm(lowered, arch: str = DEFAULT_ARCH, scalars: dict | None = None,

@@ -15,7 +15,7 @@ agent's statements, each valid on its own core: every cross-core hand-off is an
 explicit GM store, ``tl.sync_block_set(src, dst, ID)``, ``tl.sync_block_wait(src, dst,
 ID)``, GM load. The set/wait ops name their cores, so each lands on the right side.
 
-``scope`` (triton-ascend main / 3.3+): the same two parts, each inside
+``scope`` (triton-ascend 3.2.1+, detected by import): the same two parts, each inside
 ``with al.scope(core_mode="cube"|"vector")``, sync ops spelled
 ``al.sync_block_set/wait(sender, receiver, ID, sender_pipe, receiver_pipe)`` with the
 pipes 3.2.0 picks implicitly (cube sender: FIX -> MTE2, vector sender: MTE3 -> MTE2),
@@ -96,6 +96,8 @@ rejected too.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xsync.backends.source import Emitter, PythonRenderer
 from xsync.errors import BackendError
 from xsync.lowering import ir
@@ -104,7 +106,32 @@ from xsync.lowering.placement import Agent, Placement
 from xsync.lowering.slicing import slice_agent
 
 FORMS = ("release", "scope")
-PIPES = {"cube": ("PIPE_FIX", "PIPE_MTE2"), "vector": ("PIPE_MTE3", "PIPE_MTE2")}
+
+
+@dataclass(frozen=True)
+class CorePart:
+    """Lines first..last (1-based, inclusive) of the kernel body hold one core's statements:
+    the release form's cube or vector half, or one ``with al.scope(...)`` block."""
+
+    core: str          # "cube" | "vector"
+    agent: str
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class AscendModule:
+    source: str
+    form: str
+    parts: tuple[CorePart, ...]
+# Which pipe of a core issues a set and which pipe blocks on a wait. A hand-off orders a GM
+# write before a GM read (FULL) or a GM read before the next GM write into the slot (EMPTY):
+#   FULL:  set on the producer's write pipe (cube FIX, vector MTE3); the consumer's read (MTE2)
+#          waits.
+#   EMPTY: set on the consumer's read pipe (MTE2), so it follows the read; the producer's write
+#          pipe waits.
+WRITE_PIPE = {"cube": "PIPE_FIX", "vector": "PIPE_MTE3"}
+READ_PIPE = "PIPE_MTE2"
 TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
              "int32": "tl.int32", "int1": "tl.int1"}
 SIG_DTYPES = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32",
@@ -122,8 +149,11 @@ def core_of_kind(kind: str) -> str:
 
 
 def tensor_args(name: str) -> list[str]:
-    """Extra scalar arguments that travel with a 2-D tensor parameter."""
-    return [f"xs_{name}_rows", f"xs_{name}_cols", f"xs_{name}_s0", f"xs_{name}_s1"]
+    """Extra scalar arguments that travel with a tensor parameter: rows, columns and the row
+    stride. The column stride is 1 by contract (the launcher checks it): with a run-time
+    column stride the HIVM compiler stores every element of a vector tile in its own 32-byte
+    block (8x the unified buffer), which overflows UB for any useful tile."""
+    return [f"xs_{name}_rows", f"xs_{name}_cols", f"xs_{name}_s0"]
 
 
 def workspace_dtypes(kernel: ir.KernelIR, allocation: Allocation) -> list:
@@ -175,6 +205,7 @@ class AscendRenderer(PythonRenderer):
         self.rep: int | None = None        # unrolled replica being emitted (None: not unrolled)
         self.rid_expr = "0"                # replica_id when not unrolled
         self.slot_pipe: dict[str, str] = {}
+        self.parts: list[CorePart] = []
         self.check()
 
     # ------------------------------------------------------------ analysis
@@ -190,8 +221,17 @@ class AscendRenderer(PythonRenderer):
     def barrier_mode(self, name: str) -> str:
         for r in self.alloc.rows:
             if r.obj == name and r.what == "sync_block_all":
-                return r.resource.split(",")[0].split()[1]
+                mode = r.resource.split(",")[0].split()[1]
+                # A barrier's members are roles of one program: among vector roles that is the
+                # two vector cores of one AI core, which the scope form can say; 3.2.0 has only
+                # the grid-wide all_vector (hence the residency check at launch).
+                return "all_sub_vector" if mode == "all_vector" and self.form == "scope" else mode
         raise BackendError(f"barrier '{name}' has no sync_block_all mode in the allocation")
+
+    def slots(self, pipe: ir.Pipe) -> int:
+        """GM slots of a cross-core pipe's ring (the slot of the i-th hand-off is i % slots)."""
+        ring = self.rings.get(pipe.name)
+        return ring.slots if ring is not None else pipe.stages
 
     def check(self):
         k = self.kernel
@@ -254,7 +294,7 @@ class AscendRenderer(PythonRenderer):
                 f"set by the cube, a race",
                 loc=s.loc, objects=(p.name, p.src, p.dst),
                 fix=("load the tile in the vector role itself (xs.load there), or make the producer a "
-                     "role of kind 'vector'; triton-ascend >= 3.3 (al.scope, XSYNC_ASCEND_FORM=scope) "
+                     "role of kind 'vector'; triton-ascend >= 3.2.1 (al.scope, XSYNC_ASCEND_FORM=scope) "
                      "pins code to a core and lifts this limit"))
 
     # ------------------------------------------------------------ expressions
@@ -294,10 +334,10 @@ class AscendRenderer(PythonRenderer):
             return self.expr(e.args[0])   # tl.dot is synchronous on the cube: no-op
         if e.op == "load":
             t = e.args[0].id
-            rows, cols, s0, s1 = tensor_args(t)
+            rows, cols, s0 = tensor_args(t)
             off = ", ".join(self.expr(x) for x in e.args[1].items)
             shape = ", ".join(self.expr(x) for x in e.args[2].items)
-            return (f"tl.load(tl.make_block_ptr({t}, shape=({rows}, {cols}), strides=({s0}, {s1}), "
+            return (f"tl.load(tl.make_block_ptr({t}, shape=({rows}, {cols}), strides=({s0}, 1), "
                     f"offsets=({off}), block_shape=({shape}), order=(1, 0)), "
                     f"boundary_check=(0, 1), padding_option=\"zero\")")
         if e.op == "load_scalar":
@@ -306,23 +346,48 @@ class AscendRenderer(PythonRenderer):
         return f"{_TL_OPS[e.op]}({self.args(e)})"
 
     # ------------------------------------------------------------ sync spelling
-    def set_op(self, src: str, dst: str, flag: int, why: str) -> str:
-        if self.form == "scope":
-            sp, rp = PIPES[src]
-            return (f"al.sync_block_set(\"{src}\", \"{dst}\", {flag}, al.PIPE.{sp}, al.PIPE.{rp})"
-                    f"  # {why}")
-        return f"tl.sync_block_set(\"{src}\", \"{dst}\", {flag})  # {why}"
+    def flag_op(self, verb: str, sender: str, receiver: str, flag: int, hand_off: str,
+                why: str) -> list[str]:
+        """One cross-core set or wait, with the ordering its hand-off needs.
 
-    def wait_op(self, src: str, dst: str, flag: int, why: str) -> str:
-        if self.form == "scope":
-            sp, rp = PIPES[src]
-            return (f"al.sync_block_wait(\"{src}\", \"{dst}\", {flag}, al.PIPE.{sp}, al.PIPE.{rp})"
-                    f"  # {why}")
-        return f"tl.sync_block_wait(\"{src}\", \"{dst}\", {flag})  # {why}"
+        hand_off: "full" (orders the producer's GM write before the consumer's read), "empty"
+        (orders the consumer's GM read before the producer's next write into the slot),
+        "drain" (the producer's final EMPTY waits: nothing is written after them) or "any"
+        (events: order everything before the set against everything after the wait).
 
-    def all_op(self, mode: str, flag: int, why: str) -> str:
+        The scope form names the pipes (al.sync_block_*(..., sender_pipe, receiver_pipe)). The
+        3.2.0 release form cannot: its set is queued on the sender core's write pipe (FIX /
+        MTE3) and its wait blocks the receiver's MTE2 (verified in the HIVM IR). That is right for
+        FULL; for EMPTY the set would not wait for the MTE2 read and the wait would not hold
+        back the FIX / MTE3 write, so the release form adds ``tl.debug_barrier()`` (HIVM
+        ``pipe_barrier[<PIPE_ALL>]``) before such a set and after such a wait.
+        """
+        op = "sync_block_set" if verb == "set" else "sync_block_wait"
+        fence_before = verb == "set" and hand_off in ("empty", "any")
+        fence_after = verb == "wait" and hand_off in ("empty", "any")
+        if self.form == "scope":
+            if hand_off in ("empty", "drain"):
+                pipes = (READ_PIPE, WRITE_PIPE[receiver])
+            else:
+                pipes = (WRITE_PIPE[sender], READ_PIPE)
+            call = (f"al.{op}(\"{sender}\", \"{receiver}\", {flag}, al.PIPE.{pipes[0]}, "
+                    f"al.PIPE.{pipes[1]})  # {why}")
+            fence_before = fence_before and hand_off == "any"
+            fence_after = fence_after and hand_off == "any"
+        else:
+            call = f"tl.{op}(\"{sender}\", \"{receiver}\", {flag})  # {why}"
+        fence = "tl.debug_barrier()  # pipe_barrier(PIPE_ALL): see flag_op in xsync/backends/ascend/render.py"
+        return ([fence] if fence_before else []) + [call] + ([fence] if fence_after else [])
+
+    def emit(self, lines: list[str]):
+        for line in lines:
+            self.out.line(line)
+
+    def barrier_op(self, mode: str, flag: int, why: str) -> list[str]:
+        """sync_block_all orders all cores' work on both sides (it waits on one pipe only)."""
         mod = "al" if self.form == "scope" else "tl"
-        return f"{mod}.sync_block_all(\"{mode}\", {flag})  # {why}"
+        fence = "tl.debug_barrier()"
+        return [fence, f"{mod}.sync_block_all(\"{mode}\", {flag})  # {why}", fence]
 
     # ------------------------------------------------------------ workspace
     def field_ptr(self, pipe: ir.Pipe, field: str, slot_index: str, ring: str) -> str:
@@ -333,7 +398,7 @@ class AscendRenderer(PythonRenderer):
         stride = r.slot_stride
         assert base % eb == 0 and stride % eb == 0
         if ring != "0":
-            slot_index = f"({ring} * {r.stages} + {slot_index})"
+            slot_index = f"({ring} * {r.slots} + {slot_index})"
         if len(spec.shape) == 2:
             rows, cols = spec.shape
             tile = f"tl.arange(0, {rows})[:, None] * {cols} + tl.arange(0, {cols})[None, :]"
@@ -355,7 +420,7 @@ class AscendRenderer(PythonRenderer):
         k, o = self.kernel, self.out
         form_text = ("triton-ascend 3.2.0 release form: one body, the compiler splits cube and "
                      "vector work by op kind" if self.form == "release" else
-                     "triton-ascend >= 3.3 scope form: al.scope(core_mode=...) per core")
+                     "triton-ascend 3.2.1+ scope form: al.scope(core_mode=...) per core")
         o.line(f'"""Generated by xsync: kernel \'{k.name}\' ({k.file}) for Ascend.')
         o.line()
         o.line(f"{form_text}.")
@@ -392,6 +457,11 @@ class AscendRenderer(PythonRenderer):
         return o.source()
 
     def agent_part(self, agent: Agent):
+        first = len(self.out.lines) + 1
+        self._agent_part(agent)
+        self.parts.append(CorePart(self.agent_core(agent), agent.name, first, len(self.out.lines)))
+
+    def _agent_part(self, agent: Agent):
         o, k = self.out, self.kernel
         core = self.agent_core(agent)
         hw = "cube core (AIC)" if core == "cube" else "vector cores (AIV)"
@@ -452,7 +522,8 @@ class AscendRenderer(PythonRenderer):
                 o.indent()
                 o.line(f"if xs_d < xs_{p.name}_acq:")
                 o.indent()
-                o.line(self.wait_op(d, s, self.ids[f"{p.name}:empty"], f"{p.name} EMPTY"))
+                o.line(self.flag_op("wait", d, s, self.ids[f"{p.name}:empty"], "drain",
+                                    f"{p.name} EMPTY: drain, pipe declared at line {p.loc.line}")[0])
                 o.dedent()
                 o.dedent()
 
@@ -525,7 +596,7 @@ class AscendRenderer(PythonRenderer):
                 f"core run in lockstep and must reach every sync point together",
                 loc=s.loc, objects=tuple(sorted(dep)),
                 fix="move the sync verb out of the replica-dependent branch (branch only the work), "
-                    "or use triton-ascend >= 3.3 (XSYNC_ASCEND_FORM=scope)")
+                    "or use triton-ascend >= 3.2.1 (XSYNC_ASCEND_FORM=scope)")
         self.rep = self.reps[0]
         if isinstance(s, ir.For):
             head = (f"for {s.var} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
@@ -611,13 +682,13 @@ class AscendRenderer(PythonRenderer):
         elif isinstance(s, ir.Store):
             t = s.tensor
             dtype = next(p.dtype for p in self.kernel.params if p.name == t)
-            rows, cols, s0, s1 = tensor_args(t)
+            rows, cols, s0 = tensor_args(t)
             off = ", ".join(self.expr(x) for x in s.offsets)
             o.line(f"xs_v = {self.expr(s.value)}")
             if getattr(s, "bounds", None):
                 rb, cb = (self.expr(x) for x in s.bounds)
                 rows, cols = f"tl.minimum({rows}, {rb})", f"tl.minimum({cols}, {cb})"
-            o.line(f"tl.store(tl.make_block_ptr({t}, shape=({rows}, {cols}), strides=({s0}, {s1}), "
+            o.line(f"tl.store(tl.make_block_ptr({t}, shape=({rows}, {cols}), strides=({s0}, 1), "
                    f"offsets=({off}), block_shape=(xs_v.shape[0], xs_v.shape[1]), order=(1, 0)), "
                    f"xs_v.to({self.dtype(dtype)}), boundary_check=(0, 1))")
         else:
@@ -647,17 +718,20 @@ class AscendRenderer(PythonRenderer):
                 o.line(f"# {obj.name}.acquire() (line {line})")
                 o.line(f"if xs_{obj.name}_acq >= {obj.stages}:")
                 o.indent()
-                o.line(self.wait_op(dst, src, empty, f"{obj.name} EMPTY: a free slot"))
+                self.emit(self.flag_op("wait", dst, src, empty, "empty",
+                                       f"{obj.name} EMPTY: a free slot, {obj.name}.acquire() line {line}"))
                 o.dedent()
                 if s.target:
-                    o.line(f"{s.target}_i = xs_{obj.name}_acq % {obj.stages}")
+                    o.line(f"{s.target}_i = xs_{obj.name}_acq % {self.slots(obj)}")
                 o.line(f"xs_{obj.name}_acq += 1")
             elif s.verb == "commit":
-                o.line(self.set_op(src, dst, full, f"{obj.name} FULL: {obj.name}.commit() line {line}"))
+                self.emit(self.flag_op("set", src, dst, full, "full",
+                                       f"{obj.name} FULL: {obj.name}.commit() line {line}"))
             elif s.verb == "wait":
-                o.line(self.wait_op(src, dst, full, f"{obj.name} FULL: {obj.name}.wait() line {line}"))
+                self.emit(self.flag_op("wait", src, dst, full, "full",
+                                       f"{obj.name} FULL: {obj.name}.wait() line {line}"))
                 target = s.target or f"xs_{obj.name}_slot"
-                o.line(f"{target}_i = xs_{obj.name}_got % {obj.stages}")
+                o.line(f"{target}_i = xs_{obj.name}_got % {self.slots(obj)}")
                 o.line(f"xs_{obj.name}_got += 1")
                 saved = self.rep
                 for r in reps:
@@ -668,7 +742,8 @@ class AscendRenderer(PythonRenderer):
                                f"tl.load({self.field_ptr(obj, f.name, f'{target}_i', ring)})")
                 self.rep = saved
             else:
-                o.line(self.set_op(dst, src, empty, f"{obj.name} EMPTY: {obj.name}.release() line {line}"))
+                self.emit(self.flag_op("set", dst, src, empty, "empty",
+                                       f"{obj.name} EMPTY: {obj.name}.release() line {line}"))
         elif isinstance(obj, ir.Event):
             if not self.crossing(obj):
                 o.line(f"# xs.{s.verb}({obj.name}) (line {line}): same core, program order")
@@ -676,14 +751,13 @@ class AscendRenderer(PythonRenderer):
             src, dst = self.core(obj.src), self.core(obj.dst)
             flag = self.ids[obj.name]
             if s.verb == "signal":
-                o.line(self.set_op(src, dst, flag, f"xs.signal({obj.name}) line {line}"))
+                self.emit(self.flag_op("set", src, dst, flag, "any", f"xs.signal({obj.name}) line {line}"))
             else:
-                o.line(self.wait_op(src, dst, flag, f"xs.wait({obj.name}) line {line}"))
+                self.emit(self.flag_op("wait", src, dst, flag, "any", f"xs.wait({obj.name}) line {line}"))
         else:
             mode = self.barrier_mode(obj.name)
             note = "" if s.verb == "sync" else " (arrive: no arrive-only form, full barrier)"
-            o.line(self.all_op(mode, self.ids[obj.name], f"{obj.name}.{s.verb}() line {line}{note}"))
-
+            self.emit(self.barrier_op(mode, self.ids[obj.name], f"{obj.name}.{s.verb}() line {line}{note}"))
 
 # ---------------------------------------------------------------- helpers
 def _has_sync(s) -> bool:
@@ -721,5 +795,13 @@ def _all_exprs(stmts):
 
 def render(kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
            form: str = "release") -> str:
-    return AscendRenderer(kernel, placement, allocation, form).render()
+    return render_module(kernel, placement, allocation, form).source
+
+
+def render_module(kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
+                  form: str = "release") -> "AscendModule":
+    """The generated source and where each core's part of the kernel body lies in it."""
+    r = AscendRenderer(kernel, placement, allocation, form)
+    source = r.render()
+    return AscendModule(source, form, tuple(r.parts))
 
