@@ -12,6 +12,12 @@ replicas in lockstep after each block (the ping-pong shape of attention consumer
 Hopper: 1-warp TMA producer, one wgmma warpgroup, two epilogue warpgroups meeting on a
 named barrier. Ascend: load + mma on the cube core, the epilogue on the two vector
 cores, scores through a global-memory workspace ring with cube->vector flags.
+
+Default tiles (BM = BN = BK = 64): on the Ascend 910B each vector core holds half the rows
+of a 64 x 64 fp32 scores tile per replica (sub-block binding) plus the softmax temporaries:
+38 KB of its 192 KB unified buffer; the cube uses 32 KB of L1 and 16 KB of L0C (measured by
+the ascend matrix's compiler stage). Larger tiles trade UB for fewer flags per element:
+BM = BN = 256 overflows UB.
 """
 import xsync as xs
 

@@ -4,6 +4,7 @@
     xsync lower MODULE:KERNEL --backend B [--out DIR] [--set NAME=VALUE ...]
     xsync trace MODULE:KERNEL [--out file.svg|file.png] [--set NAME=VALUE ...] [--grid 1,2]
     xsync bench flash_attn|gemm [--quick]   benchmark vs torch on a GPU, with a progress bar
+    xsync config   every XSYNC_* option with its resolved value
     xsync demo     the main job: examples + flash attention on the default backend vs torch
 
 MODULE is an importable module (``xsync.kernels.gemm``) or a path to a .py file.
@@ -210,6 +211,13 @@ def cmd_bench(args) -> int:
     return module.main(args.rest)
 
 
+def cmd_config(args) -> int:
+    from xsync import config
+
+    print(config.current().describe())
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="xsync", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -240,6 +248,9 @@ def main(argv=None) -> int:
     p.add_argument("name", choices=BENCHMARKS)
     p.add_argument("rest", nargs=argparse.REMAINDER, help="benchmark options, e.g. --quick")
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("config", help="the resolved configuration: every XSYNC_* option, its value "
+                                      "and what it does")
+    p.set_defaults(func=cmd_config)
     p = sub.add_parser("demo", help="run the examples and flash attention on the default backend vs torch")
     p.set_defaults(func=lambda a: __import__("xsync.demo", fromlist=["main"]).main(a))
     args = parser.parse_args(argv)

@@ -22,6 +22,13 @@ Placement does the rest:
   pv_out cross cores through global-memory workspace slots and cube<->vector flags.
 * CPU emulator: every role replica is a thread.
 
+Tiles (ops.block_sizes): BM = 64 rows per replica, BN = 128 keys per step on Hopper and
+Ascend. On the Ascend 910B (measured by the ascend matrix's compiler stage, after
+hivm-plan-memory) each vector core holds 32 rows of each replica's S, P, PV and O tiles:
+178-181 KB of its 192 KB unified buffer at D = 128 (138-157 KB at D = 64); the cube keeps Q
+for both replicas, K and V in L1 (224 KB of 512 KB at D = 128) and the S and PV products in
+L0C (128 KB of 128 KB at D = 128). BM = 128 per replica does not fit UB.
+
 Sequences are addressed through cumulative lengths (`cu_q`, `cu_k`) as in
 flash_attn_varlen_func; a dense batch is the special case of equal lengths. A head's
 rows start at `cu[b] * cu_rows + h * head_rows` and its columns at `h * head_cols`, so

@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+import ascend_cases as cases
+
 import xsync.kernels as kernels
 from xsync.backends.ascend import hivm
 from xsync.backends.ascend.render import core_of_kind
@@ -38,6 +40,7 @@ def specializations():
     """The examples at their example= specialization and the attention kernel at every
     specialization ops.py launches on Ascend (dense and varlen share them)."""
     out = [pytest.param(k, {}, id=k.__name__) for k in all_kernels() if k is not attention_fwd]
+    out.append(pytest.param(cases.ping_pong, {}, id="case-ping_pong"))   # N -> N rings
     blocks = ops.block_sizes("ascend")
     for d in ops.HEAD_DIMS:
         for causal in (0, 1):
@@ -76,6 +79,9 @@ def test_every_kernel_passes_every_hivm_pass(kernel, constexprs, compiler):
     assert result.reached_hivmc, result.describe()
     assert result.seconds < COMPILE_BOUND_S
     assert result.overflow is None
+    for fn, peaks in result.memory().items():       # what plan-memory placed, per memory
+        for space, used in peaks.items():
+            assert used <= hivm.CAPACITY.get(space, used), (fn, space, used)
     alloc_flags = {flag for _, flag in lowered.allocation.event_ids}
     # exactly xsync's flags after the split and at the end: the compiler injected none
     assert result.flags(result.after_split) == alloc_flags

@@ -132,6 +132,21 @@ def test_scope_form_runs_one_replica_per_vector_core(monkeypatch):
     assert "al.sub_vec_id()" in gemm_softmax.compile("ascend-sim").source
 
 
+@pytest.mark.parametrize("form", ["release", "scope"])
+def test_ping_pong_n_to_n_rings(form, monkeypatch):
+    """Two cube replicas (lockstep on the one cube) feed two vector replicas through one GM
+    ring per replica pair, and the vector -> cube event needs both vector cores' sets."""
+    import ascend_cases as cases
+    monkeypatch.setenv("XSYNC_ASCEND_FORM", form)
+    torch.manual_seed(6)
+    BM, BN, BK, TILES, K = 16, 16, 16, 4, 48
+    a, b = torch.randn(TILES * BM, K).bfloat16(), torch.randn(K, BN).bfloat16()
+    out = torch.zeros(TILES * BM, BN)
+    cases.ping_pong[(1,)](a, b, out, K, BM=BM, BN=BN, BK=BK, TILES=TILES)
+    ref = ((a.double() @ b.double()) * math.log(2)).softmax(-1)       # the kernel uses exp2
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------- planted faults
 TILES = 2
 

@@ -32,7 +32,14 @@ from xsync.errors import BackendError
 HIVMC_MARK = "External hivmc run fails, returning module before running external compiler"
 # Passes whose output the tests read: the split, the binding, and the last pass that touches
 # cross-core sync ops (it runs per device function).
-DUMP_AFTER = ("hivm-split-mix-kernel", "hivm-bind-sub-block", "hivm-add-ffts-to-syncblocksetop")
+DUMP_AFTER = ("hivm-split-mix-kernel", "hivm-bind-sub-block", "hivm-add-ffts-to-syncblocksetop",
+              "hivm-plan-memory")
+# Local memories of an Ascend 910B AI core (bytes), as the compiler names them after
+# hivm-plan-memory: the vector core's unified buffer, the cube's L1 and L0C.
+CAPACITY = {"ub": 192 * 1024, "cbuf": 512 * 1024, "cc": 128 * 1024}
+_PLACED_RE = re.compile(r"hivm\.hir\.pointer_cast\(([^)]*)\) : memref<((?:\d+x)+)(\w+)[^>]*"
+                        r"#hivm\.address_space<(\w+)>>")
+_ELEMENT_BITS = {"f32": 32, "i32": 32, "f16": 16, "bf16": 16, "i16": 16, "i8": 8, "i64": 64, "i1": 1}
 _UB_RE = re.compile(r"ub overflow, requires (\d+) bits while (\d+) bits available")
 _OVERFLOW_RE = re.compile(r"(\w+) overflow, requires (\d+) bits while (\d+) bits available")
 SYNC_RE = re.compile(r"hivm\.hir\.sync_block_(set|wait)\[<(CUBE|VECTOR)>, <(PIPE_\w+)>, <(PIPE_\w+)>\]"
@@ -96,6 +103,25 @@ class HivmResult:
     after_binding: str = ""      # whole module after hivm-bind-sub-block
     functions: dict = field(default_factory=dict)   # device function -> its final IR
     timed_out: bool = False
+    placed: dict = field(default_factory=dict)      # device function -> IR after plan-memory
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        """Peak bytes per local memory of each device function, from the buffers
+        hivm-plan-memory placed (offset + size, multi-buffered copies included)."""
+        out: dict[str, dict[str, int]] = {}
+        for fn, text in self.placed.items():
+            peaks = {}
+            for m in _PLACED_RE.finditer(text):
+                offsets = [int(x) for x in re.findall(r"%c(\d+)_i64", m.group(1))]
+                n = 1
+                for d in m.group(2).rstrip("x").split("x"):
+                    n *= int(d)
+                size = -(-n * _ELEMENT_BITS.get(m.group(3), 32) // 8)
+                space = m.group(4)
+                peaks[space] = max([peaks.get(space, 0)] + [o + size for o in offsets])
+            if peaks:
+                out[fn] = peaks
+        return out
 
     @property
     def overflow(self) -> tuple[str, int, int] | None:
@@ -158,7 +184,7 @@ def run(mlir: str, name: str, arch: str = "Ascend910B3", timeout: float = 600.0)
             timed_out = True
         seconds = time.monotonic() - start
         split = binding = ""
-        functions = {}
+        functions, placed, placed_names = {}, {}, {}
         for root, _dirs, names in os.walk(dumps):
             for n in names:
                 text = open(os.path.join(root, n)).read()
@@ -166,12 +192,16 @@ def run(mlir: str, name: str, arch: str = "Ascend910B3", timeout: float = 600.0)
                     split = text
                 elif n.endswith(f"_{DUMP_AFTER[1]}.mlir") and root.endswith("symbol-name"):
                     binding = text
-                elif n.endswith(f"_{DUMP_AFTER[2]}.mlir"):
+                elif n.endswith(f"_{DUMP_AFTER[2]}.mlir") or n.endswith(f"_{DUMP_AFTER[3]}.mlir"):
                     fn = os.path.basename(root).removeprefix("func_func_")
-                    if not fn.endswith("_function"):   # host helper functions
+                    if fn.endswith("_function"):       # host helper functions
+                        continue
+                    if n.endswith(f"_{DUMP_AFTER[2]}.mlir"):
                         functions[fn] = text
+                    elif n > placed_names.get(fn, ""):  # the last plan-memory run wins
+                        placed[fn], placed_names[fn] = text, n
     return HivmResult(name, HIVMC_MARK in log and not timed_out, seconds, tuple(options), log,
-                      split, binding, functions, timed_out)
+                      split, binding, functions, timed_out, placed)
 
 
 def compile_lowered(lowered, arch: str = "Ascend910B3", scalars: dict | None = None,

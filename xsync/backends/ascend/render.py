@@ -17,11 +17,19 @@ ID)``, GM load. The set/wait ops name their cores, so each lands on the right si
 
 ``scope`` (triton-ascend 3.2.1+, detected by import): the same two parts, each inside
 ``with al.scope(core_mode="cube"|"vector")``, sync ops spelled
-``al.sync_block_set/wait(sender, receiver, ID, sender_pipe, receiver_pipe)`` with the
-pipes 3.2.0 picks implicitly (cube sender: FIX -> MTE2, vector sender: MTE3 -> MTE2),
-and vector replicas mapped onto the two vector cores with ``al.sub_vec_id()``.
-Chosen automatically when ``triton.language.extra.cann.extension`` imports; forced with
-``form=`` or ``XSYNC_ASCEND_FORM=release|scope``.
+``al.sync_block_set/wait(sender, receiver, ID, sender_pipe, receiver_pipe)`` with the pipes
+each hand-off needs (see ``flag_op``), vector replicas mapped onto the two vector cores with
+``al.sub_vec_id()`` and barriers among vector replicas as ``all_sub_vector`` (the two vector
+cores of one AI core; 3.2.0 only has the grid-wide ``all_vector``). Chosen automatically
+when ``triton.language.extra.cann.extension`` imports; forced with ``form=`` or
+``XSYNC_ASCEND_FORM=release|scope``.
+
+Both forms are written for the HIVM compiler that follows triton-ascend (verified with
+``bishengir-compile`` by the ascend test matrix, see ``hivm.py``): tensors are addressed with
+unit column stride (a run-time column stride makes it give every tile element its own 32-byte
+block of unified buffer), kernels are compiled and launched with the compiler's automatic
+cross-core sync off (``disable_auto_inject_block_sync``), and the flag IDs come from the top of
+the range CANN documents (see ``xsync.lowering.alloc``).
 
 Pipes (``xs.pipe``) between cores
 ---------------------------------
@@ -30,16 +38,21 @@ Per cross-core pipe the allocation gives a FULL flag (src -> dst), an EMPTY flag
 allocates (``programs x Allocation.workspace_bytes``) and passes as one extra pointer
 argument per element type (``xs_ws_fp32``, ``xs_ws_bf16``: typed views of ONE buffer;
 3.2.0's adapter does not rescale offsets across pointer casts, so the kernel never casts
-pointers). Slot i is ring position ``i % stages``; counters are plain loop-carried ints.
+pointers). The ring has ``max(stages, 2)`` GM slots (a 1-slot ring would be a loop-invariant
+store address, on which the compiler's cv-pipelining pass never terminates) and slot i is
+``i % slots``; counters are plain loop-carried ints.
 
-    producer:  acquire  -> if n_acq >= stages: wait(EMPTY)   (starts with `stages` free slots)
-               slot.f = v -> tl.store(ring[slot].f, v)
-               commit   -> set(FULL)
+    producer:  acquire  -> if n_acq >= stages: wait(EMPTY) [fence]  (starts with `stages` free)
+               slot.f = v -> tl.store(ring[slot].f, v)           (GM write: FIX / MTE3)
+               commit   -> set(FULL)                              (on the writer's pipe)
                end      -> drain: wait(EMPTY) once per slot still outstanding
                            (min(n_acq, stages)), so every flag ends at zero and nothing
                            leaks into the next launch
-    consumer:  wait     -> wait(FULL); load every field of ring[slot]
-               release  -> set(EMPTY)
+    consumer:  wait     -> wait(FULL); load every field of ring[slot] (GM read: MTE2)
+               release  -> [fence] set(EMPTY)
+
+``[fence]`` is the 3.2.0 form's ``tl.debug_barrier()`` (``pipe_barrier(PIPE_ALL)``); the
+scope form instead sets EMPTY on MTE2 and waits for it on the writer's pipe.
 
 Pending sets never exceed ``stages`` (<= 15, checked by alloc) on either flag. A pipe
 whose ends share a core is program order: the payload is a plain value
