@@ -151,6 +151,12 @@ def test_ping_pong_n_to_n_rings(form, monkeypatch):
 TILES = 2
 
 
+def kernel_line(kernel, text):
+    import inspect
+    lines, first = inspect.getsourcelines(kernel.fn)
+    return first + next(i for i, ln in enumerate(lines) if text in ln)
+
+
 def planted(edit, tiles=TILES):
     """gemm_softmax's generated Ascend module with ``edit`` applied, simulated; returns the
     error and the seconds it took to appear."""
@@ -177,7 +183,8 @@ def test_planted_wrong_flag_id_is_a_named_stall():
     assert isinstance(err, StallError) and seconds < 10
     msg = str(err)
     assert "flag 3 (not in xsync's allocation)" in msg and "vector 0 of AI core" in msg
-    assert "gemm_softmax.py:67" in msg and "(iteration t=0)" in msg
+    assert f"gemm_softmax.py:{kernel_line(gemm_softmax, 'scores.wait()')}" in msg
+    assert "(iteration t=0)" in msg
     assert f"flag {ids['scores:empty']} (pipe 'scores' EMPTY)" in msg     # the cube, waiting back
 
 
