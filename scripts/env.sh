@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
 # Create (or reuse) the virtual environment of one test matrix and install xsync in it.
-#   scripts/env.sh core     torch + xsync                  -> .venv/core
-#   scripts/env.sh nvidia   + upstream triton 3.6 (Gluon)  -> .venv/nvidia
-#   scripts/env.sh ascend   + triton-ascend 3.2.0          -> .venv/ascend
+#   scripts/env.sh core           torch + xsync                          -> .venv/core
+#   scripts/env.sh nvidia         + the oldest supported triton (3.6.x)  -> .venv/nvidia
+#   scripts/env.sh nvidia-newest  + the newest supported triton (3.9.x)  -> .venv/nvidia-newest
+#   scripts/env.sh ascend         + triton-ascend 3.2.0                  -> .venv/ascend
 # Upstream Triton and triton-ascend both install a package named `triton`, so each
-# vendor matrix gets its own environment.
+# vendor matrix gets its own environment; the two nvidia environments bracket the range
+# the `nvidia` extra allows (pyproject.toml), so a change that breaks either end shows.
+# `nvidia` keeps the oldest version because that is what the H200 runs.
 set -euo pipefail
-name="${1:?usage: scripts/env.sh core|nvidia|ascend}"
+name="${1:?usage: scripts/env.sh core|nvidia|nvidia-newest|ascend}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$root/.venv/$name"
 python="${XSYNC_PYTHON:-$(command -v python3.11 || command -v python3)}"
+triton_oldest="3.6.*"
+triton_newest="3.9.*"
+# extra requirements installed together with xsync (pins inside the extra's range)
+pins=()
 case "$name" in
-  core)   extras="test,trace" ;;
-  nvidia) extras="test,nvidia" ;;
-  ascend) extras="test,ascend" ;;
-  *) echo "scripts/env.sh: unknown environment '$name' (core, nvidia, ascend)" >&2; exit 2 ;;
+  core)          extras="test,trace" ;;
+  nvidia)        extras="test,nvidia"; pins+=("triton==$triton_oldest") ;;
+  nvidia-newest) extras="test,nvidia"; pins+=("triton==$triton_newest") ;;
+  ascend)        extras="test,ascend" ;;
+  *) echo "scripts/env.sh: unknown environment '$name' (core, nvidia, nvidia-newest, ascend)" >&2; exit 2 ;;
 esac
 stamp="$venv/.xsync-installed"
 want="$(cat "$root/pyproject.toml" "$0" | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-echo "== creating $venv ($extras) with $python"
+echo "== creating $venv ($extras${pins[*]:+, ${pins[*]}}) with $python"
 rm -rf "$venv"
 "$python" -m venv "$venv"
 pip() {
@@ -32,5 +40,5 @@ pip() {
 }
 # torch first and pinned: 2.13.0 is the CPU build on these machines' local index.
 pip install "torch==2.13.0"
-pip install -e "$root[$extras]"
+pip install -e "$root[$extras]" ${pins[@]+"${pins[@]}"}
 echo "$want" > "$stamp"
