@@ -13,7 +13,8 @@ HIVM-flavoured MLIR text, where the sync ops appear as
 
 Environment:
   XSYNC_ASCEND_FORM    release | scope | auto (default: scope when
-                       ``triton.language.extra.cann.extension`` imports, else release)
+                       ``triton.language.extra.cann.extension`` is importable, i.e.
+                       triton-ascend 3.2.1+, else release)
   XSYNC_ASCEND_CORES   AI cores (cube cores) a launch may keep resident; used for the
                        grid check of kernels with ``sync_block_all`` barriers when the
                        device cannot be asked (default 20: Ascend 910B3)
@@ -55,7 +56,8 @@ def availability() -> tuple[bool, str]:
 
 
 def scope_form_available() -> bool:
-    """True when the installed triton-ascend has al.scope (main / 3.3+)."""
+    """True when the installed triton-ascend has al.scope: 3.2.1 and later, which still report
+    ``triton.__version__ == "3.2.0"``, so this asks for the module, not the version."""
     try:
         return importlib.util.find_spec("triton.language.extra.cann.extension") is not None
     except (ImportError, ValueError, AttributeError):
@@ -68,7 +70,7 @@ def select_form(form: str | None = None) -> str:
         return "scope" if scope_form_available() else "release"
     if raw not in _render.FORMS:
         raise BackendError(f"unknown Ascend source form {raw!r}" + ("" if form else " (from XSYNC_ASCEND_FORM)"),
-                           fix="use release (triton-ascend 3.2.0), scope (>= 3.3, al.scope) or auto")
+                           fix="use release (triton-ascend 3.2.0), scope (triton-ascend 3.2.1+, al.scope) or auto")
     return raw
 
 
