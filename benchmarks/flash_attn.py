@@ -3,9 +3,12 @@ measured side by side in one process on the same tensors with triton.testing.do_
 
 Grid (DESIGN §6): bf16, head_dim 64 and 128, b*s = 16384, h*d = 2048,
 s in {1k, 2k, 4k, 8k, 16k}, causal and not. FLOPs = 4*b*h*s^2*d (half for causal).
-Plus a varlen row set: 16 sequences of mixed lengths 128..8k, d=128, causal, against
-torch's varlen attention where the installed torch has it, else SDPA over the padded
-batch.
+Plus a varlen row set: 16 sequences of mixed lengths 128..8k, d=128, causal and not,
+against torch's ``torch.nn.attention.varlen.varlen_attn`` on the same packed tensors.
+Where the installed torch lacks it (or it fails), the reference falls back to cuDNN
+SDPA over the padded batch; such a row says so (``reference_fallback`` in the JSON,
+"FALLBACK" in the table, a warning on stderr), since padding makes the comparison a
+different one.
 
     python benchmarks/flash_attn.py [--quick] [--out benchmarks/results]
 
@@ -87,32 +90,65 @@ def measure_point(p, progress=None):
     return row
 
 
-def measure_varlen():
+VARLEN_LENS = (128, 8192, 512, 4096, 256, 2048, 1024, 6144, 384, 3072, 768, 5120, 1536, 7168, 640, 2560)
+
+
+def varlen_attn_call(q, k, v, cu, max_len, causal):
+    """torch's varlen attention on the packed tensors, as a thunk, or (None, why not).
+
+    Its signature (torch 2.11; 2.13 adds keywords) is ``varlen_attn(q, k, v, cu_q, cu_k,
+    max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1))``: there is no
+    ``is_causal``; causal attention is the window ``(-1, 0)`` (nothing right of the
+    diagonal). The call is checked against the installed signature before it runs."""
+    import inspect
+
+    import torch
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError as exc:
+        return None, f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn ({exc})"
+    args = (q, k, v, cu, cu, max_len, max_len)
+    kwargs = dict(window_size=(-1, 0) if causal else (-1, -1))
+    try:
+        inspect.signature(varlen_attn).bind(*args, **kwargs)
+    except TypeError as exc:
+        return None, f"torch {torch.__version__}'s varlen_attn does not take this call: {exc}"
+    return (lambda: varlen_attn(*args, **kwargs)), None
+
+
+def measure_varlen(causal: bool):
     import torch
     from xsync.kernels.flash_attn import attention_varlen
 
-    lens = [128, 8192, 512, 4096, 256, 2048, 1024, 6144, 384, 3072, 768, 5120, 1536, 7168, 640, 2560]
+    lens = list(VARLEN_LENS)
     h, d = 16, 128
     cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
     total = sum(lens)
+    torch.manual_seed(0)
     q, k, v = (torch.randn(total, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    f = sum(flops(1, h, n, d, True) for n in lens)
-    row = dict(kind="varlen", sequences=len(lens), lengths=lens, h=h, d=d, causal=True)
-    ms = bench(lambda: attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=True))
+    f = sum(flops(1, h, n, d, causal) for n in lens)
+    row = dict(kind="varlen", sequences=len(lens), lengths=lens, h=h, d=d, causal=causal)
+    o, _ = attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=causal)
+    ms = bench(lambda: attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=causal))
     row.update(xsync_ms=ms, xsync_tflops=f / (ms * 1e-3) / 1e12)
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-        ref_name = "torch varlen_attn"
-        ms_ref = bench(lambda: varlen_attn(q, k, v, cu, cu, max(lens), max(lens), is_causal=True))
-        ref_flops = f
-    except Exception:  # noqa: BLE001 - older torch: SDPA over the padded batch
-        ref_name = "sdpa over padded batch (cuDNN)"
+    ref, why = varlen_attn_call(q, k, v, cu, max(lens), causal)
+    if ref is not None:
+        try:
+            err = (o.float() - ref().float()).abs().max().item()
+            row.update(reference="torch varlen_attn", reference_ms=bench(ref), max_abs_err_vs_reference=err)
+        except Exception as exc:  # noqa: BLE001 - reported below as the reason for the fallback
+            ref, why = None, f"torch varlen_attn failed: {type(exc).__name__}: {str(exc)[:300]}"
+    if ref is None:
+        # Loud: a padded batch does (max_len / mean_len)x the work, so this is not the
+        # comparison the row would otherwise claim.
+        print(f"WARNING: varlen reference (causal={causal}) falls back to cuDNN SDPA over the padded "
+              f"batch: {why}", file=sys.stderr)
         pad = max(lens)
         qp = torch.randn(len(lens), h, pad, d, device="cuda", dtype=torch.bfloat16)
-        ms_ref = bench(sdpa_runner("cudnn", qp, qp, qp, True))
-        ref_flops = f  # useful work only: padding is wasted by the reference
-    row.update(reference=ref_name, reference_ms=ms_ref,
-               reference_tflops=ref_flops / (ms_ref * 1e-3) / 1e12)
+        row.update(reference="FALLBACK: sdpa over padded batch (cuDNN)", reference_fallback=why,
+                   reference_ms=bench(sdpa_runner("cudnn", qp, qp, qp, causal)))
+    # useful work only, for both: a padded reference's wasted work is not counted
+    row["reference_tflops"] = f / (row["reference_ms"] * 1e-3) / 1e12
     row["ratio_vs_reference"] = row["xsync_tflops"] / row["reference_tflops"]
     return row
 
@@ -133,9 +169,12 @@ def table(rows) -> str:
     for r in rows:
         if r.get("kind") == "varlen":
             out.append("")
+            err = (f", max err {r['max_abs_err_vs_reference']:.1e}" if "max_abs_err_vs_reference" in r else "")
+            note = f" ({r['reference_fallback']})" if "reference_fallback" in r else ""
             out.append(f"varlen ({r['sequences']} sequences, lengths {min(r['lengths'])}..{max(r['lengths'])}, "
-                       f"d={r['d']}, causal): xsync {r['xsync_tflops']:.0f} TFLOP/s, {r['reference']} "
-                       f"{r['reference_tflops']:.0f} TFLOP/s, ratio {r['ratio_vs_reference']:.2f}")
+                       f"d={r['d']}, causal={r['causal']}): xsync {r['xsync_tflops']:.0f} TFLOP/s, "
+                       f"{r['reference']}{note} {r['reference_tflops']:.0f} TFLOP/s, "
+                       f"ratio {r['ratio_vs_reference']:.2f}{err}")
     return "\n".join(out)
 
 
@@ -164,7 +203,7 @@ def main(argv=None, progress=True) -> int:
     if progress:
         print()
     if not args.no_varlen:
-        rows.append(measure_varlen())
+        rows.extend(measure_varlen(causal) for causal in (False, True))
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                 seconds=round(time.time() - start, 1))
     try:

@@ -1,7 +1,8 @@
 """NVIDIA test matrix setup.
 
-Run with the venv that has triton 3.6 (``/work/venvs/nvidia/bin/python -m pytest
-tests/nvidia``, PYTHONPATH=<repo>). Compile tests need no GPU; GPU tests skip with a
+Run with an environment that has upstream triton 3.6-3.9 (``bash scripts/test.sh nvidia``
+or ``nvidia-newest``; on a GPU host from the source tree: ``PYTHONPATH=. python -m pytest
+tests/nvidia``). Compile tests need no GPU; GPU tests skip with a
 reason when no Hopper GPU is visible. Generated sources and Triton's cache go to a
 temporary directory unless XSYNC_CACHE_DIR / TRITON_CACHE_DIR are set.
 """
@@ -30,7 +31,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 def gpu_reason() -> str:
     """Empty when a Hopper GPU can run the kernels, else why not."""
     if not HAVE_GLUON:
-        return "triton 3.6 with Gluon is not installed"
+        return "upstream triton 3.6-3.9 with Gluon is not installed"
     from xsync.backends.nvidia import availability
 
     ok, why = availability()
@@ -45,6 +46,6 @@ def _clean_env(monkeypatch):
 
 def pytest_collection_modifyitems(config, items):
     if not HAVE_GLUON:
-        skip = pytest.mark.skip(reason="triton 3.6 with Gluon is not installed (use /work/venvs/nvidia)")
+        skip = pytest.mark.skip(reason="upstream triton 3.6-3.9 with Gluon is not installed (bash scripts/env.sh nvidia)")
         for item in items:
             item.add_marker(skip)

@@ -372,13 +372,17 @@ def test_pingpong_off_and_replica_dependent_loops_untouched(monkeypatch):
 
 
 def _ptxas_log(ptx):
-    """ptxas -v output for a PTX module (the ptxas Triton ships), to see wgmma serialization."""
+    """ptxas -v output for a PTX module, to see wgmma serialization. The ptxas is the one
+    Triton compiles sm_90 with, found through its API (`get_ptxas(arch)` on 3.6-3.9): 3.9
+    ships several and emits a PTX version that the older one cannot read."""
     import os
     import subprocess
     import tempfile
 
-    import triton
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    from xsync.backends.nvidia import TARGET_ARCH
+    ptxas = get_ptxas(TARGET_ARCH).path
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "k.ptx")
         with open(src, "w") as fh:

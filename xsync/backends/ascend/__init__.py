@@ -13,7 +13,8 @@ HIVM-flavoured MLIR text, where the sync ops appear as
 
 Environment:
   XSYNC_ASCEND_FORM    release | scope | auto (default: scope when
-                       ``triton.language.extra.cann.extension`` imports, else release)
+                       ``triton.language.extra.cann.extension`` is importable, i.e.
+                       triton-ascend 3.2.1+, else release)
   XSYNC_ASCEND_CORES   AI cores (cube cores) a launch may keep resident; used for the
                        grid check of kernels with ``sync_block_all`` barriers when the
                        device cannot be asked (default 20: Ascend 910B3)
