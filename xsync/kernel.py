@@ -22,7 +22,9 @@ from xsync.errors import LaunchError
 from xsync.files import write_atomic
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation, allocate
+from xsync.lowering import passes
 from xsync.lowering.frontend import parse_kernel
+from xsync.lowering.passes import PassLog
 from xsync.lowering.placement import Placement, place
 from xsync.lowering.verify import VerifyReport, enabled_verification, verify
 
@@ -39,6 +41,7 @@ class Lowered:
     allocation: Allocation
     report: VerifyReport | None
     backend: str
+    passes: PassLog | None = None       # what the schedule passes did (xsync check prints it)
 
 
 class Kernel:
@@ -114,10 +117,13 @@ class Kernel:
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
         kernel = parse_kernel(self.fn, constexprs, tensor_dtypes)
         placement = place(kernel, backend)
+        log = PassLog()
+        # The verifier checks what the passes emit, not what the user wrote.
+        kernel = passes.run(kernel, placement, log)
         run_check = enabled_verification() if check is None else check
         report = verify(kernel, placement) if run_check else None
         allocation = allocate(kernel, placement)
-        return Lowered(kernel, placement, allocation, report, backend)
+        return Lowered(kernel, placement, allocation, report, backend, log)
 
     def specialization(self, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
         """(constexprs, tensor dtypes): the given ones, else the kernel's ``example=``, with

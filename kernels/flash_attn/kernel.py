@@ -61,14 +61,14 @@ def _trace_args(settings):
     cu_q = torch.tensor([0, sq], dtype=torch.int32)
     cu_k = torch.tensor([0, sk], dtype=torch.int32)
     layout = (1, sq, 0, 1, sk, 0, 1, 0)   # heads=1: (cu_rows, head_rows, head_cols) x2, lse
-    args = (q, k, v, o, lse, cu_q, cu_k, 1.0 / math.sqrt(d), 1, 1, *layout)
-    return (1, 1), args, cx
+    args = (q, k, v, o, lse, cu_q, cu_k, 1.0 / math.sqrt(d), 1, 1, 1, sq, *layout)
+    return (1,), args, cx
 
 
 @xs.kernel(example=dict(q=xs.bfloat16, k=xs.bfloat16, v=xs.bfloat16, o=xs.bfloat16,
                         lse=xs.float32, cu_q=xs.int32, cu_k=xs.int32,
                         BM=64, BN=128, D=128, CAUSAL=1, STAGES=2), trace=_trace_args)
-def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group,
+def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group, batch, max_q,
                   q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
                   lse_batch_rows, lse_packed,
                   BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
@@ -78,95 +78,101 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group,
     softmax = xs.role("softmax", kind="vector", replicas=2)
     k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype))
     v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D], v.dtype))
-    s_out = xs.pipe(mma, softmax, stages=1, s=xs.tile([BM, BN], xs.float32))
-    p_in = xs.pipe(softmax, mma, stages=1, p=xs.tile([BM, BN], q.dtype))
-    pv_out = xs.pipe(mma, softmax, stages=1, pv=xs.tile([BM, D], xs.float32))
+    s_out = xs.pipe(mma, softmax, stages=2, s=xs.tile([BM, BN], xs.float32))
+    p_in = xs.pipe(softmax, mma, stages=2, p=xs.tile([BM, BN], q.dtype))
+    pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D], xs.float32))
 
-    # Which sequence, head and row block: replicated in every agent.
-    b = xs.program_id(1) // heads
-    h = xs.program_id(1) % heads
-    kv_h = h // group
-    q_start = xs.load_scalar(cu_q, b)
-    q_len = xs.load_scalar(cu_q, b + 1) - q_start
-    k_start = xs.load_scalar(cu_k, b)
-    k_len = xs.load_scalar(cu_k, b + 1) - k_start
-    q_row = q_start * q_cu_rows + h * q_head_rows
-    kv_row = k_start * kv_cu_rows + kv_h * kv_head_rows
-    # last row block first: under a causal mask it has the most keys (longest tiles start first)
-    m_block = (xs.num_programs(0) - 1 - xs.program_id(0)) * (2 * BM)
+    # Persistent tiles: program p takes tiles p, p + P, p + 2P, ... (P = programs launched).
+    # A tile is one (sequence, head) pair and 2*BM query rows; tiles are numbered row block
+    # by row block from the last one, so under a causal mask the longest tiles go first and
+    # every program gets a mix. Replicated in every agent: all walk the same tiles, and the
+    # pipes keep their counters from one tile to the next.
+    pairs = batch * heads
+    row_blocks = xs.cdiv(max_q, 2 * BM)
     qk_scale = sm_scale * LOG2E
-    if m_block < q_len:
-        hi = k_len
-        if CAUSAL:
-            # bottom-right aligned: query i sees keys j <= i + (k_len - q_len)
-            hi = xs.maximum(0, xs.minimum(k_len, m_block + 2 * BM + k_len - q_len))
-        with mma:
-            q_tile = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
-        with softmax:
-            row0 = m_block + xs.replica_id() * BM
-            rows = row0 + xs.arange(0, BM)
-            # key blocks from mask_from on need the mask (past k_len, or crossing the diagonal)
-            mask_from = k_len
+    for tile in range(xs.program_id(0), row_blocks * pairs, xs.num_programs(0)):
+        b = tile % pairs // heads
+        h = tile % pairs % heads
+        kv_h = h // group
+        m_block = (row_blocks - 1 - tile // pairs) * (2 * BM)
+        q_start = xs.load_scalar(cu_q, b)
+        q_len = xs.load_scalar(cu_q, b + 1) - q_start
+        k_start = xs.load_scalar(cu_k, b)
+        k_len = xs.load_scalar(cu_k, b + 1) - k_start
+        q_row = q_start * q_cu_rows + h * q_head_rows
+        kv_row = k_start * kv_cu_rows + kv_h * kv_head_rows
+        if m_block < q_len:
+            hi = k_len
             if CAUSAL:
-                mask_from = xs.minimum(k_len, row0 + 1 + k_len - q_len)
-            m_i = xs.full([BM], NEG, xs.float32)
-            l_i = xs.zeros([BM], xs.float32)
-            o_acc = xs.zeros([BM, D], xs.float32)
-        for n in range(0, hi, BN):
-            with load:
-                ks = k_in.acquire()
-                ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D])
-                k_in.commit()
-                vs = v_in.acquire()
-                vs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D])
-                v_in.commit()
+                # bottom-right aligned: query i sees keys j <= i + (k_len - q_len)
+                hi = xs.maximum(0, xs.minimum(k_len, m_block + 2 * BM + k_len - q_len))
             with mma:
-                kt = k_in.wait()
-                s = xs.mma(q_tile, xs.trans(kt.k))
-                s = xs.mma_wait(s, pending=0)
-                k_in.release()
-                so = s_out.acquire()
-                so.s = s
-                s_out.commit()
+                q_tile = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
             with softmax:
-                sc = s_out.wait()
-                x = sc.s * qk_scale
-                s_out.release()
-                if n + BN > mask_from:       # a boundary block: mask; the others need none
-                    cols = n + xs.arange(0, BN)
-                    keep = cols[None, :] < k_len
-                    if CAUSAL:
-                        keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
-                    x = xs.where(keep, x, NEG)
-                m_new = xs.maximum(m_i, xs.max(x, 1))
-                alpha = xs.exp2(m_i - m_new)
-                p = xs.exp2(x - m_new[:, None])
-                l_i = l_i * alpha + xs.sum(p, 1)
-                m_i = m_new
-                po = p_in.acquire()
-                po.p = p.to(q.dtype)
-                p_in.commit()
-            with mma:
-                pt = p_in.wait()
-                vt = v_in.wait()
-                pv = xs.mma(pt.p, vt.v)
-                pv = xs.mma_wait(pv, pending=0)
-                v_in.release()
-                p_in.release()
-                po2 = pv_out.acquire()
-                po2.pv = pv
-                pv_out.commit()
+                row0 = m_block + xs.replica_id() * BM
+                rows = row0 + xs.arange(0, BM)
+                # key blocks from mask_from on need the mask (past k_len, or crossing the diagonal)
+                mask_from = k_len
+                if CAUSAL:
+                    mask_from = xs.minimum(k_len, row0 + 1 + k_len - q_len)
+                m_i = xs.full([BM], NEG, xs.float32)
+                l_i = xs.zeros([BM], xs.float32)
+                o_acc = xs.zeros([BM, D], xs.float32)
+            for n in range(0, hi, BN):
+                with load:
+                    ks = k_in.acquire()
+                    ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D])
+                    k_in.commit()
+                    vs = v_in.acquire()
+                    vs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D])
+                    v_in.commit()
+                with mma:
+                    kt = k_in.wait()
+                    s = xs.mma(q_tile, xs.trans(kt.k))
+                    s = xs.mma_wait(s, pending=0)
+                    k_in.release()
+                    so = s_out.acquire()
+                    so.s = s
+                    s_out.commit()
+                with softmax:
+                    sc = s_out.wait()
+                    x = sc.s * qk_scale
+                    s_out.release()
+                    if n + BN > mask_from:       # a boundary block: mask; the others need none
+                        cols = n + xs.arange(0, BN)
+                        keep = cols[None, :] < k_len
+                        if CAUSAL:
+                            keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
+                        x = xs.where(keep, x, NEG)
+                    m_new = xs.maximum(m_i, xs.max(x, 1))
+                    alpha = xs.exp2(m_i - m_new)
+                    p = xs.exp2(x - m_new[:, None])
+                    l_i = l_i * alpha + xs.sum(p, 1)
+                    m_i = m_new
+                    po = p_in.acquire()
+                    po.p = p.to(q.dtype)
+                    p_in.commit()
+                with mma:
+                    pt = p_in.wait()
+                    vt = v_in.wait()
+                    pv = xs.mma(pt.p, vt.v)
+                    pv = xs.mma_wait(pv, pending=0)
+                    v_in.release()
+                    p_in.release()
+                    po2 = pv_out.acquire()
+                    po2.pv = pv
+                    pv_out.commit()
+                with softmax:
+                    pvs = pv_out.wait()
+                    o_acc = o_acc * alpha[:, None] + pvs.pv
+                    pv_out.release()
             with softmax:
-                pvs = pv_out.wait()
-                o_acc = o_acc * alpha[:, None] + pvs.pv
-                pv_out.release()
-        with softmax:
-            seen = m_i > NEG * 0.5           # rows that saw at least one key
-            l_safe = xs.where(seen, l_i, 1.0)
-            out = xs.where(seen[:, None], o_acc / l_safe[:, None], 0.0)
-            xs.store(o, [q_row + row0, h * q_head_cols], out.to(o.dtype),
-                     bounds=[q_row + q_len, h * q_head_cols + D])
-            lse_row = xs.where(seen, (m_i + xs.log2(l_safe)) * LN2, NEG)
-            lse_r = b * lse_batch_rows + h
-            lse_c = q_start * lse_packed
-            xs.store(lse, [lse_r, lse_c + row0], lse_row[None, :], bounds=[lse_r + 1, lse_c + q_len])
+                seen = m_i > NEG * 0.5           # rows that saw at least one key
+                l_safe = xs.where(seen, l_i, 1.0)
+                out = xs.where(seen[:, None], o_acc / l_safe[:, None], 0.0)
+                xs.store(o, [q_row + row0, h * q_head_cols], out.to(o.dtype),
+                         bounds=[q_row + q_len, h * q_head_cols + D])
+                lse_row = xs.where(seen, (m_i + xs.log2(l_safe)) * LN2, NEG)
+                lse_r = b * lse_batch_rows + h
+                lse_c = q_start * lse_packed
+                xs.store(lse, [lse_r, lse_c + row0], lse_row[None, :], bounds=[lse_r + 1, lse_c + q_len])

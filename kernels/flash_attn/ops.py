@@ -27,9 +27,14 @@ DTYPES = (torch.float16, torch.bfloat16)
 
 
 def block_sizes(backend: str) -> dict:
-    """Tile shapes per backend: rows per consumer replica (BM), keys per step (BN)."""
+    """Tile shapes per backend: rows per consumer replica (BM; a program takes 2*BM rows),
+    keys per step (BN). Ascend: 64 rows per program as triton-ascend's own attention
+    tutorial, so each vector core's softmax tiles leave the compiler room to double-buffer
+    (see kernel.py for the measured unified-buffer use)."""
     if backend == "cpu":
         return dict(BM=16, BN=32, STAGES=2)
+    if backend in ("ascend", "ascend-sim"):
+        return dict(BM=32, BN=128, STAGES=2)
     return dict(BM=64, BN=128, STAGES=2)
 
 
@@ -69,14 +74,25 @@ def _check(q, k, v, packed: bool):
         _fail(f"batch sizes differ: q {q.shape[0]}, k {k.shape[0]}", "use one batch size")
 
 
+def programs(backend: str, tiles: int) -> int:
+    """Programs to launch for ``tiles`` tiles (the kernel loops over its share of them):
+    one per AI core on Ascend (persistent), one per tile elsewhere."""
+    if backend in ("ascend", "ascend-sim"):
+        from xsync.backends.ascend import core_count
+        return max(1, min(tiles, core_count()[0]))
+    return max(1, tiles)
+
+
 def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout):
     from xsync.backends import select
 
     backend = select()
     blocks = block_sizes(backend)
-    grid = (max(1, math.ceil(max_q / (2 * blocks["BM"]))), batch * hq)
-    attention_fwd[grid](q2, k2, v2, o2, lse2, cu_q, cu_k, float(scale), hq, hq // hk, *layout,
-                        D=d, CAUSAL=int(bool(causal)), backend=backend, **blocks)
+    tiles = math.ceil(max_q / (2 * blocks["BM"])) * batch * hq
+    grid = (programs(backend, tiles),)
+    attention_fwd[grid](q2, k2, v2, o2, lse2, cu_q, cu_k, float(scale), hq, hq // hk, batch,
+                        int(max_q), *layout, D=d, CAUSAL=int(bool(causal)), backend=backend,
+                        **blocks)
 
 
 def attention_impl(q, k, v, causal=False, sm_scale=None):

@@ -46,6 +46,10 @@ def specializations():
         for causal in (0, 1):
             cx = dict(blocks, D=d, CAUSAL=causal)
             out.append(pytest.param(attention_fwd, cx, id=f"attention-d{d}-{'causal' if causal else 'full'}"))
+    # 128 rows per program (BM=64 per replica), as tilelang-ascend's expert kernel
+    for d in ops.HEAD_DIMS:
+        cx = dict(blocks, BM=64, D=d, CAUSAL=1)
+        out.append(pytest.param(attention_fwd, cx, id=f"attention-bm64-d{d}-causal"))
     return out
 
 

@@ -232,3 +232,24 @@ def test_compiling_still_works_after_a_simulation():
     attention(q, k, v)
     ttir, _ = compile_hivm(gemm_softmax.lower("ascend"), form="release")
     assert "tt.dot" in ttir
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5])
+def test_rotated_round_trip_numerics(n):
+    """The cross-agent pipeline's output (prologue, the next product issued ahead) computes
+    what the source says, for every trip count including 0 and 1."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "core"))
+    import pass_kernels as pk
+    assert "applied" in pk.round_trip.lower("ascend").passes.text()
+    torch.manual_seed(7)
+    BM = BN = 16
+    a = (torch.randn(max(n, 1) * BM, BN) * 0.25).bfloat16()
+    b = (torch.randn(BN, BN) * 0.25).bfloat16()
+    out = torch.zeros(max(n, 1) * BM, BN)
+    pk.round_trip[(1,)](a, b, out, n, BM=BM, BN=BN)
+    bt = b.double()
+    y = torch.exp2(a.double() @ bt).bfloat16().double()
+    ref = y @ bt
+    torch.testing.assert_close(out[:n * BM].double(), ref[:n * BM], rtol=2e-2, atol=1e-2)

@@ -19,7 +19,6 @@ BM = tl.constexpr(16)
 BN = tl.constexpr(16)
 TILES = tl.constexpr(4)
 XS_WS_BYTES = tl.constexpr(4096)  # GM workspace per program
-XS_SIGNATURE = {'a': '*bf16', 'xs_a_rows': 'i32', 'xs_a_cols': 'i32', 'xs_a_s0': 'i32', 'b': '*bf16', 'xs_b_rows': 'i32', 'xs_b_cols': 'i32', 'xs_b_s0': 'i32', 'out': '*fp32', 'xs_out_rows': 'i32', 'xs_out_cols': 'i32', 'xs_out_s0': 'i32', 'K': 'i32', 'xs_ws_fp32': '*fp32'}
 XS_COMPILE_OPTIONS = {"disable_auto_inject_block_sync": True}  # xsync places every flag
 
 

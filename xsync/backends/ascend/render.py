@@ -450,8 +450,6 @@ class AscendRenderer(PythonRenderer):
             o.line(f"{name} = tl.constexpr({self.const(value)})")
         if self.alloc.workspace_bytes:
             o.line(f"XS_WS_BYTES = tl.constexpr({self.alloc.workspace_bytes})  # GM workspace per program")
-        # What triton.compile needs to build this kernel by hand (scalars default to i32).
-        o.line(f"XS_SIGNATURE = {signature(k, self.alloc)!r}")
         o.line('XS_COMPILE_OPTIONS = {"disable_auto_inject_block_sync": True}  # xsync places every flag')
         o.line()
         o.line()

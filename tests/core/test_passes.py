@@ -1,0 +1,87 @@
+"""Schedule passes: what they rewrite, when they refuse (with the numbered rule), and that
+the verifier checks what they emit (a bug planted in a pass is rejected)."""
+import pytest
+
+import pass_kernels as pk
+import xsync as xs
+from xsync.kernels.flash_attn.kernel import attention_fwd
+from xsync.lowering import ir
+from xsync.lowering.passes import cross_agent_pipeline
+
+
+def sync_order(kernel, roles):
+    """The sync verbs of ``roles`` in body order, loops unrolled once (for reading)."""
+    out = []
+    for s in ir.walk(kernel.body):
+        if isinstance(s, ir.RoleBlock) and s.role in roles:
+            out += [f"{x.obj}.{x.verb}" for x in ir.walk(s.body) if isinstance(x, ir.SyncOp)]
+    return out
+
+
+def test_attention_on_ascend_issues_s_one_step_ahead():
+    low = attention_fwd.lower("ascend")
+    text = low.passes.text()
+    assert "cross-agent-pipeline: applied" in text and "'s_out'" in text and "'p_in'" in text
+    cube = sync_order(low.kernel, ("load", "mma"))
+    # prologue hand-off, then in the loop: the next S before this iteration's P
+    first_p = cube.index("p_in.wait")
+    assert cube[:first_p].count("s_out.commit") == 2
+    assert low.report is not None        # verified after the pass
+
+
+@pytest.mark.parametrize("backend", ["cpu", "nvidia"])
+def test_not_run_where_mma_and_softmax_do_not_hand_off_across_agents(backend):
+    low = attention_fwd.lower(backend)
+    assert "cross-agent-pipeline" not in low.passes.text()
+    assert sync_order(low.kernel, ("mma",)) == sync_order(attention_fwd.lower(backend).kernel, ("mma",))
+
+
+def test_small_round_trip_is_rotated_and_verified():
+    low = pk.round_trip.lower("ascend")
+    assert "applied to loop at line" in low.passes.text()
+    assert "(5 statement(s) rotated; 'fwd' has 2 stage(s))" in low.passes.text()
+
+
+def test_a_carried_dependence_keeps_the_schedule():
+    low = pk.carried_into_the_hand_off.lower("ascend")
+    note = low.passes.text()
+    assert "not applied" in note and "rule 5" in note and "['acc']" in note
+
+
+def test_a_bug_planted_in_the_pass_is_rejected(monkeypatch):
+    """The pass 'forgets' its prologue (the first hand-off): the consumer would wait for a
+    slot nobody commits. Verification runs after the passes and refuses it."""
+    real = cross_agent_pipeline._rewrite
+
+    def buggy(loop, agent, stage_a_ids):
+        _prologue, rewritten = real(loop, agent, stage_a_ids)
+        return [rewritten]
+    monkeypatch.setattr(cross_agent_pipeline, "_rewrite", buggy)
+    with pytest.raises(xs.ProtocolError) as err:
+        pk.round_trip.lower("ascend")
+    assert "fwd" in str(err.value)
+
+
+def test_a_dropped_release_planted_in_the_pass_is_rejected(monkeypatch):
+    real = cross_agent_pipeline._rewrite
+
+    def buggy(loop, agent, stage_a_ids):
+        prologue, rewritten = real(loop, agent, stage_a_ids)
+
+        def drop(stmts):
+            out = []
+            for s in stmts:
+                if isinstance(s, ir.SyncOp) and s.verb == "release" and s.obj == "back":
+                    continue
+                if isinstance(s, ir.RoleBlock):
+                    s = ir.RoleBlock(s.role, tuple(drop(s.body)), s.loc)
+                elif isinstance(s, ir.If):
+                    s = ir.If(s.cond, tuple(drop(s.body)), tuple(drop(s.orelse)), s.loc)
+                out.append(s)
+            return out
+        return [prologue, ir.For(rewritten.var, rewritten.start, rewritten.stop, rewritten.step,
+                                 tuple(drop(rewritten.body)), rewritten.loc)]
+    monkeypatch.setattr(cross_agent_pipeline, "_rewrite", buggy)
+    with pytest.raises(xs.ProtocolError) as err:
+        pk.round_trip.lower("ascend")
+    assert "back" in str(err.value)

@@ -1,0 +1,256 @@
+"""Cross-agent software pipelining: issue a producer's hand-off one iteration ahead.
+
+In a loop where agent A hands a value to another agent through pipe P and later in the same
+iteration waits for that agent's answer through pipe Q (the attention kernel on Ascend: the
+cube computes S and commits ``s_out``, then waits for P on ``p_in``), A and the other agent
+strictly alternate. Rotating A's loop so that the P hand-off of iteration i+1 is issued before
+A waits on Q for iteration i lets both run at once (the cube computes QK^T of block i+1 while
+the vector cores run the softmax of block i)::
+
+    before:  for i:  A: stage_a(i) -> commit P   wait Q -> stage_b(i)
+    after:   if lo < hi: A: stage_a(lo)
+             for i:  A: if i + step < hi: stage_a(i + step)      (commit P, one ahead)
+                     A: stage_b(i)                                (wait Q for i)
+
+Only A's program changes; the other agents' programs are untouched. The rewritten kernel is
+what the verifier checks (``Kernel.lower`` verifies after the passes).
+
+Applicability, for a ``for`` loop L and an agent A (numbered as in the log):
+
+1. L's step is a positive compile-time constant and its start and stop are not assigned in
+   L's body (the guards ``start < stop`` and ``i + step < stop`` are loop-invariant).
+2. A commits a pipe P to another agent in L's body, at the top level of one of its role blocks,
+   and waits on a pipe Q from another agent later in the same iteration.
+3. stage_a is the backward dataflow slice of P's commit within A's statements of the
+   iteration (P's acquire and slot writes, the statements whose values they read, and the
+   whole same-agent pipe traffic those values pass through); stage_b is the rest of A's
+   statements, in their order.
+4. stage_a waits on no pipe or event from another agent other than P's own acquire.
+5. No flow between the stages: stage_b writes no name stage_a reads (stage_a(i+1) now runs
+   before stage_b(i)), and stage_a writes no name stage_b reads (stage_b(i) must see its own
+   iteration's values, which only travel through pipes).
+6. stage_a reads no name that unannotated statements of L's body define.
+7. The rewritten protocol verifies (checked by ``Kernel.lower`` right after the passes).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from xsync.lowering import ir
+from xsync.lowering.placement import Placement
+from xsync.lowering.protocol import NotConstant, evaluate
+
+NAME = "cross-agent-pipeline"
+
+
+# ---------------------------------------------------------------- substitution
+def substitute(e, names: dict):
+    """``e`` with every ``ir.Name`` in ``names`` replaced by its expression."""
+    if isinstance(e, ir.Name):
+        return names.get(e.id, e)
+    if not dataclasses.is_dataclass(e) or isinstance(e, type):
+        return e
+    changes = {}
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, tuple):
+            nv = tuple(substitute(x, names) if not isinstance(x, tuple) else
+                       tuple(substitute(y, names) for y in x) for x in v)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type) and not isinstance(v, ir.SourceLoc):
+            nv = substitute(v, names)
+        else:
+            continue
+        if nv != v:
+            changes[f.name] = nv
+    return dataclasses.replace(e, **changes) if changes else e
+
+
+# ---------------------------------------------------------------- reads and writes
+def _reads(s) -> set[str]:
+    from xsync.lowering.slicing import reads
+    return reads(s)
+
+
+def _writes(s) -> set[str]:
+    out = set()
+    for x in ir.walk([s]):
+        if isinstance(x, ir.Assign):
+            out |= set(x.targets)
+        elif isinstance(x, ir.SyncOp) and x.target:
+            out.add(x.target)
+        elif isinstance(x, ir.For):
+            out.add(x.var)
+    return out
+
+
+def _sync_ops(s) -> list[ir.SyncOp]:
+    return [x for x in ir.walk([s]) if isinstance(x, ir.SyncOp)]
+
+
+# ---------------------------------------------------------------- the pass
+def run(kernel: ir.KernelIR, placement: Placement, log) -> ir.KernelIR:
+    body = _rewrite_block(kernel, placement, kernel.body, log)
+    return dataclasses.replace(kernel, body=body) if body is not kernel.body else kernel
+
+
+def _rewrite_block(kernel, placement, stmts, log):
+    out, changed = [], False
+    for s in stmts:
+        if isinstance(s, ir.For):
+            inner = _rewrite_block(kernel, placement, s.body, log)
+            loop = dataclasses.replace(s, body=inner) if inner is not s.body else s
+            rewritten = _try_loop(kernel, placement, loop, log)
+            if rewritten is not None:
+                out += rewritten
+                changed = True
+                continue
+            changed |= loop is not s
+            out.append(loop)
+        elif isinstance(s, ir.If):
+            b = _rewrite_block(kernel, placement, s.body, log)
+            e = _rewrite_block(kernel, placement, s.orelse, log)
+            if b is not s.body or e is not s.orelse:
+                s, changed = dataclasses.replace(s, body=b, orelse=e), True
+            out.append(s)
+        else:
+            out.append(s)
+    return tuple(out) if changed else stmts
+
+
+def _try_loop(kernel, placement, loop: ir.For, log):
+    for agent in placement.agents:
+        roles = set(agent.roles)
+        blocks = [s for s in loop.body if isinstance(s, ir.RoleBlock) and s.role in roles]
+        if not blocks:
+            continue
+        where = f"loop at line {loop.loc.line} on agent '{agent.name}'"
+        plan = _plan(kernel, placement, loop, agent, blocks)
+        if isinstance(plan, str):
+            if plan:
+                log.note(NAME, False, where, plan)
+            continue
+        stage_a, p, q = plan
+        log.note(NAME, True, where,
+                 f"the hand-off on pipe '{p.name}' is issued one iteration ahead of the wait on "
+                 f"'{q.name}' ({len(stage_a)} statement(s) rotated; '{p.name}' has {p.stages} "
+                 f"stage(s))")
+        return _rewrite(loop, agent, stage_a)
+    return None
+
+
+def _plan(kernel, placement, loop, agent, blocks):
+    """(stage_a statement ids, P, Q), or the reason the pass does not apply ('' = nothing to
+    say: the agent has no cross-agent pipe hand-off here)."""
+    roles = set(agent.roles)
+    # A's top-level statements of one iteration, in order
+    items = [(b.role, s) for b in blocks for s in b.body]
+    commits = [(k, s) for k, (_, s) in enumerate(items) if isinstance(s, ir.SyncOp)
+               and s.verb == "commit" and _crossing_out(kernel, placement, s.obj, roles)]
+    waits = [(k, s) for k, (_, s) in enumerate(items) if isinstance(s, ir.SyncOp)
+             and s.verb == "wait" and _crossing_in(kernel, placement, s.obj, roles)]
+    if not commits or not waits:
+        return ""
+    k_commit, commit = commits[0]
+    later = [(k, w) for k, w in waits if k > k_commit]
+    if not later:
+        return ""
+    p = kernel.sync_object(commit.obj)
+    q = kernel.sync_object(later[0][1].obj)
+    # rule 1
+    try:
+        step = evaluate(loop.step, kernel.constexpr_values)
+    except NotConstant:
+        step = None
+    if not (isinstance(step, int) and step > 0):
+        return "rule 1: the loop's step is not a positive compile-time constant"
+    assigned = set().union(*(_writes(s) for s in loop.body)) if loop.body else set()
+    bound_names = ir.expr_names(loop.start) | ir.expr_names(loop.stop)
+    if bound_names & assigned:
+        return f"rule 1: the loop bound uses {sorted(bound_names & assigned)}, assigned in the loop"
+    # rule 3: the backward slice of P's commit
+    same_agent = {o.name for o in kernel.pipes if not placement.crosses(o)}
+
+    def pipe_of(st):
+        if isinstance(st, ir.SyncOp):
+            return st.obj
+        return st.pipe if isinstance(st, ir.SlotWrite) else None
+
+    need = {k_commit}
+    changed = True
+    while changed:
+        changed = False
+        through = {pipe_of(items[j][1]) for j in need} & same_agent
+        for k, (_, st) in enumerate(items):
+            if k in need:
+                continue
+            later_reads = set().union(*(_reads(items[j][1]) for j in need if j > k))
+            if (pipe_of(st) == p.name and k < k_commit) or (_writes(st) & later_reads) \
+                    or pipe_of(st) in through:
+                need.add(k)
+                changed = True
+    stage_a = sorted(need)
+    stage_b = [k for k in range(len(items)) if k not in need]
+    # rule 4
+    for k in stage_a:
+        for op in _sync_ops(items[k][1]):
+            obj = kernel.sync_object(op.obj)
+            if op.verb in ("wait",) and not isinstance(obj, ir.Barrier) and placement.crosses(obj) \
+                    and obj.dst in roles:
+                return f"rule 4: the stage to rotate waits on '{op.obj}' from another agent"
+            if isinstance(obj, ir.Barrier):
+                return f"rule 4: the stage to rotate meets barrier '{op.obj}'"
+    # rule 5
+    a_reads = set().union(*(_reads(items[k][1]) for k in stage_a))
+    a_writes = set().union(*(_writes(items[k][1]) for k in stage_a))
+    b_reads = set().union(*(_reads(items[k][1]) for k in stage_b)) if stage_b else set()
+    b_writes = set().union(*(_writes(items[k][1]) for k in stage_b)) if stage_b else set()
+    if b_writes & a_reads:
+        return f"rule 5: the later stage writes {sorted(b_writes & a_reads)}, which the rotated stage reads"
+    if a_writes & b_reads:
+        return f"rule 5: the rotated stage writes {sorted(a_writes & b_reads)}, which the later stage reads"
+    # rule 6
+    replicated = set().union(*(_writes(s) for s in loop.body if not isinstance(s, ir.RoleBlock))) \
+        if loop.body else set()
+    if a_reads & replicated:
+        return f"rule 6: the rotated stage reads {sorted(a_reads & replicated)}, defined in the loop body"
+    ids = {id(items[k][1]) for k in stage_a}
+    return ids, p, q
+
+
+def _crossing_out(kernel, placement, name, roles) -> bool:
+    obj = kernel.sync_object(name)
+    return isinstance(obj, ir.Pipe) and placement.crosses(obj) and obj.src in roles
+
+
+def _crossing_in(kernel, placement, name, roles) -> bool:
+    obj = kernel.sync_object(name)
+    return isinstance(obj, ir.Pipe) and placement.crosses(obj) and obj.dst in roles
+
+
+def _rewrite(loop: ir.For, agent, stage_a_ids) -> list:
+    """[prologue If, rewritten loop]."""
+    roles = set(agent.roles)
+    step = loop.step
+    ahead = ir.BinOp("+", ir.Name(loop.var), step)
+
+    def stage_blocks(subst):
+        out = []
+        for s in loop.body:
+            if isinstance(s, ir.RoleBlock) and s.role in roles:
+                part = tuple(substitute(x, subst) for x in s.body if id(x) in stage_a_ids)
+                if part:
+                    out.append(ir.RoleBlock(s.role, part, s.loc))
+        return tuple(out)
+
+    prologue = ir.If(ir.Compare("<", loop.start, loop.stop), stage_blocks({loop.var: loop.start}), (),
+                     loop.loc)
+    guard = ir.If(ir.Compare("<", ahead, loop.stop), stage_blocks({loop.var: ahead}), (), loop.loc)
+    rest = []
+    for s in loop.body:
+        if isinstance(s, ir.RoleBlock) and s.role in roles:
+            part = tuple(x for x in s.body if id(x) not in stage_a_ids)
+            if part:
+                rest.append(ir.RoleBlock(s.role, part, s.loc))
+        else:
+            rest.append(s)
+    return [prologue, dataclasses.replace(loop, body=(guard,) + tuple(rest))]
