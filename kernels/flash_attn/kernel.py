@@ -22,12 +22,15 @@ Placement does the rest:
   pv_out cross cores through global-memory workspace slots and cube<->vector flags.
 * CPU emulator: every role replica is a thread.
 
-Tiles (ops.block_sizes): BM = 64 rows per replica, BN = 128 keys per step on Hopper and
-Ascend. On the Ascend 910B (measured by the ascend matrix's compiler stage, after
-hivm-plan-memory) each vector core holds 32 rows of each replica's S, P, PV and O tiles:
-178-181 KB of its 192 KB unified buffer at D = 128 (138-157 KB at D = 64); the cube keeps Q
-for both replicas, K and V in L1 (224 KB of 512 KB at D = 128) and the S and PV products in
-L0C (128 KB of 128 KB at D = 128). BM = 128 per replica does not fit UB.
+Tiles (ops.block_sizes): BM rows per replica (a tile is 2*BM rows), BN = 128 keys per step.
+Hopper: BM = 64. Ascend: BM = 32, 64 rows per program as triton-ascend's own tutorial. Memory
+on the Ascend 910B, measured by the ascend matrix's compiler stage (after hivm-plan-memory):
+each vector core holds 16 rows of each replica's S, P, PV and O tiles (sub-block binding
+gives each vector core half the rows): 107-162 KB of its 192 KB unified buffer at D = 128,
+114-148 KB at D = 64 (the compiler double-buffers where room is left); the cube keeps both
+replicas' Q, K and V in L1 (192 KB of 512 KB at D = 128) and the S and PV products in L0C
+(64 KB of 128 KB). BM = 64 per replica also fits (UB 178-181 KB, L0C full at 128 KB);
+BM = 128 does not (UB 232 KB).
 
 Sequences are addressed through cumulative lengths (`cu_q`, `cu_k`) as in
 flash_attn_varlen_func; a dense batch is the special case of equal lengths. A head's
