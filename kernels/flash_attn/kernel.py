@@ -44,7 +44,7 @@ import xsync as xs
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-NEG = -1.0e30  # "minus infinity" that keeps exp2 and max finite
+INF = float("inf")
 
 
 def _trace_args(settings):
@@ -118,7 +118,7 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group, batch, ma
                 mask_from = k_len
                 if CAUSAL:
                     mask_from = xs.minimum(k_len, row0 + 1 + k_len - q_len)
-                m_i = xs.full([BM], NEG, xs.float32)
+                m_i = xs.full([BM], -INF, xs.float32)
                 l_i = xs.zeros([BM], xs.float32)
                 o_acc = xs.zeros([BM, D], xs.float32)
             for n in range(0, hi, BN):
@@ -146,10 +146,13 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group, batch, ma
                         keep = cols[None, :] < k_len
                         if CAUSAL:
                             keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
-                        x = xs.where(keep, x, NEG)
+                        x = xs.where(keep, x, -INF)
                     m_new = xs.maximum(m_i, xs.max(x, 1))
-                    alpha = xs.exp2(m_i - m_new)
-                    p = xs.exp2(x - m_new[:, None])
+                    # a row that has seen no key yet keeps its max at -inf: subtract 0 instead,
+                    # so exp2 gives 0 for it rather than NaN (NaN inputs still give NaN)
+                    m_use = xs.where(m_new == -INF, 0.0, m_new)
+                    alpha = xs.exp2(m_i - m_use)
+                    p = xs.exp2(x - m_use[:, None])
                     l_i = l_i * alpha + xs.sum(p, 1)
                     m_i = m_new
                     po = p_in.acquire()
@@ -170,12 +173,16 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group, batch, ma
                     o_acc = o_acc * alpha[:, None] + pvs.pv
                     pv_out.release()
             with softmax:
-                seen = m_i > NEG * 0.5           # rows that saw at least one key
-                l_safe = xs.where(seen, l_i, 1.0)
-                out = xs.where(seen[:, None], o_acc / l_safe[:, None], 0.0)
+                # A row that saw no key (a causal row before the first key when q is longer
+                # than k, or an empty sequence of keys) has l = 0: its output is 0 and its LSE
+                # +inf, as flash-attn returns them (exp(S - LSE) = 0 in a backward). NaN in
+                # q, k or v propagates as in SDPA (l is NaN, not 0).
+                empty = l_i == 0.0
+                l_safe = xs.where(empty, 1.0, l_i)
+                out = xs.where(empty[:, None], 0.0, o_acc / l_safe[:, None])
                 xs.store(o, [q_row + row0, h * q_head_cols], out.to(o.dtype),
                          bounds=[q_row + q_len, h * q_head_cols + D])
-                lse_row = xs.where(seen, (m_i + xs.log2(l_safe)) * LN2, NEG)
+                lse_row = xs.where(empty, INF, (m_i + xs.log2(l_safe)) * LN2)
                 lse_r = b * lse_batch_rows + h
                 lse_c = q_start * lse_packed
                 xs.store(lse, [lse_r, lse_c + row0], lse_row[None, :], bounds=[lse_r + 1, lse_c + q_len])

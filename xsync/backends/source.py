@@ -12,6 +12,16 @@ _PRECEDENCE = {"or": 1, "and": 2, "not": 3, "cmp": 4, "|": 5, "^": 6, "&": 7, "<
                "+": 9, "-": 9, "*": 10, "/": 10, "//": 10, "%": 10, "unary": 11}
 
 
+def float_literal(v: float) -> str:
+    """A float as Python source; inf and nan have no literal (``float("inf")`` parses in
+    Python, Gluon and triton-ascend alike)."""
+    if v != v:
+        return 'float("nan")'
+    if v in (float("inf"), float("-inf")):
+        return 'float("inf")' if v > 0 else 'float("-inf")'
+    return repr(v)
+
+
 class Emitter:
     """Collects indented lines."""
 
@@ -100,7 +110,7 @@ class PythonRenderer:
     # hooks
     def const(self, v) -> str:
         if isinstance(v, float):
-            return repr(v)
+            return float_literal(v)
         if v is None or isinstance(v, (bool, int)):
             return repr(v)
         return self.dtype(v)

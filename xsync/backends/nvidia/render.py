@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass, field
 
 from xsync.api import DType
-from xsync.backends.source import _PRECEDENCE, Emitter, PythonRenderer
+from xsync.backends.source import float_literal, _PRECEDENCE, Emitter, PythonRenderer
 from xsync.errors import BackendError
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation, is_tma_pipe
@@ -1028,7 +1028,7 @@ class NvidiaRenderer(PythonRenderer):
     def const(self, v) -> str:
         if isinstance(v, DType):
             return self.dtype(v)
-        return repr(v)
+        return float_literal(v) if isinstance(v, float) else repr(v)
 
     def fresh(self, stem: str) -> str:
         self.tmp += 1
