@@ -140,6 +140,9 @@ OPTIONS: tuple[Option, ...] = (
            "directory that receives every generated source and its allocation table"),
     Option("cache_dir", "XSYNC_CACHE_DIR", "path", None,
            "where generated modules are written (default ~/.cache/xsync)"),
+    Option("check_inputs", "XSYNC_CHECK_INPUTS", "bool", False,
+           "read attention_varlen's cu_seqlens on the host and check the varlen contract on "
+           "GPU/NPU too (costs a device-to-host copy and a sync; the CPU backend always checks)"),
     Option("cpu_timeout", "XSYNC_CPU_TIMEOUT", "float", 600.0,
            "seconds a CPU-emulated or simulated launch may run before it is reported",
            low=1e-3, high=1e7),

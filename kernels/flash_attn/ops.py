@@ -42,12 +42,15 @@ def _fail(msg: str, fix: str):
     raise LaunchError(f"attention: {msg}", fix=fix)
 
 
-def _check(q, k, v, packed: bool):
+def _check(q, k, v, packed: bool, sm_scale):
+    """Shapes, dtypes, devices and the scale: everything that needs no tensor data, so it runs
+    in the real op, in the fake op (torch.compile) and on direct torch.ops.xsync.* calls."""
     want = 3 if packed else 4
     layout = "[total, heads, head_dim]" if packed else "[batch, heads, seq, head_dim]"
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             _fail(f"{name} is a {type(t).__name__}", "pass torch tensors")
+    for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != want:
             _fail(f"{name} has shape {tuple(t.shape)}; expected {want} dims {layout}",
                   f"pass {layout} tensors")
@@ -55,6 +58,9 @@ def _check(q, k, v, packed: bool):
             _fail(f"{name} has dtype {t.dtype}", "use torch.float16 or torch.bfloat16")
         if t.device != q.device:
             _fail(f"{name} is on {t.device} but q is on {q.device}", "put q, k and v on one device")
+        if t.device.type == "meta":
+            _fail(f"{name} is on the meta device, which holds no data",
+                  "pass real tensors (torch.compile and FakeTensorMode trace the op without data)")
         if not t.is_contiguous():
             _fail(f"{name} is not contiguous", f"pass {name}.contiguous()")
     if not q.dtype == k.dtype == v.dtype:
@@ -65,13 +71,57 @@ def _check(q, k, v, packed: bool):
               f"head_dim must be one of {HEAD_DIMS} and equal for q, k and v")
     if k.shape != v.shape:
         _fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ", "k and v need one shape")
-    axis = 1 if packed else 1
-    hq, hk = q.shape[axis], k.shape[axis]
+    hq, hk = q.shape[-2 if packed else 1], k.shape[-2 if packed else 1]
     if hk == 0 or hq % hk:
         _fail(f"{hq} query heads are not a multiple of {hk} key/value heads",
               "grouped-query attention needs the kv head count to divide the q head count")
     if not packed and q.shape[0] != k.shape[0]:
         _fail(f"batch sizes differ: q {q.shape[0]}, k {k.shape[0]}", "use one batch size")
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale):
+        _fail(f"sm_scale={sm_scale!r} is not a finite number",
+              "pass a finite softmax scale, or None for 1/sqrt(head_dim)")
+
+
+def _check_varlen_args(q, k, cu_q, cu_k, max_q, max_k):
+    """What needs no tensor data: the cu_seqlens tensors' kind and the max lengths."""
+    for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+        if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 \
+                or cu.device != q.device:
+            _fail(f"{name} must be a 1-D int32 tensor on {q.device}",
+                  f"pass {name}.to(torch.int32) on q's device")
+        if cu.numel() < 1:
+            _fail(f"{name} is empty", "cumulative lengths start with 0: [0, len0, len0+len1, ...]")
+    if cu_q.numel() != cu_k.numel():
+        _fail(f"cu_seqlens_q has {cu_q.numel()} entries and cu_seqlens_k {cu_k.numel()}",
+              "one entry per sequence plus one, in both")
+    for name, m in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            _fail(f"{name}={m!r} is not a length", f"pass the longest sequence's length as {name}")
+
+
+def _check_varlen_values(q, k, cu_q, cu_k, max_q, max_k):
+    """The varlen contract, read from the cumulative lengths (a host copy when they live on
+    an accelerator): both start at 0 and never decrease, cu_seqlens_q ends at q's token
+    count, cu_seqlens_k at most at k's, and no sequence is longer than its max_seqlen."""
+    for name, cu, total, exact in (("cu_seqlens_q", cu_q, q.shape[0], True),
+                                   ("cu_seqlens_k", cu_k, k.shape[0], False)):
+        c = cu.tolist()
+        if c[0] != 0:
+            _fail(f"{name} starts at {c[0]}, not 0", "cumulative lengths start with 0")
+        bad = next((i for i in range(1, len(c)) if c[i] < c[i - 1]), None)
+        if bad is not None:
+            _fail(f"{name} decreases at entry {bad} ({c[bad - 1]} -> {c[bad]})",
+                  "cumulative lengths never decrease (sequence b is rows cu[b]:cu[b+1])")
+        if (c[-1] != total) if exact else (c[-1] > total):
+            _fail(f"{name} ends at {c[-1]} but {'q' if exact else 'k'} holds {total} tokens",
+                  f"the last entry of {name} is the total token count"
+                  + ("" if exact else " (at most k's)"))
+        longest = max((c[i + 1] - c[i] for i in range(len(c) - 1)), default=0)
+        limit = max_q if exact else max_k
+        if longest > limit:
+            which = "max_seqlen_q" if exact else "max_seqlen_k"
+            _fail(f"{which}={limit} but a sequence in {name} has {longest} tokens",
+                  f"pass {which} >= the longest sequence ({longest})")
 
 
 def programs(backend: str, tiles: int) -> int:
@@ -95,14 +145,20 @@ def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scal
                         **blocks)
 
 
+def _default_scale(q, sm_scale):
+    if sm_scale is not None:
+        return sm_scale
+    return 1.0 / math.sqrt(q.shape[-1]) if isinstance(q, torch.Tensor) and q.dim() else 1.0
+
+
 def attention_impl(q, k, v, causal=False, sm_scale=None):
-    _check(q, k, v, packed=False)
+    scale = _default_scale(q, sm_scale)
+    _check(q, k, v, packed=False, sm_scale=scale)
     b, hq, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
-    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
     o = torch.empty_like(q)
     lse = torch.empty((b * hq, sq), dtype=torch.float32, device=q.device)
-    if sq == 0 or b == 0:
+    if sq == 0 or b == 0 or hq == 0:
         return o, lse.view(b, hq, sq)
     ar = torch.arange(0, b + 1, dtype=torch.int32, device=q.device)
     # [B, H, S, D] as [B*H*S, D]: token t of sequence b, head h is row
@@ -115,19 +171,27 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
 
 def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           causal=False, sm_scale=None):
-    _check(q, k, v, packed=True)
+    """The varlen contract (see _check_varlen_values) is checked on the CPU backend always and
+    elsewhere with the check_inputs option (XSYNC_CHECK_INPUTS=1): reading the lengths costs a
+    device-to-host copy and a sync. Without it the outputs are zero-filled first (no result
+    holds uninitialized memory) and rows outside the described sequences stay 0."""
+    from xsync import config
+    from xsync.backends import select
+
+    scale = _default_scale(q, sm_scale)
+    _check(q, k, v, packed=True, sm_scale=scale)
+    _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    checked = select() == "cpu" or config.current().check_inputs
+    if checked:
+        _check_varlen_values(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     total_q, hq, d = q.shape
     hk = k.shape[1]
-    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        if cu.dtype != torch.int32 or cu.dim() != 1 or cu.device != q.device:
-            _fail(f"{name} must be a 1-D int32 tensor on {q.device}", f"pass {name}.int()")
-    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
-        _fail("cu_seqlens_q and cu_seqlens_k have different lengths", "one entry per sequence + 1")
     batch = cu_seqlens_q.numel() - 1
-    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
-    o = torch.empty_like(q)
-    lse = torch.empty((hq, total_q), dtype=torch.float32, device=q.device)
-    if batch <= 0 or total_q == 0:
+    o = torch.empty_like(q) if checked else torch.zeros_like(q)
+    lse = (torch.empty if checked else torch.zeros)((hq, total_q), dtype=torch.float32, device=q.device)
+    if batch <= 0 or total_q == 0 or max_seqlen_q == 0:
+        if total_q and not checked:
+            lse.fill_(float("inf"))
         return o, lse
     # packed [total, H, D] as [total, H*D]: sequence b, head h starts at row cu[b], column h*D.
     layout = (1, 0, d, 1, 0, d, 0, 1)
@@ -144,6 +208,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 @_attention_op.register_fake
 def _(q, k, v, causal, sm_scale):
+    _check(q, k, v, packed=False, sm_scale=sm_scale)
     b, hq, sq, _ = q.shape
     return torch.empty_like(q), q.new_empty((b, hq, sq), dtype=torch.float32)
 
@@ -159,20 +224,42 @@ def _attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @_attention_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, sm_scale):
+    _check(q, k, v, packed=True, sm_scale=sm_scale)
+    _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
-    """Attention forward on [B, H, S, D] tensors; returns (o, lse)."""
-    _check(q, k, v, packed=False)
-    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    return _attention_op(q, k, v, bool(causal), float(scale))
+    """Attention forward on [B, H, S, D] tensors; returns (o, lse).
+
+    The checks run inside the op (and its fake implementation), so a bad input gives the same
+    error eagerly, through torch.ops.xsync.attention and under torch.compile."""
+    return _attention_op(q, k, v, bool(causal), _scale_arg(q, sm_scale))
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      causal: bool = False, sm_scale: float | None = None):
-    """Variable-length attention forward on packed [total, H, D] tensors; returns (o, lse)."""
-    _check(q, k, v, packed=True)
-    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    return _attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                int(max_seqlen_k), bool(causal), float(scale))
+    """Variable-length attention forward on packed [total, H, D] tensors; returns (o, lse).
+
+    Contract (as flash_attn_varlen_func): cu_seqlens_* are int32 cumulative lengths starting
+    at 0, never decreasing, cu_seqlens_q ending at q's token count (cu_seqlens_k at most at
+    k's); max_seqlen_* are at least the longest sequence. Checked on the CPU backend and,
+    with ``xsync.options(check_inputs=True)`` (XSYNC_CHECK_INPUTS=1), elsewhere; see
+    attention_varlen_impl for the cost."""
+    return _attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, _int_arg(max_seqlen_q),
+                                _int_arg(max_seqlen_k), bool(causal), _scale_arg(q, sm_scale))
+
+
+def _scale_arg(q, sm_scale):
+    scale = _default_scale(q, sm_scale)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        _fail(f"sm_scale={sm_scale!r} is not a number", "pass a finite float, or None for 1/sqrt(head_dim)")
+    return float(scale)          # NaN and inf are refused inside the op, where compile sees it
+
+
+def _int_arg(m):
+    if isinstance(m, torch.Tensor) and m.numel() == 1 and not m.is_floating_point():
+        return int(m)
+    if isinstance(m, bool) or not isinstance(m, int):
+        _fail(f"a max_seqlen of {m!r} is not an integer", "pass the longest sequence's length as an int")
+    return m
