@@ -22,55 +22,88 @@ from xsync.errors import XSyncError
 from xsync.lowering.placement import BACKENDS
 
 
+class UsageError(Exception):
+    """A mistake in how xsync was called: one line on stderr, exit code 2."""
+
+
 def load_kernel(spec: str):
     """Resolve ``module:kernel`` (module path or file path) to a Kernel object."""
     from xsync.kernel import Kernel
 
     if ":" not in spec:
-        raise SystemExit(f"xsync: expected MODULE:KERNEL, got {spec!r} (e.g. xsync.kernels.gemm:gemm)")
+        raise UsageError(f"expected MODULE:KERNEL, got {spec!r} (e.g. xsync.kernels.gemm:gemm)")
     mod_name, _, attr = spec.rpartition(":")
-    if mod_name.endswith(".py") or os.sep in mod_name:
+    if not attr or not mod_name:
+        raise UsageError(f"expected MODULE:KERNEL, got {spec!r} (e.g. xsync.kernels.gemm:gemm)")
+    if mod_name.endswith(".py") or os.sep in mod_name or (os.altsep and os.altsep in mod_name):
         path = os.path.abspath(mod_name)
-        if not os.path.exists(path):
-            raise SystemExit(f"xsync: no such file {mod_name!r}")
+        if os.path.isdir(path):
+            raise UsageError(f"{mod_name} is a directory; name a .py file (e.g. {mod_name}/kernel.py:NAME)")
+        if not path.endswith(".py"):
+            if os.path.isfile(path + ".py"):
+                path += ".py"
+            else:
+                raise UsageError(f"{mod_name} is not a .py file; name the file with its .py suffix "
+                                 f"or an importable module (dots, no slashes)")
+        if not os.path.isfile(path):
+            raise UsageError(f"no such file {mod_name!r}")
         module_spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
         module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except XSyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's file fails to load
+            raise UsageError(f"cannot load {mod_name}: {type(exc).__name__}: {exc}") from exc
     else:
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(mod_name)
-        except ImportError as exc:
-            raise SystemExit(f"xsync: cannot import {mod_name!r}: {exc}") from exc
+        except XSyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - ImportError, SyntaxError in the user's module ...
+            raise UsageError(f"cannot import {mod_name!r}: {type(exc).__name__}: {exc}") from exc
     kernel = getattr(module, attr, None)
     if not isinstance(kernel, Kernel):
         found = sorted(n for n, v in vars(module).items() if isinstance(v, Kernel))
-        raise SystemExit(f"xsync: {mod_name} has no xsync kernel {attr!r}"
+        raise UsageError(f"{mod_name} has no xsync kernel {attr!r}"
                          + (f" (kernels there: {', '.join(found)})" if found else ""))
     return kernel
 
 
 def parse_settings(kernel, settings: list[str]) -> tuple[dict, dict]:
-    """`--set BM=64 --set a=bfloat16` on top of the kernel's example specialization."""
+    """`--set BM=64 --set a=bfloat16` on top of the kernel's example specialization: names
+    must be the kernel's constexpr or tensor parameters, values ints/floats or dtypes."""
     constexprs, dtypes = kernel.specialization()
+    params = list(kernel.signature.parameters)
+    const_names = set(kernel.constexpr_names())
     for item in settings:
         name, sep, raw = item.partition("=")
-        if not sep:
-            raise SystemExit(f"xsync: --set expects NAME=VALUE, got {item!r}")
-        if raw in api.DTYPES:
-            dtypes[name] = api.DTYPES[raw]
-            continue
-        try:
-            constexprs[name] = int(raw)
-        except ValueError:
+        name, raw = name.strip(), raw.strip()
+        if not sep or not name or not raw:
+            raise UsageError(f"--set expects NAME=VALUE, got {item!r}")
+        if name not in params:
+            close = [p for p in params if p.lower() == name.lower()]
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UsageError(f"--set {name}: kernel {kernel.__name__!r} has no parameter {name!r}{hint}; "
+                             f"constexprs: {', '.join(sorted(const_names)) or 'none'}")
+        if name in const_names:
             try:
-                constexprs[name] = float(raw)
+                constexprs[name] = int(raw, 0)
             except ValueError:
-                constexprs[name] = raw
+                try:
+                    constexprs[name] = float(raw)
+                except ValueError:
+                    raise UsageError(f"--set {name}={raw}: constexpr {name} takes a number") from None
+            continue
+        if raw not in api.DTYPES or raw == "int1":
+            valid = ", ".join(d for d in api.DTYPES if d != "int1")
+            raise UsageError(f"--set {name}={raw}: tensor {name}'s dtype is one of {valid}")
+        dtypes[name] = api.DTYPES[raw]
     missing = [n for n in kernel.constexpr_names() if n not in constexprs]
     if missing:
-        raise SystemExit(f"xsync: kernel {kernel.__name__!r} needs values for {', '.join(missing)}: "
+        raise UsageError(f"kernel {kernel.__name__!r} needs values for {', '.join(missing)}: "
                          f"add --set {missing[0]}=... or an example=dict(...) in @xs.kernel")
     return constexprs, dtypes
 
@@ -135,29 +168,17 @@ def cmd_lower(args) -> int:
         print(f"REJECTED: {type(err).__name__}\n{err}", file=sys.stderr)
         return 1
     if args.out:
-        dump(args.out, lowered, source)
-        print(f"wrote {os.path.join(args.out, f'{lowered.kernel.name}.{args.backend}.py')} and "
-              f"{lowered.kernel.name}.{args.backend}.alloc.txt")
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise UsageError(f"--out {args.out} is a file; name a directory")
+        try:
+            paths = dump(args.out, lowered, source)
+        except OSError as exc:
+            raise UsageError(f"cannot write to {args.out}: {exc.strerror or exc}") from exc
+        print("wrote " + " and ".join(paths))
         return 0
     print(source)
     print("# " + lowered.allocation.table().replace("\n", "\n# "))
     return 0
-
-
-def _settings(items: list[str]) -> dict:
-    """`--set` values alone (for a kernel's trace= hook): ints, floats, dtypes or strings."""
-    out = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep:
-            raise SystemExit(f"xsync: --set expects NAME=VALUE, got {item!r}")
-        for conv in (lambda r: api.DTYPES[r], int, float, str):
-            try:
-                out[name] = conv(raw)
-                break
-            except (KeyError, ValueError):
-                continue
-    return out
 
 
 def cmd_trace(args) -> int:
@@ -170,14 +191,23 @@ def cmd_trace(args) -> int:
         try:
             grid = tuple(int(g) for g in args.grid.replace("x", ",").split(",") if g.strip())
         except ValueError:
-            raise SystemExit(f"xsync: --grid expects sizes like 2 or 1,2, got {args.grid!r}") from None
+            raise UsageError(f"--grid expects sizes like 2 or 1,2, got {args.grid!r}") from None
+        if not 1 <= len(grid) <= 3 or any(g < 1 for g in grid):
+            raise UsageError(f"--grid takes 1 to 3 positive sizes, got {args.grid!r}")
     out = args.out or f"{kernel.__name__}.trace.svg"
+    if os.path.isdir(out):
+        raise UsageError(f"--out {out} is a directory; name a .svg or .png file")
     if os.path.splitext(out)[1].lower() not in (".svg", ".png"):
-        raise SystemExit(f"xsync: --out must end in .svg or .png, got {out!r}")
+        raise UsageError(f"--out must end in .svg or .png, got {out!r}")
+    chosen = [item.partition("=")[0].strip() for item in args.set]
+    hook_settings = {n: constexprs[n] if n in constexprs else dtypes[n] for n in chosen}
     try:
-        result = tr.trace_kernel(kernel, _settings(args.set), constexprs=constexprs, dtypes=dtypes,
+        result = tr.trace_kernel(kernel, hook_settings, constexprs=constexprs, dtypes=dtypes,
                                  grid=grid, backend=args.backend)
-        tr.write(result.timeline, out)
+        try:
+            tr.write(result.timeline, out)
+        except OSError as exc:
+            raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from exc
     except XSyncError as err:
         print(f"REJECTED: {type(err).__name__}\n{err}", file=sys.stderr)
         return 1
@@ -203,7 +233,7 @@ def cmd_bench(args) -> int:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.path.join(root, "benchmarks", f"{args.name}.py")
     if not os.path.exists(path):
-        raise SystemExit(f"xsync: {path} not found; `xsync bench` runs from a source checkout "
+        raise UsageError(f"{path} not found; `xsync bench` runs from a source checkout "
                          f"(benchmarks: {', '.join(BENCHMARKS)})")
     spec = importlib.util.spec_from_file_location(f"xsync_bench_{args.name}", path)
     module = importlib.util.module_from_spec(spec)
@@ -218,9 +248,44 @@ def cmd_config(args) -> int:
     return 0
 
 
+def one_line(err: BaseException) -> str:
+    if isinstance(err, XSyncError):
+        where = f"{err.loc}: " if err.loc else ""
+        fix = f" (fix: {err.fix})" if err.fix else ""
+        return f"{where}{err.what}{fix}".replace("\n", " ")
+    return str(err).replace("\n", " ")
+
+
 def main(argv=None) -> int:
+    """Run a command. A user error is one line on stderr and exit code 2 (--debug also prints
+    the traceback); a closed stdout (| head) ends quietly."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        # the reader went away (xsync check ... | head): stop without a word
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except (UsageError, XSyncError) as err:
+        if debug:
+            import traceback
+            traceback.print_exc()
+        print(f"xsync: {one_line(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("xsync: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv) -> int:
     parser = argparse.ArgumentParser(prog="xsync", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="--debug (anywhere): print the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="protocol, allocation and verifier verdict per backend")
     p.add_argument("kernel", help="MODULE:KERNEL, e.g. xsync.kernels.gemm:gemm")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 
 
 def cache_dir(*parts: str) -> str:
@@ -34,16 +34,24 @@ def write_checked(path: str, text: str):
 
 def write_atomic(path: str, data: str | bytes):
     """Write ``data`` to ``path`` through a temporary file and a rename, so a failure
-    leaves either the old file or nothing — never half a file."""
+    leaves either the old file or nothing — never half a file. The temporary file is created
+    with mode 0666, so the process umask applies as for any new file (reading the umask would
+    mean setting it, process-wide)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".xsync-", suffix=".tmp")
+    payload = data.encode() if isinstance(data, str) else data
+    for _ in range(100):
+        tmp = os.path.join(directory, f".xsync-{os.getpid()}-{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise OSError(f"cannot create a temporary file in {directory}")
     try:
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give it an ordinary file's mode
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

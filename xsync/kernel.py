@@ -71,6 +71,7 @@ class Kernel:
         # Configuration defaults of this kernel (xsync.config option names).
         self.options = config.kernel_options(options, fn.__name__)
         self._cache: dict = {}
+        self._dumped: set = set()
         self._lock = threading.Lock()
         self._source_hash: str | None = None
         # Launch-path facts, computed once (every launch needs them).
@@ -160,8 +161,10 @@ class Kernel:
             with self._lock:
                 self._cache[key] = compiled
         dump_dir = settings.dump
-        if dump_dir:
-            dump(dump_dir, compiled.lowered, compiled.source)
+        if dump_dir and (dump_dir, key) not in self._dumped:
+            # once per specialization, under its own names: specializations never overwrite
+            dump(dump_dir, compiled.lowered, compiled.source, tag=_digest(repr(key))[:8])
+            self._dumped.add((dump_dir, key))
         return compiled
 
     # ---------------------------------------------------------------- launch
@@ -214,13 +217,23 @@ class Kernel:
         return compiled
 
 
-def dump(directory: str, lowered: Lowered, source: str):
-    """Write generated source + allocation table atomically (no half-written files)."""
+def dump(directory: str, lowered: Lowered, source: str, tag: str | None = None) -> list[str]:
+    """Write the generated source and its allocation table (each atomically: whole or not at
+    all) as <kernel>.<backend>[.<tag>].py and .alloc.txt; returns the two paths."""
     k = lowered.kernel
-    stem = os.path.join(directory, f"{k.name}.{lowered.backend}")
-    ext = ".py"
-    table = lowered.allocation.table() + "\n"
+    stem = os.path.join(directory, f"{k.name}.{lowered.backend}" + (f".{tag}" if tag else ""))
+    spec = " ".join(f"{n}={v}" for n, v in k.constexprs) + "".join(
+        f" {p.name}={p.dtype.name}" for p in k.params if p.dtype is not None)
+    table = f"specialization: {spec}\n" + lowered.allocation.table() + "\n"
+    if lowered.passes is not None and lowered.passes.notes:
+        table += "\n" + lowered.passes.text() + "\n"
     if lowered.report is not None:
         table += "\n" + lowered.report.summary() + "\n"
-    for path, text in ((stem + ext, source), (stem + ".alloc.txt", table)):
+    paths = [stem + ".py", stem + ".alloc.txt"]
+    for path, text in zip(paths, (source, table)):
         write_atomic(path, text)
+    return paths
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -121,8 +121,8 @@ def load_module(name: str, source: str):
     modname = f"xsync_gluon_{name}_{digest}"
     with _import_lock:
         path = os.path.join(cache_dir(), modname + ".py")
-        if not os.path.exists(path) or open(path).read() != source:
-            write_atomic(path, source)
+        # an edited, truncated or undecodable file is rewritten, never imported as it is
+        files.write_checked(path, source)
         if modname in sys.modules:
             return sys.modules[modname]
         spec = importlib.util.spec_from_file_location(modname, path)
