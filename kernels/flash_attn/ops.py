@@ -234,6 +234,7 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
 
     The checks run inside the op (and its fake implementation), so a bad input gives the same
     error eagerly, through torch.ops.xsync.attention and under torch.compile."""
+    _tensor_args(q=q, k=k, v=v)
     return _attention_op(q, k, v, bool(causal), _scale_arg(q, sm_scale))
 
 
@@ -246,8 +247,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     k's); max_seqlen_* are at least the longest sequence. Checked on the CPU backend and,
     with ``xsync.options(check_inputs=True)`` (XSYNC_CHECK_INPUTS=1), elsewhere; see
     attention_varlen_impl for the cost."""
+    _tensor_args(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     return _attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, _int_arg(max_seqlen_q),
                                 _int_arg(max_seqlen_k), bool(causal), _scale_arg(q, sm_scale))
+
+
+def _tensor_args(**args):
+    """Before the dispatcher, whose own message names neither the fix nor our op."""
+    for name, arg in args.items():
+        if not isinstance(arg, torch.Tensor):
+            _fail(f"{name} is a {type(arg).__name__}", "pass torch tensors")
 
 
 def _scale_arg(q, sm_scale):
