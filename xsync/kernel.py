@@ -24,6 +24,7 @@ from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation, allocate
 from xsync.lowering.frontend import parse_kernel
 from xsync.lowering.placement import Placement, place
+from xsync.lowering.protocol import Skeleton, derive
 from xsync.lowering.verify import VerifyReport, enabled_verification, verify
 
 _TORCH_TO_XS = {"torch.float16": api.float16, "torch.bfloat16": api.bfloat16,
@@ -39,6 +40,7 @@ class Lowered:
     allocation: Allocation
     report: VerifyReport | None
     backend: str
+    skeleton: Skeleton | None = None    # the protocol's one meaning (also allocation.skeleton)
 
 
 class Kernel:
@@ -111,10 +113,11 @@ class Kernel:
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
         kernel = parse_kernel(self.fn, constexprs, tensor_dtypes)
         placement = place(kernel, backend)
+        skeleton = derive(kernel, placement)
         run_check = enabled_verification() if check is None else check
-        report = verify(kernel, placement) if run_check else None
-        allocation = allocate(kernel, placement)
-        return Lowered(kernel, placement, allocation, report, backend)
+        report = verify(kernel, placement, skeleton) if run_check else None
+        allocation = allocate(kernel, placement, skeleton)
+        return Lowered(kernel, placement, allocation, report, backend, skeleton)
 
     def specialization(self, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
         """(constexprs, tensor dtypes): the given ones, else the kernel's ``example=``, with

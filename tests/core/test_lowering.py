@@ -38,7 +38,7 @@ def test_nvidia_allocation_table():
     assert "parity (i // stages) & 1" in table
     assert dict(alloc.barrier_ids)["team"] == 15                       # above the compiler's IDs
     assert "256 threads" in table
-    assert [label for label, _ in alloc.partitions] == ["mma", "epilogue[0]", "epilogue[1]", "producer"]
+    assert [p.label for p in alloc.partitions] == ["mma", "epilogue[0]", "epilogue[1]", "producer"]
 
 
 def test_ascend_allocation_table():

@@ -188,10 +188,7 @@ class AscendRenderer(PythonRenderer):
         return self.placement.crosses(obj)
 
     def barrier_mode(self, name: str) -> str:
-        for r in self.alloc.rows:
-            if r.obj == name and r.what == "sync_block_all":
-                return r.resource.split(",")[0].split()[1]
-        raise BackendError(f"barrier '{name}' has no sync_block_all mode in the allocation")
+        return self.alloc.block_barrier(name).mode
 
     def check(self):
         k = self.kernel
@@ -274,8 +271,7 @@ class AscendRenderer(PythonRenderer):
 
     def payload_name(self, pipe: ir.Pipe, field: str) -> str:
         """Variable of a same-core pipe's payload (per replica only for N -> N pipes)."""
-        src, dst = self.kernel.role(pipe.src), self.kernel.role(pipe.dst)
-        paired = src.replicas == dst.replicas > 1
+        paired = self.alloc.skeleton.link(pipe.name).paired
         return f"{pipe.name}_{field}_r{self.rep}" if paired and self.rep is not None else \
             f"{pipe.name}_{field}"
 
@@ -680,6 +676,11 @@ class AscendRenderer(PythonRenderer):
             else:
                 o.line(self.wait_op(src, dst, flag, f"xs.wait({obj.name}) line {line}"))
         else:
+            # member roles sharing this core meet once per meeting (skeleton.points)
+            if self.alloc.skeleton.renders(self.agent.name, s) is None:
+                at = self.alloc.skeleton.point(self.agent.name, s).at.loc.line
+                o.line(f"# {obj.name}.{s.verb}() (line {line}): met once for this core at line {at}")
+                return
             mode = self.barrier_mode(obj.name)
             note = "" if s.verb == "sync" else " (arrive: no arrive-only form, full barrier)"
             o.line(self.all_op(mode, self.ids[obj.name], f"{obj.name}.{s.verb}() line {line}{note}"))
