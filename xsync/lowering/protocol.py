@@ -246,6 +246,7 @@ class Act:
     loc: SourceLoc
     waits: bool = False
     merged: tuple[int, ...] = ()      # meet: source lines of the calls this meeting stands for
+    source_waits: bool = False        # meet: the source calls it (some sync), before the target
 
 
 @dataclass(frozen=True)
@@ -331,6 +332,19 @@ class Skeleton:
         that barrier at another call of the same meeting (``point(...).at``)."""
         p = self.point(agent, op)
         return p if (p.at is op or p.at == op) else None
+
+    def who(self, ep: Endpoint) -> str:
+        """A role replica in messages: ``work``, ``softmax[1]``, with the instance that runs
+        it when that has another name: ``work (consumer)``, ``mma[1] (cube)``."""
+        inst = self.instances[ep.instance]
+        reps = sum(1 for e in self.endpoints if e.role == ep.role)
+        name = ep.role if reps == 1 else f"{ep.role}[{ep.replica}]"
+        return name if name == inst.label else f"{name} ({inst.label})"
+
+    def replica_name(self, ep: Endpoint) -> str:
+        """``work`` or, for a replicated role, ``work[1]``."""
+        reps = sum(1 for e in self.endpoints if e.role == ep.role)
+        return ep.role if reps == 1 else f"{ep.role}[{ep.replica}]"
 
     def endpoint_label(self, ep: Endpoint) -> str:
         inst = self.instances[ep.instance]
@@ -544,7 +558,8 @@ class _Builder:
                 return []
             ep = skel.endpoint(role, 0 if role in inst.serial else inst.replica)
             return [Act("meet", s.obj, ep, s.loc, point.waits,
-                        tuple(o.loc.line for o in point.ops))]
+                        tuple(o.loc.line for o in point.ops),
+                        any(o.verb == "sync" for o in point.ops))]
         reps = range(kernel.role(role).replicas) if role in inst.serial else (inst.replica,)
         verb = s.verb
         if isinstance(obj, ir.Event):

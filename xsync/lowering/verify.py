@@ -82,6 +82,8 @@ from xsync.lowering.scalars import Assignment, CutVar, Scalars, Step, trip
 INF = 1 << 60
 MAX_STATES = 200_000        # exhaustive cross-check: state cap per run
 MAX_RUNS = 4096             # scalar assignments checked at most
+MAX_STEPS = 20_000_000      # actions executed at most (then the report says what was not checked)
+LOOK_FURTHER = 48           # assignments checked for a worse bug after the first one found
 
 
 @dataclass(frozen=True)
@@ -138,24 +140,37 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
         unproven = unproven + [f"only the {MAX_RUNS} smallest scalar assignments were checked"]
     leads = _Leads(skel)
     tables = _Tables(skel, sc)
-    worst: tuple[int, XSyncError] | None = None
+    worst = None          # (severity, run, build) of the worst finding so far
     steps = 0
     results = []
+    after = 0             # assignments checked since the first finding
     for assignment, obs in found:
         run = _Run(skel, sc, assignment, obs, leads, tables)
-        err = run.check(exhaustive)
+        # only look for bugs worse than the worst one found (at smaller scalar values), and
+        # only among the next LOOK_FURTHER assignments: a hang found soon after a leftover
+        # is the one to report
+        found_here = run.find(worst[0] if worst else 4, exhaustive)
         steps += run.steps
         results.append((assignment, obs, run))
-        if err is not None and (worst is None or _severity(err) < worst[0]):
-            worst = (_severity(err), err)
+        if found_here is not None:
+            worst = found_here
             if worst[0] == 0:
                 break
-    if worst is None and leads.specs:
+        if worst is not None:
+            after += 1
+            if after > LOOK_FURTHER:
+                break
+        if steps > MAX_STEPS:
+            complete = False
+            unproven = unproven + [f"the search stopped after {steps} steps (larger trip counts "
+                                   f"were not checked)"]
+            break
+    if worst is not None:
+        raise worst[1].error(worst)
+    if leads.specs:
         err = _growth(skel, sc, results, leads, bounds, periods, tables)
         if err is not None:
-            worst = (_severity(err), err)
-    if worst is not None:
-        raise worst[1]
+            raise err
     shown = tuple(_scalar_name(n) for n in names)
     loops = tuple((ln, sc.loops[ln].key, bounds[ln], periods[ln]) for ln in sorted(bounds))
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
@@ -314,6 +329,16 @@ class _Tables:
             self.slot.append(held)
         self.keys = keys
         self.nkeys = len(keys)
+        self.meet_key = [k[1] == "meet" for k in keys]
+        # leads the target bounds, as counter ids: (spec, minuend ids, subtrahend id, use_min)
+        self.holds: dict[int, list] = {}
+        for idx, spec in enumerate(_Leads(skel).specs):
+            mins = tuple(kid(m, m[0] if m[1] == "meet" else m[0].instance) for m in spec.minuends)
+            sub = kid(spec.subtrahend, spec.hold)
+            self.holds.setdefault(spec.hold, []).append(
+                (idx, spec, mins, sub, spec.use_min, spec.limit.lead))
+        self.nkeys = len(keys)
+        self.meet_key = [k[1] == "meet" for k in keys]
 
     def key(self, key) -> int | None:
         return self.keys.get(key)
@@ -403,51 +428,76 @@ class _Run:
 
     def greedy(self, state: list, hold=None, path=None):
         """Advance every instance except ``hold`` while any can move."""
-        n = len(self.ids)
-        moved = True
-        while moved:
-            moved = False
-            for i in range(n):
-                if i == hold:
-                    continue
-                reqs, size = self.reqs[i], self.lens[i]
-                k = state[i]
-                while k < size:
-                    ok = True
-                    for j, t in reqs[k]:
-                        if state[j] < t:
-                            ok = False
-                            break
-                    if not ok:
-                        break
-                    if path is not None:
-                        path.append((i, k))
-                    k += 1
-                    state[i] = k
-                    self.steps += 1
-                    moved = True
+        self.waiters = [[] for _ in self.ids]
+        self.propagate(state, [i for i in range(len(self.ids)) if i != hold], hold, path)
         return state
+
+    def propagate(self, state, work, hold, path):
+        """Worklist form of the greedy run: an instance blocked on j is looked at again only
+        when j moves (``self.waiters``)."""
+        reqs, lens, waiters = self.reqs, self.lens, self.waiters
+        while work:
+            i = work.pop()
+            if i == hold:
+                continue
+            k, size, mine = state[i], lens[i], reqs[i]
+            start = k
+            while k < size:
+                blocked = -1
+                for j, t in mine[k]:
+                    if state[j] < t:
+                        blocked = j
+                        break
+                if blocked >= 0:
+                    waiters[blocked].append(i)
+                    break
+                if path is not None:
+                    path.append((i, k))
+                k += 1
+                state[i] = k
+            if k != start:
+                self.steps += k - start
+                if waiters[i]:
+                    work.extend(waiters[i])
+                    waiters[i] = []
 
     # ------------------------------------------------------------ the check
     def check(self, exhaustive=False) -> XSyncError | None:
-        err = self.slot_order()
+        """The worst bug of this assignment, as an error (None: none)."""
+        found = self.find(4, exhaustive)
+        return None if found is None else self.error(found)
+
+    def find(self, below: int, exhaustive=False):
+        """(severity, run, build) of the worst bug of severity < ``below``, or None. The
+        message is built only for the finding that gets reported (``error``)."""
         final = self.greedy([0] * len(self.ids))
         if final != self.lens:
-            return self.deadlock_error(final)
-        found = self.limits()
-        if found is not None:
-            return found
-        if err is not None:
-            return err
-        left = self.leftovers(final)
-        if left:
-            return self.leftover_error(left)
+            return (0, self, lambda: self.deadlock_error(final))
+        if below > 1:
+            hit = self.limits()
+            if hit is not None:
+                return (1, self, lambda: self.limit_error(*hit))
+        if below > 2:
+            bad = self.slot_order()
+            if bad is not None:
+                return (2, self, lambda: self.slot_order_error(*bad))
+        if below > 3:
+            left = self.leftovers(final)
+            if left:
+                return (3, self, lambda: self.leftover_error(left))
         if exhaustive:
             self.cross_check()
         return None
 
-    def slot_order(self) -> XSyncError | None:
-        """A commit without a slot from acquire, a release without a slot from wait."""
+    def error(self, found) -> XSyncError:
+        err = found[2]()
+        # the scalar values of the counterexample (free scalar / named value -> value)
+        err.scalars = dict(self.assignment.values)
+        return err
+
+    def slot_order(self):
+        """(instance, position) of a commit without a slot from acquire or a release without a
+        slot from wait, or None."""
         slot = self.tables.slot
         for i, prog in enumerate(self.ids):
             held = [0] * self.tables.nkeys
@@ -457,42 +507,84 @@ class _Run:
                     continue
                 key, d = op
                 if d < 0 and held[key] == 0:
-                    st = self.progs[i][k]
-                    a = st.action
-                    pair = "acquire" if a.verb == "commit" else "wait"
-                    done = self.total((a.endpoint, pair, a.obj))
-                    return SlotOrderError(
-                        f"{a.verb} on pipe '{a.obj}' without a slot from {pair}: "
-                        f"{self.skel.endpoint_label(a.endpoint)} holds no slot here",
-                        loc=a.loc, objects=(a.obj, a.endpoint.role),
-                        fix=(f"every {a.obj}.{a.verb}() must follow its own "
-                             f"{a.obj}.{pair}() in role '{a.endpoint.role}' on the same path "
-                             f"(check the loop bounds and branches around both)"),
-                        details=self.scalar_note() + _iter_note(st)
-                        + f"{self.skel.endpoint_label(a.endpoint)} does {done} {pair}(s) of "
-                          f"'{a.obj}' in all\n")
+                    return i, k
                 held[key] += d
         return None
 
+    def slot_order_error(self, i, k) -> SlotOrderError:
+        st = self.progs[i][k]
+        a = st.action
+        pair = "acquire" if a.verb == "commit" else "wait"
+        done = self.total((a.endpoint, pair, a.obj))
+        return SlotOrderError(
+            f"{a.verb} on pipe '{a.obj}' without a slot from {pair}: "
+            f"{self.skel.who(a.endpoint)} holds no slot here",
+            loc=a.loc, objects=(a.obj, a.endpoint.role),
+            fix=(f"every {a.obj}.{a.verb}() must follow its own "
+                 f"{a.obj}.{pair}() in role '{a.endpoint.role}' on the same path "
+                 f"(check the loop bounds and branches around both)"),
+            details=self.scalar_note() + _iter_note(st)
+            + f"{self.skel.who(a.endpoint)} does {done} {pair}(s) of "
+              f"'{a.obj}' in all\n")
+
     # ------------------------------------------------------------ limits
-    def limits(self) -> XSyncError | None:
+    def limits(self):
+        """Largest leads: hold the subtrahend's instance h back; the others run as far as they
+        can. A lead only grows while h stands still, so it is measured where h is about to
+        take a counted action (or finished), with every other instance at its fixpoint."""
+        T = self.tables
         for h in self.leads.holds:
-            specs = [s for s in self.leads.specs if s.hold == h]
+            specs = T.holds[h]
+            counted = {sp[3] for sp in specs}
+            stops = [k for k, aid in enumerate(self.ids[h]) if T.kid[aid] in counted]
             state = [0] * len(self.ids)
             path: list = []
-            while True:
-                self.greedy(state, hold=h, path=path)
-                for s in specs:
-                    lead = self.lead(s, state)
-                    self.max_lead[s] = max(self.max_lead.get(s, 0), lead)
-                    if lead > s.limit.lead:
-                        return self.limit_error(s, state, path, lead)
-                if not self.enabled(h, state):
-                    break
-                path.append((h, state[h]))
-                state[h] += 1
-                self.steps += 1
+            size = self.lens[h]
+            self.greedy(state, hold=h, path=path)
+            for stop in stops + [size]:
+                while self.advance(state, h, stop, path):
+                    work, self.waiters[h] = self.waiters[h], []
+                    self.propagate(state, work, h, path)
+                count, best = self.count_kid, self._max_lead
+                for idx, spec, mins, sub, use_min, limit in specs:
+                    if len(mins) == 1:
+                        top = count(mins[0], state)
+                    else:
+                        counts = [count(k, state) for k in mins]
+                        top = min(counts) if use_min else max(counts)
+                    lead = top - count(sub, state)
+                    if lead > best.get(idx, -INF):
+                        best[idx] = lead
+                    if lead > limit:
+                        return spec, list(state), list(path), lead
+                if state[h] < stop or state[h] >= size:
+                    break          # h is blocked before the counted action, or finished
         return None
+
+    def advance(self, state, i, stop, path) -> bool:
+        """Move instance ``i`` alone up to position ``stop`` (exclusive) while it can."""
+        reqs, k, moved = self.reqs[i], state[i], False
+        while k < stop:
+            for j, t in reqs[k]:
+                if state[j] < t:
+                    state[i] = k
+                    return moved
+            if path is not None:
+                path.append((i, k))
+            k += 1
+            self.steps += 1
+            moved = True
+        state[i] = k
+        return moved
+
+    def count_kid(self, kid, state) -> int:
+        at = self.pos[kid]
+        if not at:
+            return 0
+        inst = self.tables.key_inst[kid]
+        if self.tables.meet_key[kid]:
+            return bisect_right(at, state[inst]) if state[inst] < self.lens[inst] else len(at)
+        return bisect_left(at, state[inst])
 
     def lead(self, s: _Lead, state) -> int:
         counts = [self.count(k, state) for k in s.minuends]
@@ -503,7 +595,7 @@ class _Run:
     def leftovers(self, state) -> list[tuple]:
         """(object, message, (line, iteration) of the first unconsumed action) at the end."""
         out = []
-        label = self.skel.endpoint_label
+        label = self.skel.who
         for link in self.skel.links:
             for ch in link.channels:
                 if link.kind == "pipe":
@@ -591,7 +683,7 @@ class _Run:
 
     def why_blocked(self, i, state) -> str:
         a = self.progs[i][state[i]].action
-        label = self.skel.endpoint_label
+        label = self.skel.who
         if a.verb == "acquire":
             link = self.links[a.obj]
             ch = link.channel_of(a.endpoint)
@@ -704,7 +796,7 @@ class _Run:
 
     def limit_error(self, s: _Lead, state, path, lead) -> XSyncError:
         limit = s.limit
-        label = self.skel.endpoint_label
+        label = self.skel.who
         if s.kind == "event":
             who = ", ".join(label(k[0]) for k in s.minuends)
             waiter = label(s.subtrahend[0])
@@ -762,17 +854,21 @@ def _diagnose(run: _Run, state, stuck) -> tuple[int, str, list]:
         never = [(j, t) for j, t in run.reqs[i][state[i]] if t >= INF]
         if not never:
             continue
+        ch = run.links[a.obj].channel_of(a.endpoint) if a.obj in run.links else None
+        c = run.count((a.endpoint, a.verb, a.obj), state) if ch is not None else 0
         if a.verb == "acquire":
             link = run.links[a.obj]
-            for d in link.channel_of(a.endpoint).consumers:
+            for d in ch.consumers:
                 w, r = run.total((d, "wait", a.obj)), run.total((d, "release", a.obj))
                 if w > r:
                     return i, _missing_release_fix(run, a, d, w - r), []
-            return i, _trip_fix(run, a, "releases", "acquires"), []
+            short = [d for d in ch.consumers if run.total((d, "release", a.obj)) <= c - link.capacity]
+            return i, _trip_fix(run, a, short, "release", "acquires (beyond the free slots)"), []
         if a.verb == "wait":
-            return i, _trip_fix(run, a, "commits", "waits for"), []
+            return i, _trip_fix(run, a, ch.producers, "commit", "waits"), []
         if a.verb == "evwait":
-            return i, _trip_fix(run, a, "signals", "waits for"), []
+            short = [q for q in ch.producers if run.total((q, "signal", a.obj)) <= c]
+            return i, _trip_fix(run, a, short, "signal", "waits"), []
         if a.verb == "meet":
             bar = a.obj
             return i, (f"every member of barrier '{bar}' must meet it the same number of times: "
@@ -798,10 +894,22 @@ def _diagnose(run: _Run, state, stuck) -> tuple[int, str, list]:
                     return i, _missing_release_fix(run, a, d, w - r), []
                 if not link.crosses:
                     return i, _one_agent_pipe_fix(run, link), []
-                return i, (f"'{skel.endpoint_label(d)}' still holds {held} slot(s) of pipe "
-                           f"'{a.obj}' while {run.label(i)} needs a free one: release each slot as "
-                           f"soon as it is read, or raise stages to at least "
-                           f"{link.stages + held} so the producer can run that far ahead"), []
+                return i, (f"'{d.role}' holds {held} slot(s) of pipe '{a.obj}' and waits for "
+                           f"another before it releases one, while '{a.endpoint.role}' needs a "
+                           f"free slot to commit it: release each slot as soon as it is read, or "
+                           f"raise stages to at least {held + 1} (now {link.stages}) so the "
+                           f"producer can run that far ahead"), []
+    # 4. an arrive that waits on this target (no arrive-only barrier)
+    for i in stuck:
+        a = run.progs[i][state[i]].action
+        if a.verb == "meet" and a.waits and not a.source_waits:
+            others = [j for j, t in run.reqs[i][state[i]] if state[j] < t]
+            names = ", ".join(run.label(j) for j in others)
+            return i, (f"on the {skel.backend} placement {a.obj}.arrive() is {skel.target.barrier}, "
+                       f"which waits like {a.obj}.sync(): '{a.endpoint.role}' blocks at line "
+                       f"{a.loc.line} until {names} meet the barrier, and they first wait for "
+                       f"'{a.endpoint.role}'; call {a.obj}.arrive() after the signals and commits "
+                       f"the other members wait for before they meet"), []
     if len(stuck) >= 1:
         return stuck[0], ("the listed agents wait on each other in a cycle; reorder the waits so that "
                           "every signal/commit a role needs is issued before it blocks"), []
@@ -809,17 +917,17 @@ def _diagnose(run: _Run, state, stuck) -> tuple[int, str, list]:
 
 
 def _missing_release_fix(run, a, d, n) -> str:
-    return (f"'{d.role}' waited for {n} slot(s) of pipe '{a.obj}' it never "
+    return (f"'{run.skel.replica_name(d)}' waited for {n} slot(s) of pipe '{a.obj}' it never "
             f"released: call {a.obj}.release() after every {a.obj}.wait() once the slot is read, on "
             f"every path (check the branches between them)")
 
 
-def _trip_fix(run, a, theirs, mine) -> str:
-    link = run.links.get(a.obj)
-    other_role = link.src if a.endpoint.role == link.dst else link.dst
-    verb = {"commits": "commit", "signals": "signal", "releases": "release"}[theirs]
-    return (f"'{other_role}' must {verb} as many times as '{a.endpoint.role}' "
-            f"{'waits' if mine == 'waits for' else 'acquires (beyond the free slots)'}: the loops or "
+def _trip_fix(run, a, others, verb, mine) -> str:
+    who = " and ".join(f"'{run.skel.replica_name(e)}'" for e in others) or "the other side"
+    me = run.skel.replica_name(a.endpoint)
+    done = ", ".join(f"{run.skel.replica_name(e)} {verb}s {run.total((e, verb, a.obj))} time(s)"
+                     for e in others)
+    return (f"{who} must {verb} as many times as '{me}' {mine} ({done} here): the loops or "
             f"branches around the two sides run different trip counts for these scalar values; "
             f"compute the bound once in unannotated code and loop over it in both roles")
 
@@ -905,7 +1013,7 @@ def _growth(skel, sc: Scalars, results, leads: _Leads, bounds, periods, tables) 
             if err is not None:
                 return err
             after = r.max_lead
-            if k == 1 and not any(after.get(s, 0) > before.get(s, 0) for s in leads.specs):
+            if k == 1 and not any(after.get(i, 0) > before.get(i, 0) for i in range(len(leads.specs))):
                 break
     return None
 
