@@ -170,6 +170,93 @@ def late_nested_inner_short(x, y, n, m, BLOCK: xs.constexpr, STAGES: xs.constexp
                 ring.release()
 
 
+# Found by the differential test (tests/core/protogen.py) against a verifier that, like the
+# first one, tried run-time trip counts only up to stages + 2: each was accepted there and
+# fails on the emulator at a larger n.
+@xs.kernel(example=EX)
+def late_found_wait_skipped_every_8th(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # generated protocol 45: a release on the path where the wait was skipped (n >= 8)
+    r0 = xs.role("r0", kind="matrix", replicas=2)
+    r1 = xs.role("r1", kind="matrix")
+    p0 = xs.pipe(r1, r0, stages=1)
+    for i in range(n):
+        with r1:
+            p0.acquire()
+            p0.commit()
+        with r0:
+            if i % 8 != 7:
+                p0.wait()
+            p0.release()  # BUG
+
+
+@xs.kernel(example=EX)
+def late_found_barrier_after_threshold(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # generated protocol 87: from i = 10 on only one member meets the barrier (n >= 12)
+    r0 = xs.role("r0", kind="vector")
+    r1 = xs.role("r1", kind="vector")
+    e0 = xs.event(r1, r0)
+    e1 = xs.event(r0, r1)
+    b2 = xs.barrier()
+    if n > 2:
+        for i in range(n - 1):
+            with r1:
+                xs.signal(e0)
+                xs.wait(e1)
+                if i > 9:
+                    b2.sync()  # BUG
+            with r0:
+                xs.wait(e0)
+                xs.signal(e1)
+                if i > 9:
+                    if i < 9:
+                        b2.sync()
+
+
+@xs.kernel(example=EX)
+def late_found_arrive_stops_after_8(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # generated protocol 237: one member stops arriving after 8 meetings (n >= 17)
+    r1 = xs.role("r1", kind="copy", replicas=2)
+    r2 = xs.role("r2", kind="copy")
+    r3 = xs.role("r3", kind="vector", replicas=2)
+    b0 = xs.barrier(r2, r1, r3)
+    for i in range(xs.cdiv(n, 2)):
+        with r3:
+            b0.sync()
+        with r2:
+            if i < 8:
+                b0.arrive()  # BUG ascend
+        with r1:
+            b0.sync()  # BUG
+
+
+@xs.kernel(example=EX)
+def late_found_release_skipped_once(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # generated protocol 257: the 8th slot of p1 is never released (n >= 15)
+    r0 = xs.role("r0", kind="matrix")
+    r1 = xs.role("r1", kind="matrix")
+    r2 = xs.role("r2", kind="copy")
+    p0 = xs.pipe(r0, r1, stages=4)
+    p1 = xs.pipe(r0, r2, stages=2)  # BUG
+    p2 = xs.pipe(r1, r0, stages=1)
+    for i in range(xs.cdiv(n, 2)):
+        with r1:
+            p0.wait()  # BUG nvidia ascend (r1 and r0 share an agent there: wrong source order)
+            p0.release()
+            p2.acquire()
+            p2.commit()
+        with r2:
+            p1.wait()
+            if i != 7:
+                p1.release()
+        with r0:
+            p0.acquire()
+            p0.commit()
+            p1.acquire()
+            p1.commit()
+            p2.wait()
+            p2.release()
+
+
 # ====================================================================== correct
 @xs.kernel(example=EX)
 def correct_peeled_first_iteration(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
