@@ -180,6 +180,13 @@ def _py(x, var) -> str:
     raise TypeError(f"no scalar code for {x!r}")
 
 
+_EVALUATORS: dict = {}      # generated code -> compiled evaluator (process-wide cache)
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
 def trip(start, stop, step) -> int:
     """Iterations of range(start, stop, step)."""
     return max(0, -((start - stop) // step))
@@ -316,11 +323,15 @@ class Scalars:
         return Opaque(f"`{text(e)}`")
 
     def _evaluator(self, e, env_names):
-        """A compiled evaluator ``f(E) -> value`` of IR expression ``e``, or None if opaque."""
+        """A compiled evaluator ``f(E) -> value`` of IR expression ``e``, or None if opaque
+        (instances share the evaluators of the code they replicate)."""
         code = self._code(e)
         if code is None:
             return None
-        return eval(f"lambda E: {code}", {"_cdiv": lambda a, b: -(-a // b)})  # noqa: S307
+        fn = _EVALUATORS.get(code)
+        if fn is None:
+            fn = _EVALUATORS[code] = eval(f"lambda E: {code}", {"_cdiv": _cdiv})  # noqa: S307
+        return fn
 
     def _code(self, e):
         if isinstance(e, ir.Const):
@@ -617,14 +628,18 @@ class Scalars:
     def candidates(self, var, reach: int) -> list[int]:
         """Candidate values of a free integer scalar (see the module docstring)."""
         unit, divisors, consts = self._unit_and_constants(var)
-        residues = {0, 1 % unit, (unit - 1) % unit}
+        # residue 0 and 1 tell a multiple of the unit from a non-multiple (x // u against
+        # cdiv(x, u)); a constant c offsets those breakpoints to -c and c (and +-1 around them);
+        # a smaller divisor m adds its own multiples
+        residues = {0, 1 % unit}
         for c in consts:
-            for d in (-1, 0, 1):
-                residues.add((c + d) % unit)
-                residues.add((-c + d) % unit)
+            if c % unit:
+                for d in (-1, 0, 1):
+                    residues.add((c + d) % unit)
+                    residues.add((-c + d) % unit)
         for m in divisors:
-            if unit // m <= 16:
-                for k in range(unit // m):
+            if m < unit and unit // m <= 16:
+                for k in range(1, unit // m):
                     for d in (-1, 0, 1):
                         residues.add((k * m + d) % unit)
         if len(residues) > 48:
@@ -647,6 +662,10 @@ class Scalars:
 
         ``bounds``: loop line -> the trip count every loop must reach (when it can)."""
         free = self.free()
+        # scalars that branch conditions read go first: the loops over the others are then
+        # skipped wherever those conditions rule the rest out
+        in_guards = {v for o in self.observations for g, _ in o.guard for v in _free(g)}
+        free.sort(key=lambda v: v not in in_guards)
         trips = [o for o in self.observations if o.kind == "trip" and _free(o.form)]
         scale = 1
         while True:
@@ -747,11 +766,15 @@ class Scalars:
             return max((slot(v)[0] for f in forms for v in _free(f)), default=-1)
 
         levels: dict[int, list[str]] = {}
+        risky: dict[int, bool] = {}     # a level divides by a scalar (or steps by one)
         guard_depth, obs_depth = [], []
         for k, o in enumerate(obs):
             guards = [g for g, _ in o.guard]
             forms = list(o.form) if o.kind == "trip" else [o.form]
             d = depth(forms + guards)
+            if (o.kind == "trip" and not isinstance(o.form[2], ir.Const)) or any(
+                    _divides_by_scalar(f) for f in forms + guards):
+                risky[d] = True
             obs_depth.append(d)
             guard_depth.append(depth(guards))
             guard = " and ".join(f"({_py(g, var)})" if pol else f"(not {_py(g, var)})"
@@ -798,12 +821,14 @@ class Scalars:
             j = level + 1
             out.append(pad + f"for v{j} in D[{j}]:")
             inner = pad + "    "
-            if levels.get(j):
+            if levels.get(j) and risky.get(j):
                 out.append(inner + "try:")
                 for ln in levels[j]:
                     out.append(inner + "    " + ln)
                 out.append(inner + "except (ZeroDivisionError, ValueError):")
                 out.append(inner + "    continue")
+            else:
+                out.extend(inner + ln for ln in levels.get(j, []))
             emit(j, inner)
 
         if n == 0:
@@ -962,6 +987,15 @@ def _static_parts(form) -> list:
     for c in _children(form):
         out += _static_parts(c)
     return out
+
+
+def _divides_by_scalar(form) -> bool:
+    for n in _nodes(form):
+        if isinstance(n, ir.BinOp) and n.op in ("//", "%", "/") and not isinstance(n.right, ir.Const):
+            return True
+        if isinstance(n, ir.Call) and n.op == "cdiv" and not isinstance(n.args[1], ir.Const):
+            return True
+    return False
 
 
 def _linear_in(x, mine) -> bool:

@@ -359,34 +359,35 @@ class _Run:
         self._progs = None
         self._max_lead: dict = {}
         self.cross_checked = 0
-        kid, tpl = tables.kid, tables.tpl
+        # pos[counter] = positions of its actions; occ[i][k] = which occurrence of its counter
+        # the k-th action of instance i is (what it waits for follows from these)
+        kid = tables.kid
         pos: list[list[int]] = [[] for _ in range(tables.nkeys)]
+        occ = []
         for prog in self.ids:
-            for k, aid in enumerate(prog):
-                pos[kid[aid]].append(k)
-        self.pos = pos
-        reqs = []
-        for prog in self.ids:
-            counts = [0] * tables.nkeys
             mine = []
-            for aid in prog:
-                key = kid[aid]
-                c = counts[key]
-                counts[key] = c + 1
-                t = tpl[aid]
-                if not t:
-                    mine.append(())
-                    continue
-                r = []
-                for pk, pi, off, shift in t:
-                    idx = c - shift
-                    if idx < 0:
-                        continue
-                    at = pos[pk]
-                    r.append((pi, at[idx] + off) if idx < len(at) else (pi, INF))
-                mine.append(tuple(r))
-            reqs.append(mine)
-        self.reqs = reqs
+            for k, aid in enumerate(prog):
+                at = pos[kid[aid]]
+                mine.append(len(at))
+                at.append(k)
+            occ.append(mine)
+        self.pos, self.occ = pos, occ
+
+    def req(self, i, k) -> tuple:
+        """(instance j, position t): action k of instance i waits until j has reached t."""
+        c, pos = self.occ[i][k], self.pos
+        out = []
+        for pk, pi, off, shift in self.tables.tpl[self.ids[i][k]]:
+            idx = c - shift
+            if idx < 0:
+                continue
+            at = pos[pk]
+            out.append((pi, at[idx] + off) if idx < len(at) else (pi, INF))
+        return tuple(out)
+
+    @property
+    def reqs(self):
+        return _Reqs(self)
 
     @property
     def progs(self) -> list[list[Step]]:
@@ -424,7 +425,7 @@ class _Run:
         k = state[i]
         if k >= self.lens[i]:
             return False
-        for j, t in self.reqs[i][k]:
+        for j, t in self.req(i, k):
             if state[j] < t:
                 return False
         return True
@@ -438,18 +439,22 @@ class _Run:
     def propagate(self, state, work, hold, path):
         """Worklist form of the greedy run: an instance blocked on j is looked at again only
         when j moves (``self.waiters``)."""
-        reqs, lens, waiters = self.reqs, self.lens, self.waiters
+        lens, waiters, pos, tpl = self.lens, self.waiters, self.pos, self.tables.tpl
         while work:
             i = work.pop()
             if i == hold:
                 continue
-            k, size, mine = state[i], lens[i], reqs[i]
+            k, size, ids, occ = state[i], lens[i], self.ids[i], self.occ[i]
             start = k
             while k < size:
                 blocked = -1
-                for j, t in mine[k]:
-                    if state[j] < t:
-                        blocked = j
+                for pk, pi, off, shift in tpl[ids[k]]:
+                    idx = occ[k] - shift
+                    if idx < 0:
+                        continue
+                    at = pos[pk]
+                    if state[pi] < (at[idx] + off if idx < len(at) else INF):
+                        blocked = pi
                         break
                 if blocked >= 0:
                     waiters[blocked].append(i)
@@ -566,9 +571,9 @@ class _Run:
 
     def advance(self, state, i, stop, path) -> bool:
         """Move instance ``i`` alone up to position ``stop`` (exclusive) while it can."""
-        reqs, k, moved = self.reqs[i], state[i], False
+        k, moved = state[i], False
         while k < stop:
-            for j, t in reqs[k]:
+            for j, t in self.req(i, k):
                 if state[j] < t:
                     state[i] = k
                     return moved
@@ -851,6 +856,25 @@ class _Run:
             if len(seen) > MAX_STATES:
                 return
         assert ends == {tuple(self.lens)}, f"interleavings end in {ends}, greedy in {self.lens}"
+
+
+class _Reqs:
+    """``run.reqs[i][k]``: what action k of instance i waits for (computed on demand)."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def __getitem__(self, i):
+        run = self.run
+        return _ReqRow(run, i)
+
+
+class _ReqRow:
+    def __init__(self, run, i):
+        self.run, self.i = run, i
+
+    def __getitem__(self, k):
+        return self.run.req(self.i, k)
 
 
 # ---------------------------------------------------------------- diagnosis
