@@ -78,6 +78,7 @@ from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
 from xsync.lowering.scalars import Assignment, CutVar, Scalars, Step, trip
+from xsync.lowering.scalars import _free as _free_of
 
 INF = 1 << 60
 MAX_STATES = 200_000        # exhaustive cross-check: state cap per run
@@ -104,12 +105,12 @@ class VerifyReport:
 
     def summary(self) -> str:
         what = "no deadlock, leftover, unpaired slot or counter overflow"
-        scal = ", ".join(self.scalars) if self.scalars else "no run-time scalar"
-        loops = "; ".join(f"loop at line {ln} `{key}` up to {b} iterations (period {p})"
-                          for ln, key, b, p in self.loops)
-        out = (f"verified for {self.backend}: {what} for every value of {scal} "
-               f"({self.assignments} scalar assignment(s) checked, {self.states} steps"
-               + (f"; {loops}" if loops else "") + ")")
+        scal = f"for every value of {', '.join(self.scalars)}" if self.scalars else \
+            "(no run-time scalar)"
+        loops = "; ".join(f"the loop at line {ln} `{key}` up to {b} iterations, beyond which its "
+                          f"verdict repeats with period {p}" for ln, key, b, p in self.loops)
+        out = (f"verified for {self.backend}: {what} {scal} ({self.assignments} scalar "
+               f"assignment(s) checked, {self.states} steps" + (f"; {loops}" if loops else "") + ")")
         if self.unproven:
             out += "; not proven beyond the bound: " + "; ".join(self.unproven)
         return out
@@ -174,7 +175,9 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
         if err is not None:
             raise err
     shown = tuple(_scalar_name(n) for n in names)
-    loops = tuple((ln, sc.loops[ln].key, bounds[ln], periods[ln]) for ln in sorted(bounds))
+    runtime = {o.loop_line for o in sc.observations if o.kind == "trip" and _free_of(o.form)}
+    loops = tuple((ln, sc.loops[ln].key, bounds[ln], periods[ln]) for ln in sorted(bounds)
+                  if ln in runtime)
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
                         tuple(unproven), sum(r[2].cross_checked for r in results))
 
