@@ -105,3 +105,13 @@ def test_flash_attn_flags_when_present(triton_ascend):
     assert 'mix_mode = "mix"' in mlir
     for key, flag in ids.items():
         assert f"flag = {flag}" in mlir, key
+
+
+def test_barrier_met_once_per_meeting_compiles(triton_ascend):
+    """Roles sharing the cube meet the barrier once per step: in HIVM one sync_block[<ALL>]
+    in the cube's part and one in the vector's, not one per member role."""
+    import ascend_cases as cases
+    lowered = cases.cube_roles_meet_once.lower("ascend")
+    team = dict(lowered.allocation.event_ids)["team"]
+    ttir, mlir = compile_hivm(lowered, scalars=SCALARS, form="release")
+    assert mlir.count(f"hivm.hir.sync_block[<ALL>, {team} : i16]") == 2, mlir.count("sync_block[")

@@ -1003,3 +1003,21 @@ def pairing_paired_event_replica_short(x, y, n, BLOCK: xs.constexpr, STAGES: xs.
                 xs.signal(ev)
         with soft:
             xs.wait(ev)  # BUG
+
+
+@xs.kernel(example=EX)
+def pairing_paired_across_agents(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # N -> N between two agents on Hopper (two copy warps, two consumer warpgroups): each
+    # pair has its own ring, so the full/empty arrays hold rings x stages mbarriers
+    load = xs.role("load", kind="copy", replicas=2)
+    work = xs.role("work", kind="vector", replicas=2)
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [xs.replica_id() * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [xs.replica_id() * BLOCK, 0], got.t)
+            ring.release()
