@@ -181,9 +181,9 @@ def _cpu(kernel, placement, skel):
 def _nvidia(kernel, placement, skel):
     rows, partitions = [], []
     # Consumers first: the first consumer warpgroup is the default partition.
-    ordered = sorted(skel.instances, key=lambda i: i.agent.startswith("producer"))
+    ordered = sorted(skel.instances, key=lambda i: i.unit == "producer")
     for inst in ordered:
-        warps = WARPS["producer" if inst.agent.startswith("producer") else "consumer"]
+        warps = WARPS.get(inst.unit, WARPS["consumer"])
         partitions.append(Partition(len(partitions), inst.agent, inst.replica, inst.replicas,
                                     warps, inst.index))
     for part in partitions:
@@ -258,7 +258,7 @@ def _nvidia(kernel, placement, skel):
     # consecutive pair per agent with two consumer-warpgroup replicas and a loop with an
     # mma, taken below the user barriers; skipped when XSYNC_NV_PINGPONG=0 or no pair is free.
     top = HOPPER_NAMED_BARRIERS - 1 - len(kernel.barriers)
-    for a in sorted(placement.agents, key=lambda a: a.name.startswith("producer")):
+    for a in sorted(placement.agents, key=lambda a: a.unit == "producer"):
         if not _pingpong_candidate(kernel, a) or config.current().nv_pingpong == "0":
             continue
         lo = top - 1
@@ -278,7 +278,7 @@ def _nvidia(kernel, placement, skel):
 def _pingpong_candidate(kernel, agent) -> bool:
     """Two consumer-warpgroup replicas of one agent and a loop whose body has an mma of
     one of its roles (the renderer checks the rest: replica-uniform trip counts)."""
-    if agent.replicas != 2 or agent.name.startswith("producer"):
+    if agent.replicas != 2 or agent.unit == "producer":
         return False
 
     def has_mma(stmts, mine, in_loop):
@@ -328,7 +328,7 @@ def _ascend(kernel, placement, skel):
         return len(ids) - 1
 
     def core(role):
-        return "cube" if placement.agent_of(role).hardware.startswith("cube") else "vector"
+        return placement.agent_of(role).unit
 
     workspace, rings = 0, []
     for a in placement.agents:

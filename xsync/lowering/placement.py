@@ -25,6 +25,7 @@ class Agent:
     replicas: int
     hardware: str  # what runs it, in the backend's words ("consumer warpgroup", "cube core")
     serial: tuple[str, ...] = ()  # roles whose replicas this single agent runs one by one
+    unit: str = ""  # the kind of hardware agent: producer / consumer, cube / vector, thread
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def place(kernel: ir.KernelIR, backend: str) -> Placement:
     return Placement(backend, tuple(module.place(kernel)), module.TARGET)
 
 
-def merge_by_replicas(roles, agent_name, hardware) -> list[Agent]:
+def merge_by_replicas(roles, agent_name, hardware, unit="") -> list[Agent]:
     """One agent per distinct replica count among ``roles`` (roles merge only if equal)."""
     by_count: dict[int, list[ir.Role]] = {}
     for r in roles:
@@ -104,5 +105,5 @@ def merge_by_replicas(roles, agent_name, hardware) -> list[Agent]:
     out = []
     for count, group in by_count.items():
         name = agent_name if len(by_count) == 1 else "_".join(r.name for r in group)
-        out.append(Agent(name, tuple(r.name for r in group), count, hardware))
+        out.append(Agent(name, tuple(r.name for r in group), count, hardware, unit=unit or agent_name))
     return out

@@ -129,6 +129,7 @@ class Instance:
     roles: tuple[str, ...]
     serial: tuple[str, ...]     # roles whose replicas this instance runs one after another
     hardware: str
+    unit: str = ""              # producer / consumer, cube / vector, thread (placement.Agent)
 
     @property
     def label(self) -> str:
@@ -366,7 +367,7 @@ def derive(kernel: ir.KernelIR, placement: Placement) -> Skeleton:
     for a in placement.agents:
         for r in range(a.replicas):
             instances.append(Instance(len(instances), a.name, r, a.replicas, a.roles, a.serial,
-                                      a.hardware))
+                                      a.hardware, a.unit))
     endpoints = []
     for role in kernel.roles:
         agent = placement.agent_of(role.name)
@@ -587,9 +588,9 @@ def _notes(kernel, placement, skel: Skeleton) -> tuple[Note, ...]:
     for a in placement.agents:
         for role in a.serial:
             n = kernel.role(role).replicas
-            out.append(Note((role,), f"on the {backend} placement {a.hardware.split(' (')[0]} "
-                                     f"'{a.name}' runs the {n} replicas of '{role}' one after "
-                                     f"another (lockstep), as one agent"))
+            out.append(Note((role,), f"on the {backend} placement agent '{a.name}' ({a.hardware}) "
+                                     f"runs the {n} replicas of '{role}' one after another "
+                                     f"(lockstep), as one agent"))
     for p in skel.points:
         if p.merged:
             out.append(Note((p.obj, *p.roles),

@@ -27,5 +27,5 @@ def place(kernel):
     agents = []
     if cube:
         serial = tuple(r.name for r in cube if r.replicas > 1)
-        agents.append(Agent("cube", tuple(r.name for r in cube), 1, "cube core (AIC)", serial))
-    return agents + merge_by_replicas(vector, "vector", "vector core (AIV)")
+        agents.append(Agent("cube", tuple(r.name for r in cube), 1, "cube core (AIC)", serial, "cube"))
+    return agents + merge_by_replicas(vector, "vector", "vector core (AIV)", "vector")

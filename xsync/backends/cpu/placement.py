@@ -9,4 +9,4 @@ TARGET = Target("cpu", event="a counting semaphore", barrier="a barrier over the
 
 
 def place(kernel):
-    return [Agent(r.name, (r.name,), r.replicas, "thread") for r in kernel.roles]
+    return [Agent(r.name, (r.name,), r.replicas, "thread", unit="thread") for r in kernel.roles]

@@ -30,5 +30,5 @@ TARGET = Target(
 def place(kernel):
     copy = [r for r in kernel.roles if r.kind == "copy"]
     compute = [r for r in kernel.roles if r.kind != "copy"]
-    return (merge_by_replicas(copy, "producer", "producer warp (1 warp, TMA)")
-            + merge_by_replicas(compute, "consumer", "consumer warpgroup (4 warps, wgmma)"))
+    return (merge_by_replicas(copy, "producer", "producer warp (1 warp, TMA)", "producer")
+            + merge_by_replicas(compute, "consumer", "consumer warpgroup (4 warps, wgmma)", "consumer"))
