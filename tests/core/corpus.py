@@ -1021,3 +1021,22 @@ def pairing_paired_across_agents(x, y, n, BLOCK: xs.constexpr, STAGES: xs.conste
             got = ring.wait()
             xs.store(y, [xs.replica_id() * BLOCK, 0], got.t)
             ring.release()
+
+
+@xs.kernel(example=EX)
+def consistent_data_dependent_release(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # a release under a condition on tile data: not a function of the scalars, so the
+    # verifier tries both truth values (the same at every evaluation) and says so
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()  # BUG
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            if xs.max(xs.max(got.t, 1), 0) > 0:
+                ring.release()

@@ -275,6 +275,7 @@ class Scalars:
         self.act_inst: list[int] = []             # action index -> instance
         for inst in skel.instances:
             self._inst = inst
+            self._opaque_names: set[str] = set()
             self.programs.append(self._compile_block(skel.programs[inst.index]))
             self._static_pass(skel.programs[inst.index], {}, (), [])
         self._cuts()
@@ -339,7 +340,7 @@ class Scalars:
         if isinstance(e, ir.Name):
             if e.id in self.consts:
                 return repr(self.consts[e.id])
-            if self.params.get(e.id) == "tensor":
+            if self.params.get(e.id) == "tensor" or e.id in self._opaque_names:
                 return None
             return f"E[{e.id!r}]"
         if isinstance(e, (ir.BinOp, ir.Compare)):
@@ -380,12 +381,17 @@ class Scalars:
                 out.append(len(self.acts) - 1)     # actions are unrolled as indices
             elif isinstance(n, Let):
                 if len(n.targets) == 1:
-                    f = self._evaluator(n.value, None)
-                    out.append(_XLet(n.targets, (f,), n.loc.line, f is None))
+                    fns = (self._evaluator(n.value, None),)
                 else:
                     items = n.value.items if isinstance(n.value, ir.TupleExpr) else ()
-                    fns = tuple(self._evaluator(v, None) for v in items)
-                    out.append(_XLet(n.targets, fns, n.loc.line, None in fns or not fns))
+                    fns = tuple(self._evaluator(v, None) for v in items) or (None,) * len(n.targets)
+                for t, f in zip(n.targets, fns):
+                    # a value computed from tile data: what reads it is opaque (its own free value)
+                    if f is None:
+                        self._opaque_names.add(t)
+                    else:
+                        self._opaque_names.discard(t)
+                out.append(_XLet(n.targets, fns, n.loc.line, None in fns))
             elif isinstance(n, Loop):
                 f = self._evaluator(ir.TupleExpr((n.start, n.stop, n.step)), None)
                 key = None

@@ -131,6 +131,8 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
     skel = skeleton or derive(kernel, placement)
     sc = Scalars(kernel, skel)
     bounds, periods, unproven = loop_bounds(sc, skel)
+    unproven = unproven + [f"{key} depends on tile data: tried as one free value for every "
+                           f"evaluation" for key in sorted(sc.opaque)]
     found, names = sc.enumerate({ln: b + periods[ln] for ln, b in bounds.items()})
     complete = not unproven
     if found is None:
@@ -897,7 +899,7 @@ def _diagnose(run: _Run, state, stuck) -> tuple[int, str, list]:
             for d in ch.consumers:
                 w, r = run.total((d, "wait", a.obj)), run.total((d, "release", a.obj))
                 if w > r:
-                    return i, _missing_release_fix(run, a, d, w - r), []
+                    return i, _missing_release_fix(run, a, d, w, r), []
             short = [d for d in ch.consumers if run.total((d, "release", a.obj)) <= c - link.capacity]
             return i, _trip_fix(run, a, short, "release", "acquires (beyond the free slots)"), []
         if a.verb == "wait":
@@ -927,7 +929,7 @@ def _diagnose(run: _Run, state, stuck) -> tuple[int, str, list]:
             if held > 0 and state[d.instance] < run.lens[d.instance]:
                 w, r = run.total((d, "wait", a.obj)), run.total((d, "release", a.obj))
                 if w > r:
-                    return i, _missing_release_fix(run, a, d, w - r), []
+                    return i, _missing_release_fix(run, a, d, w, r), []
                 if not link.crosses:
                     return i, _one_agent_pipe_fix(run, link), []
                 return i, (f"'{d.role}' holds {held} slot(s) of pipe '{a.obj}' and waits for "
@@ -952,9 +954,9 @@ def _diagnose(run: _Run, state, stuck) -> tuple[int, str, list]:
     return 0, "", []
 
 
-def _missing_release_fix(run, a, d, n) -> str:
-    return (f"'{run.skel.replica_name(d)}' waited for {n} slot(s) of pipe '{a.obj}' it never "
-            f"released: call {a.obj}.release() after every {a.obj}.wait() once the slot is read, on "
+def _missing_release_fix(run, a, d, waits, releases) -> str:
+    return (f"'{run.skel.replica_name(d)}' waits for {waits} slot(s) of pipe '{a.obj}' and releases "
+            f"{releases}: call {a.obj}.release() after every {a.obj}.wait() once the slot is read, on "
             f"every path (check the branches between them)")
 
 
