@@ -273,16 +273,28 @@ class Scalars:
         self.programs = []
         self.acts: list[Act] = []                 # action index -> action
         self.act_inst: list[int] = []             # action index -> instance
+        self._carried = False      # some bound or condition reads a value carried across iterations
+        self._atoms: set = set()   # every free scalar any assignment, bound or condition reads
         for inst in skel.instances:
             self._inst = inst
             self._opaque_names: set[str] = set()
             self.programs.append(self._compile_block(skel.programs[inst.index]))
             self._static_pass(skel.programs[inst.index], {}, (), [])
+        if self._carried:
+            # a carried value can depend on any scalar: observe them all by value
+            for a in sorted(self._atoms, key=lambda a: a.key):
+                self.observations[Observation("raw", a, ())] = None
         self._cuts()
 
     # ------------------------------------------------------------ expressions
     def _sym(self, e, env):
         """Symbolic form of IR expression ``e`` (names through ``env``)."""
+        out = self._sym1(e, env)
+        if isinstance(out, Atom):
+            self._atoms.add(out)
+        return out
+
+    def _sym1(self, e, env):
         if isinstance(e, ir.Const):
             return e
         if isinstance(e, ir.Name):
@@ -436,6 +448,10 @@ class Scalars:
                 self.loops.setdefault(n.loc.line, LoopFacts(n.loc.line, n.key))
                 for lp in loops:
                     self._counter_use(forms, lp, bound_of=n)
+                if any(_has(f, lambda x: x is DYN) for f in forms):
+                    facts = self.loops[n.loc.line]
+                    facts.periodic = False
+                    facts.why = "its trip count is a value carried across the iterations of a loop"
                 if any(_has(f, lambda x: isinstance(x, Opaque)) for f in forms):
                     pass   # an opaque trip count: enumerated on its own
                 elif not any(_dynamic(f) for f in forms):
@@ -480,6 +496,8 @@ class Scalars:
 
     def _dynamic_form(self, form, guard, loops):
         """Counter-dependent bounds/conditions: observe their counter-free parts."""
+        if _has(form, lambda x: x is DYN):
+            self._carried = True
         for part in _static_parts(form):
             self.observations[Observation("raw", part, guard)] = None
 

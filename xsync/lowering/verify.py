@@ -1035,6 +1035,8 @@ def _growth(skel, sc: Scalars, results, leads: _Leads, bounds, periods, tables) 
         if isinstance(var, tuple) or getattr(var, "kind", "int") in ("pid", "np"):
             continue
         loops = [ln for ln in bounds if _loop_depends(sc, ln, var)]
+        if sc._carried:          # a carried value may bound any loop
+            loops = list(bounds)
         if not loops:
             continue
         period = 1
