@@ -28,6 +28,10 @@ Which values (``Scalars.assignments``)
 3. Assignments = the product of the candidate sets (program ids: every id < programs for
    1..4 programs), deduplicated by observations.
 
+The candidates are exact for bounds and conditions linear in the scalars with constant
+divisors, moduli and steps; for a product of two run-time scalars, or a division by one,
+they are a sample around the constants involved.
+
 What is not covered: a bound or condition computed from tensor data other than
 ``xs.load_scalar`` (``xs.max(...)`` of a tile) is *opaque*: it gets its own free value
 (a trip count, a truth value) per source expression, the same at every evaluation.
