@@ -15,8 +15,9 @@ from xsync.api import (  # noqa: F401
 )
 from xsync.config import ConfigError, options  # noqa: F401
 from xsync.errors import (  # noqa: F401
-    AllocationError, BackendError, DeadlockError, KernelSourceError, LaunchError, ProtocolError,
-    SimulationError, StallError, XSyncError,
+    AllocationError, BackendError, CounterLimitError, DeadlockError, FlagOverflowError,
+    KernelSourceError, LaunchError, LeftoverError, PhaseAliasingError, ProtocolError,
+    SimulationError, SlotOrderError, StallError, XSyncError,
 )
 
 __version__ = "0.1.0"

@@ -15,6 +15,7 @@ Declarations (top of the kernel body)::
                     a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
     done = xs.event(mma, soft)                         # counting signal
     team = xs.barrier(soft)                            # all replicas of `soft` meet
+    everyone = xs.barrier()                            # every role of the kernel meets
 
 Pipe verbs (CuTeDSL style)::
 
@@ -33,8 +34,12 @@ Pipe verbs (CuTeDSL style)::
        +---------------------------- empty slot --------------------------+
 
 Event verbs: ``xs.signal(ev)`` in the source role, ``xs.wait(ev)`` in the destination
-role; the k-th wait returns after the k-th signal. Barrier verb: ``team.sync()``
-(every member waits) or ``team.arrive()`` (a member that only announces itself).
+role; the k-th wait returns after the k-th signal. Replicas: 1 -> N broadcasts, N -> N pairs
+replica i with replica i, N -> 1 waits for every source. Barrier verb: ``team.sync()``
+(every member waits) or ``team.arrive()`` (a member that only announces itself; on Ascend,
+which has no arrive-only barrier, it waits like sync). Member roles placed on one agent, and
+replicas one agent runs in sequence, meet once per meeting: their k-th calls in the same
+loop are one meeting, performed at the last of them.
 
 The user never writes a phase, a parity, an event ID, a barrier ID or an arrive
 count: xsync derives them (``python -m xsync check module:kernel`` prints them).
@@ -121,7 +126,8 @@ def event(src, dst):
 
 
 def barrier(*roles):
-    """Declare a group barrier whose members are all replicas of ``roles``."""
+    """Declare a group barrier whose members are all replicas of ``roles``; with no roles,
+    ``xs.barrier()``, every role of the kernel is a member (the portable "all roles meet")."""
     _outside("barrier")
 
 

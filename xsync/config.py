@@ -146,6 +146,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("cpu_timeout", "XSYNC_CPU_TIMEOUT", "float", 600.0,
            "seconds a CPU-emulated or simulated launch may run before it is reported",
            low=1e-3, high=1e7),
+    Option("cpu_mode", "XSYNC_CPU_MODE", "choice", "threads",
+           "CPU emulator scheduler: threads (one per agent) or cooperative (generators in one "
+           "thread, deterministic, faster for sync-heavy kernels)", codegen=True,
+           choices=("threads", "cooperative")),
     Option("debug_hang", "XSYNC_DEBUG_HANG", "bool", False,
            "Hopper: report a stuck mbarrier wait as StallError instead of hanging", codegen=True),
     Option("hang_timeout_ms", "XSYNC_HANG_TIMEOUT_MS", "int", 2000,

@@ -58,6 +58,30 @@ class DeadlockError(ProtocolError):
     """Some interleaving of the agents reaches a state where nobody can move."""
 
 
+class LeftoverError(ProtocolError):
+    """The protocol ends with synchronization nobody consumed: a committed slot never waited,
+    a waited slot never released, a signal never waited, a barrier meeting left incomplete
+    (the next tile or launch would see it). Raised by the verifier and the CPU emulator."""
+
+
+class SlotOrderError(ProtocolError):
+    """A commit without a slot from acquire, or a release without a slot from wait (verifier
+    and CPU emulator)."""
+
+
+class CounterLimitError(ProtocolError):
+    """A signaller runs further ahead of its waiter than the hardware counter can tell."""
+
+
+class PhaseAliasingError(CounterLimitError):
+    """Hopper: an mbarrier (or named barrier) two phases ahead of a waiter; a parity wait
+    cannot tell phase k from phase k + 2."""
+
+
+class FlagOverflowError(CounterLimitError):
+    """Ascend: more sets pending on one cross-core flag than it counts (15)."""
+
+
 class AllocationError(XSyncError):
     """A hardware budget (event IDs, named barriers, shared memory) is exceeded."""
 

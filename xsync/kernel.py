@@ -26,6 +26,7 @@ from xsync.lowering import passes
 from xsync.lowering.frontend import parse_kernel
 from xsync.lowering.passes import PassLog
 from xsync.lowering.placement import Placement, place
+from xsync.lowering.protocol import Skeleton, derive
 from xsync.lowering.verify import VerifyReport, enabled_verification, verify
 
 _TORCH_TO_XS = {"torch.float16": api.float16, "torch.bfloat16": api.bfloat16,
@@ -42,6 +43,7 @@ class Lowered:
     report: VerifyReport | None
     backend: str
     passes: PassLog | None = None       # what the schedule passes did (xsync check prints it)
+    skeleton: Skeleton | None = None    # the protocol's one meaning (also allocation.skeleton)
 
 
 class Kernel:
@@ -121,10 +123,11 @@ class Kernel:
         log = PassLog()
         # The verifier checks what the passes emit, not what the user wrote.
         kernel = passes.run(kernel, placement, log)
+        skeleton = derive(kernel, placement)
         run_check = enabled_verification() if check is None else check
-        report = verify(kernel, placement) if run_check else None
-        allocation = allocate(kernel, placement)
-        return Lowered(kernel, placement, allocation, report, backend, log)
+        report = verify(kernel, placement, skeleton) if run_check else None
+        allocation = allocate(kernel, placement, skeleton)
+        return Lowered(kernel, placement, allocation, report, backend, log, skeleton)
 
     def specialization(self, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
         """(constexprs, tensor dtypes): the given ones, else the kernel's ``example=``, with

@@ -119,7 +119,7 @@ def _objects(kernel) -> dict[str, str]:
     for e in kernel.events:
         out[e.name] = f"event {e.src} -> {e.dst}"
     for b in kernel.barriers:
-        out[b.name] = f"barrier of {', '.join(b.members)}"
+        out[b.name] = "barrier of every role" if b.all_roles else f"barrier of {', '.join(b.members)}"
     return out
 
 
@@ -141,11 +141,13 @@ def from_recording(tr, kernel_ir, placement, constexprs: dict) -> Timeline:
     starts = [op.t_start for prog in tr.programs for op in prog.ops]
     t0 = min(starts) if starts else 0
     us = lambda ns: (ns - t0) / 1000.0  # noqa: E731
-    agent_of = {a.name: a for a in placement.agents}
+    from xsync.lowering.protocol import derive
+
+    by_label = {inst.label: inst for inst in derive(kernel_ir, placement).instances}
     info = []
     for lb in lanes:
-        a = agent_of.get(lb.split("[")[0])
-        info.append(f"{a.hardware}: {', '.join(a.roles)}" if a else "")
+        inst = by_label.get(lb)
+        info.append(f"{inst.hardware}: {', '.join(inst.roles)}" if inst else "")
     tl = Timeline(
         title=f"xsync trace  {kernel_ir.name}  on the CPU emulator",
         subtitle=f"grid {tuple(tr.grid)}   {_spec_text(constexprs)}   ({os.path.basename(kernel_ir.file)})",
@@ -210,96 +212,33 @@ def counterexample(kernel, constexprs: dict, dtypes: dict, backend: str = "cpu")
 
 
 def _deadlock_timeline(kir, found, err: DeadlockError, constexprs) -> Timeline:
-    model, state, path = found.model, found.state, found.path
-    insts = model.insts
-    lanes = [inst.label for inst in insts]
-    info = []
-    for inst in insts:
-        agent = next(a for a in model.placement.agents if a.name == inst.agent)
-        info.append(f"{agent.hardware}: {', '.join(inst.roles)}")
-    trips = model._trip_note().strip().removeprefix("with ")  # noqa: SLF001
+    """Draw a verifier counterexample (``xsync.lowering.verify.Counterexample``)."""
     tl = Timeline(
-        title=f"xsync trace  {kir.name}  DEADLOCK on the {model.backend} placement (verifier counterexample)",
-        subtitle=(f"{_spec_text(constexprs)}   {trips}" if trips else _spec_text(constexprs)),
-        lanes=lanes, lane_info=info, objects=_objects(kir), unit="step", deadlock=True)
-    counts: dict[tuple, int] = {}
-    keyed: dict[tuple, int] = {}
-    for k, (i, step) in enumerate(path, 1):
-        a = step.action
-        ep = (i, a.replica)
-        cls = "arrival" if a.verb == "bar_arrive" else a.verb
-        seq = counts.get((a.obj, cls, ep), 0)
-        counts[(a.obj, cls, ep)] = seq + 1
-        it = ", ".join(f"{v}={n}" for v, n in step.iters)
-        text = f"{verb_text(a.verb, a.obj)}  line {a.loc.line}" + (f" ({it})" if it else "")
+        title=f"xsync trace  {kir.name}  DEADLOCK on the {found.backend} placement (verifier counterexample)",
+        subtitle=(f"{_spec_text(constexprs)}   {found.scalars}" if found.scalars else _spec_text(constexprs)),
+        lanes=list(found.lanes), lane_info=list(found.lane_info), objects=_objects(kir),
+        unit="step", deadlock=True)
+    marks = []
+    for k, st in enumerate(found.steps, 1):
+        it = ", ".join(f"{v}={n}" for v, n in st.iters)
+        text = f"{verb_text(st.verb, st.obj)}  line {st.line}" + (f" ({it})" if it else "")
+        marks.append(len(tl.marks))
+        for j in st.enabled_by:
+            tl.links.append(Link(marks[j], marks[-1]))
+        tl.marks.append(Mark(st.lane, float(k), float(k), st.verb, st.obj, text))
+    stuck_slot = float(len(found.steps) + 1)
+    for lane in found.finished:
+        tl.finished[lane] = stuck_slot
+    for st in found.stuck:
+        it = ", ".join(f"{v}={n}" for v, n in st.iters)
+        text = f"{verb_text(st.verb, st.obj)}  line {st.line}" + (f" ({it})" if it else "")
         mi = len(tl.marks)
-        # partners always come earlier in the path: they are what enabled this step
-        for key in _verifier_partners(model, a, ep, seq, counts):
-            j = keyed.get(key)
-            if j is not None:
-                tl.links.append(Link(j, mi))
-        keyed[(a.obj, cls, ep, seq)] = mi
-        tl.marks.append(Mark(i, float(k), float(k), a.verb, a.obj, text))
-    stuck_slot = float(len(path) + 1)
-    for i, inst in enumerate(insts):
-        prog = model.programs[i]
-        if state[i] >= len(prog):
-            tl.finished[i] = stuck_slot
-            continue
-        step = prog[state[i]]
-        a = step.action
-        why = model.blocked_reason(i, state) or "ready"
-        it = ", ".join(f"{v}={n}" for v, n in step.iters)
-        text = f"{verb_text(a.verb, a.obj)}  line {a.loc.line}" + (f" ({it})" if it else "")
-        mi = len(tl.marks)
-        tl.marks.append(Mark(i, stuck_slot, stuck_slot, a.verb, a.obj, text, stuck=True,
-                             waits_on=why))
-        for lane in _waited_lanes(model, i, state):
+        tl.marks.append(Mark(st.lane, stuck_slot, stuck_slot, st.verb, st.obj, text, stuck=True,
+                             waits_on=st.why))
+        for lane in st.waits_on:
             tl.links.append(Link(mi, -1 - lane, kind="waits-on"))
     tl.footer = [f"{err.loc}: {err.what}"] + ([f"fix: {err.fix}"] if err.fix else [])
     return tl
-
-
-def _verifier_partners(model, a, ep, seq, counts):
-    """Keys (obj, class, endpoint, seq) of the earlier steps that enable step ``a``."""
-    obj = model.kernel.sync_object(a.obj)
-    if a.verb == "wait":
-        (p,) = model.channel(obj, ep, "dst")
-        return [(a.obj, "commit", p, seq)]
-    if a.verb == "evwait":
-        return [(a.obj, "signal", s, seq) for s in model.channel(obj, ep, "dst")]
-    if a.verb == "acquire":
-        stages = model.stages(obj)
-        if seq < stages:
-            return []
-        return [(a.obj, "release", d, seq - stages) for d in model.channel(obj, ep, "src")]
-    if a.verb == "bar_wait":
-        mine = counts.get((a.obj, "arrival", ep), 0)   # this meeting: my arrivals so far
-        return [(a.obj, "arrival", j, mine - 1) for j in model._members(obj)  # noqa: SLF001
-                if j != ep and mine > 0]
-    return []
-
-
-def _waited_lanes(model, i, state) -> list[int]:
-    """Lanes of the endpoints instance i's blocked op waits for."""
-    a = model.programs[i][state[i]].action
-    me = (i, a.replica)
-    obj = model.kernel.sync_object(a.obj)
-    if a.verb == "acquire":
-        held = model.count(me, "acquire", a.obj, state)
-        eps = [d for d in model.channel(obj, me, "src")
-               if held - model.count(d, "release", a.obj, state) >= model.stages(obj)]
-    elif a.verb == "wait":
-        eps = model.channel(obj, me, "dst")
-    elif a.verb == "evwait":
-        eps = model.channel(obj, me, "dst")
-    elif a.verb == "bar_wait":
-        mine = model.count(me, "bar_arrive", a.obj, state)
-        eps = [j for j in model._members(obj)  # noqa: SLF001
-               if model.count(j, "bar_arrive", a.obj, state) < mine]
-    else:
-        eps = []
-    return sorted({ep[0] for ep in eps if ep[0] != i})
 
 
 # ====================================================================== running a trace

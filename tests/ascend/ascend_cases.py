@@ -189,3 +189,39 @@ def ping_pong(a, b, out, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr
             xs.signal(done)
         with mma:
             xs.wait(done)
+
+
+@xs.kernel(example=EX)
+def cube_roles_meet_once(a, b, out, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr):
+    """load and mma share the cube and both call team.sync() each step: the cube meets the
+    barrier once per step, the vector core once (sync_block_all "all")."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    vec = xs.role("vec", kind="vector")
+    tiles = xs.pipe(load, mma, stages=2, a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+    res = xs.pipe(mma, vec, stages=1, c=xs.tile([BM, BN], xs.float32))
+    team = xs.barrier(load, mma, vec)
+    with mma:
+        acc = xs.zeros([BM, BN], xs.float32)
+    for k in range(0, K, BK):
+        with load:
+            s = tiles.acquire()
+            s.a = xs.load(a, [0, k], [BM, BK])
+            s.b = xs.load(b, [k, 0], [BK, BN])
+            tiles.commit()
+            team.sync()
+        with mma:
+            g = tiles.wait()
+            acc = xs.mma(g.a, g.b, acc)
+            tiles.release()
+            team.sync()
+        with vec:
+            team.sync()
+    with mma:
+        r = res.acquire()
+        r.c = acc
+        res.commit()
+    with vec:
+        got = res.wait()
+        xs.store(out, [0, 0], got.c)
+        res.release()

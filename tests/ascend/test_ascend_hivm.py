@@ -154,3 +154,14 @@ def test_the_stage_reports_ub_overflow(compiler):
     mem, need, have = result.overflow
     assert mem == "ub" and have == 1572864 and need > have
     assert "UB overflow" in result.describe() and "196608 B" in result.describe()
+
+
+def test_barrier_met_once_per_meeting_compiles(compiler):
+    """Roles sharing the cube meet the barrier once per step: after the mix-kernel split, one
+    sync_block[<ALL>] in the cube's function and one in the vector's, not one per member role."""
+    lowered, result = compiled(cases.cube_roles_meet_once, {})
+    assert result.reached_hivmc, result.describe()
+    team = dict(lowered.allocation.event_ids)["team"]
+    meets = {name: len(re.findall(rf"hivm\.hir\.sync_block\[<ALL>, {team} : i16\]", text))
+             for name, text in result.functions.items()}
+    assert sorted(meets.values()) == [1, 1], meets

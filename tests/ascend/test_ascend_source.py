@@ -160,3 +160,15 @@ def test_dump_shows_flags_per_direction_and_workspace(tmp_path, monkeypatch):
     assert "GM per program" in table and "32768 B" in table
     src = (tmp_path / "gemm_softmax.ascend.py").read_text()
     assert f'tl.sync_block_set("cube", "vector", {ids["scores:full"]})' in src
+
+
+
+@pytest.mark.parametrize("form", ["release", "scope"])
+def test_barrier_met_once_per_meeting_by_the_cube(form):
+    """load and mma both sync the barrier each step; the cube meets it once per step."""
+    text = source(cases.cube_roles_meet_once, form)
+    mod = "al" if form == "scope" else "tl"
+    flag = dict(cases.cube_roles_meet_once.lower("ascend").allocation.event_ids)["team"]
+    assert text.count(f'{mod}.sync_block_all("all", {flag})') == 2     # once on the cube, once on the vector
+    assert "met once for this core at line" in text
+    ast.parse(text)

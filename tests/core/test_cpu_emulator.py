@@ -98,3 +98,47 @@ def test_dump_writes_source_and_allocation(tmp_path, monkeypatch):
     table = (tmp_path / "gemm.cpu.alloc.txt").read_text()
     assert "tiles" in table and "verified for cpu" in table
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_cooperative_scheduler_matches_torch():
+    """XSYNC_CPU_MODE=cooperative runs the same agent code as generators in one thread."""
+    torch.manual_seed(3)
+    M, N, K = 75, 49, 130
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    c = torch.zeros(M, N)
+    with xs.options(cpu_mode="cooperative"):
+        compiled = gemm[(cdiv(M, 32), cdiv(N, 32))](a, b, c, M, N, K, BM=32, BN=32, BK=16, STAGES=2,
+                                                  backend="cpu")
+    assert compiled.mode == "cooperative" and "yield from ag.acquire('tiles'" in compiled.source
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-4, atol=1e-4)
+    from xsync.kernels.flash_attn import attention
+    q, k, v = (torch.randn(1, 2, 40, 64).bfloat16() for _ in range(3))
+    with xs.options(cpu_mode="cooperative"):
+        o, _ = attention(q, k, v, True, 0.125)
+    s = (q.double() @ k.double().transpose(-1, -2)) * 0.125
+    s = s.masked_fill(torch.arange(40)[None, :] > torch.arange(40)[:, None], float("-inf"))
+    torch.testing.assert_close(o.double(), torch.softmax(s, -1) @ v.double(), rtol=2e-2, atol=2e-2)
+
+
+def test_cooperative_scheduler_reports_stalls(monkeypatch):
+    monkeypatch.setenv("XSYNC_VERIFY", "0")
+    x, y = torch.randn(64, 16), torch.zeros(64, 16)
+    with xs.options(cpu_mode="cooperative"):
+        with pytest.raises(xs.StallError) as info:
+            bk.missing_release[(1,)](x, y, 4, BLOCK=16, STAGES=1, backend="cpu")
+    msg = str(info.value)
+    assert "load" in msg and "acquire on pipe 'ring'" in msg and "(i=" in msg and "with n = 4" in msg
+
+
+def test_emulator_reports_leftovers_with_role_object_line_and_iteration(monkeypatch):
+    monkeypatch.setenv("XSYNC_VERIFY", "0")
+    x, y = torch.randn(64, 16), torch.zeros(64, 16)
+    with pytest.raises(xs.LeftoverError) as info:
+        bk.loop_count_mismatch[(1,)](x, y, 3, BLOCK=16, STAGES=1, backend="cpu")
+    err = info.value
+    msg = str(err)
+    assert err.loc.file.endswith("broken_kernels.py")
+    assert "pipe 'ring': slot 2 committed by load was never waited by work" in msg
+    assert "(i=2)" in msg and "ring" in err.objects
+    with pytest.raises(xs.LeftoverError, match="event 'done': signal 2 of load was never waited"):
+        bk.signal_never_waited[(1,)](x, y, 1, BLOCK=16, STAGES=1, backend="cpu")

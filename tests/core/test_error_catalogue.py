@@ -23,15 +23,15 @@ CATALOGUE = [
     ("zero_stages", "cpu", xs.KernelSourceError, ["ring"], "stages=1"),
     ("too_many_event_ids", "ascend", xs.AllocationError, ["e0", "e16"], "merge pipes"),
     ("sixteen_stage_flag", "ascend", xs.AllocationError, ["ring"], "stages <= 15"),
-    ("flag_overflow", "ascend", xs.ProtocolError, ["tick"], "back-pressure"),
-    ("event_runs_ahead", "nvidia", xs.ProtocolError, ["tick"], "back-pressure"),
-    ("loop_count_mismatch", "cpu", xs.ProtocolError, ["ring", "work"], "as many times"),
+    ("flag_overflow", "ascend", xs.FlagOverflowError, ["tick"], "back-pressure"),
+    ("event_runs_ahead", "nvidia", xs.PhaseAliasingError, ["tick"], "back-pressure"),
+    ("loop_count_mismatch", "cpu", xs.LeftoverError, ["ring", "work"], "as many times"),
     ("cross_role_value", "cpu", xs.KernelSourceError, ["tile", "load", "work"], "xs.pipe(load, work"),
-    ("commit_without_acquire", "cpu", xs.ProtocolError, ["ring", "load"], "ring.acquire()"),
+    ("commit_without_acquire", "cpu", xs.SlotOrderError, ["ring", "load"], "ring.acquire()"),
     ("sync_outside_role", "cpu", xs.KernelSourceError, ["ready"], "inside `with <role>:`"),
     ("mma_in_vector_role", "cpu", xs.KernelSourceError, ["work"], "kind 'matrix'"),
     ("barrier_non_member", "cpu", xs.KernelSourceError, ["team"], "add the role to xs.barrier"),
-    ("signal_never_waited", "cpu", xs.ProtocolError, ["done"], "as many times"),
+    ("signal_never_waited", "cpu", xs.LeftoverError, ["done"], "as many times"),
     ("register_handoff_out_of_order", "nvidia", xs.DeadlockError, ["s_pipe", "consumer"], ""),
     ("too_much_shared_memory", "nvidia", xs.AllocationError, ["ring"], "lower stages"),
     ("nested_roles", "cpu", xs.KernelSourceError, [], "cannot nest"),
@@ -45,6 +45,7 @@ def test_catalogue_entry(name, backend, cls, objects, fix):
     with pytest.raises(cls) as info:
         kernel.lower(backend)
     err, msg = info.value, str(info.value)
+    assert type(err) is cls, msg
     assert f"{os.path.basename(err.loc.file)}:{bug_line(kernel)}" in msg     # where
     for obj in objects:                                                      # what
         assert re.search(rf"\b{re.escape(obj)}\b", msg), f"{obj!r} not named in:\n{msg}"
@@ -55,6 +56,14 @@ def test_catalogue_is_documented():
     doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "errors.md")).read()
     for name, *_ in CATALOGUE:
         assert name in doc, f"docs/errors.md lacks {name}"
+    # the corpus entries shown there are still rejected the way the doc shows
+    from tests.core import corpus
+    shown = re.findall(r"### `(\w+)` — [^\n]*\n\n`(\w+)` on the `(\w+)` backend", doc)
+    assert len(shown) >= 5
+    for name, cls, backend in shown:
+        with pytest.raises(XSyncError) as info:
+            getattr(corpus, name).lower(backend)
+        assert type(info.value).__name__ == cls, (name, backend)
 
 
 def test_launch_errors_name_the_argument_and_fix():

@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+import xsync as xs
 from xsync.kernels.gemm import gemm
 from xsync.kernels.gemm_softmax import gemm_softmax
 from xsync.lowering import ir
@@ -38,7 +39,7 @@ def test_nvidia_allocation_table():
     assert "parity (i // stages) & 1" in table
     assert dict(alloc.barrier_ids)["team"] == 15                       # above the compiler's IDs
     assert "256 threads" in table
-    assert [label for label, _ in alloc.partitions] == ["mma", "epilogue[0]", "epilogue[1]", "producer"]
+    assert [p.label for p in alloc.partitions] == ["mma", "epilogue[0]", "epilogue[1]", "producer"]
 
 
 def test_ascend_allocation_table():
@@ -70,3 +71,68 @@ def test_examples_verify_on_every_backend(backend):
     for kernel in (gemm, gemm_softmax):
         report = kernel.lower(backend).report
         assert report.complete and report.states > 0
+
+
+def test_paired_pipe_allocates_a_ring_per_replica_pair():
+    """The allocation table prints what the renderer allocates: N -> N pipes have one ring per
+    replica pair, so rings x stages mbarriers per side (the skeleton's channels)."""
+    from tests.core.corpus import pairing_paired_across_agents as k
+    lw = k.lower("nvidia")
+    link = lw.skeleton.link("ring")
+    assert link.pairing == "N -> N paired" and link.rings == 2
+    full, empty = lw.allocation.mbarrier("ring", "full"), lw.allocation.mbarrier("ring", "empty")
+    assert (full.barriers, full.arrive_count) == (4, 1)
+    assert (empty.barriers, empty.arrive_count) == (4, 1)      # one consumer per channel
+    assert "mbarrier[4] count=1" in lw.allocation.table() and "2 rings" in lw.allocation.table()
+    assert lw.allocation.block_barriers == () and lw.allocation.workspace == ()
+
+
+def test_broadcast_and_gather_arrive_counts_come_from_the_channels():
+    from tests.core.corpus import pairing_gather_with_ack as k
+    lw = k.lower("nvidia")
+    done, ack = lw.skeleton.link("done"), lw.skeleton.link("ack")
+    assert done.pairing == "N -> 1 gather" and done.producer_arrivals == 2
+    assert ack.pairing == "1 -> N broadcast" and len(ack.channels[0].consumers) == 2
+    assert lw.allocation.mbarrier("done", "event").arrive_count == 2
+    assert lw.allocation.mbarrier("ack", "event").arrive_count == 1
+
+
+def test_barrier_members_that_share_an_agent_meet_once():
+    from tests.core.corpus import correct_barrier_of_roles_sharing_an_agent as k
+    nv = k.lower("nvidia")
+    team = nv.skeleton.barrier("team")
+    assert [nv.skeleton.instances[m].label for m in team.members] == ["producer", "consumer"]
+    assert nv.allocation.named_barrier("team").threads == 32 * (1 + 4)
+    points = [p for p in nv.skeleton.points if p.agent == "consumer"]
+    assert len(points) == 1 and points[0].roles == ("mma", "softmax") and points[0].merged
+    assert nv.skeleton.renders("consumer", points[0].ops[0]) is None      # mma's call: skipped
+    assert nv.skeleton.renders("consumer", points[0].ops[1]) is points[0]  # softmax's: rendered
+    asc = k.lower("ascend")
+    assert [p.roles for p in asc.skeleton.points if p.agent == "cube"] == [("load", "mma")]
+    assert asc.allocation.block_barrier("team").mode == "all"
+
+
+def test_all_roles_barrier():
+    from tests.core.corpus import correct_all_roles_barrier as k
+    kir = k.lower("cpu").kernel
+    (b,) = kir.barriers
+    assert b.all_roles and b.members == ("load", "mma", "softmax")
+    assert k.lower("cpu").skeleton.barrier("everyone").arrivals == 4     # softmax has 2 replicas
+    assert k.lower("ascend").allocation.block_barrier("everyone").mode == "all"
+
+
+def test_event_between_different_replica_counts_is_rejected():
+    from xsync.errors import KernelSourceError
+
+    @xs.kernel
+    def bad(n):
+        a = xs.role("a", kind="copy", replicas=2)
+        b = xs.role("b", kind="vector", replicas=3)
+        e = xs.event(a, b)
+        with a:
+            xs.signal(e)
+        with b:
+            xs.wait(e)
+
+    with pytest.raises(KernelSourceError, match="1 -> N .* N -> N .* N -> 1"):
+        bad.lower("cpu")

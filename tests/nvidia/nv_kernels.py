@@ -73,3 +73,35 @@ def gemm_extra_wait(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs
     with mma:
         extra = tiles.wait()  # BUG: no slot is ever committed for this wait
         xs.store(c, [off_m, off_n], acc)
+
+
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, out=xs.float32, BM=64, BN=64, BK=64))
+def shared_partition_barrier(a, b, out, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr):
+    """mma and epi share the consumer warpgroup and both call team.sync() each K step: the
+    partition meets the barrier once per step (with the producer warp: 160 threads)."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    epi = xs.role("epi", kind="vector")
+    tiles = xs.pipe(load, mma, stages=2, a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+    team = xs.barrier()
+    off_m = xs.program_id(0) * BM
+    off_n = xs.program_id(1) * BN
+    with mma:
+        acc = xs.zeros([BM, BN], xs.float32)
+    for k in range(0, K, BK):
+        with load:
+            slot = tiles.acquire()
+            slot.a = xs.load(a, [off_m, k], [BM, BK])
+            slot.b = xs.load(b, [k, off_n], [BK, BN])
+            tiles.commit()
+            team.sync()
+        with mma:
+            ab = tiles.wait()
+            acc = xs.mma(ab.a, ab.b, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release()
+            team.sync()
+        with epi:
+            team.sync()
+    with mma:
+        xs.store(out, [off_m, off_n], acc)

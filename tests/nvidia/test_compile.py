@@ -7,7 +7,7 @@ import pytest
 import xsync as xs
 from xsync.kernels.gemm import gemm
 from xsync.kernels.gemm_softmax import gemm_softmax
-from tests.nvidia.nv_kernels import gemm_extra_wait, handoff
+from tests.nvidia.nv_kernels import gemm_extra_wait, handoff, shared_partition_barrier
 from xsync.backends.nvidia import bars_offset_from_ptx, compile_ptx
 from xsync.errors import BackendError
 
@@ -465,3 +465,18 @@ def test_overlap_softmax_switch_and_non_matching(monkeypatch):
         lw = kern.lower("nvidia")
         a = (lw.kernel, lw.placement, lw.allocation)
         assert render_source(*a, {"overlap_softmax": True}) == render_source(*a, {"overlap_softmax": False})
+
+
+def test_barrier_met_once_per_meeting_by_a_shared_partition():
+    """xs.barrier() over three roles, two of them in the consumer warpgroup: each partition
+    performs one bar.sync per meeting (the skeleton's meeting points), with the threads of
+    both partitions, so nothing waits for a second arrival that never comes."""
+    lowered = shared_partition_barrier.lower("nvidia")
+    (bid, threads), = named_barrier_rows(lowered).values()
+    assert threads == 32 * (4 + 1)
+    r = compile_ptx(lowered)
+    start = r.source.index("def shared_partition_barrier_consumer")
+    consumer = r.source[start:r.source.index("@gluon.jit", start)]
+    assert consumer.count(f"xs_named_barrier_sync({bid}, {threads})") == 1
+    assert "met once for this partition at line" in consumer
+    assert len(lines(r.ptx, rf"bar\.sync\s+{bid},\s*{threads};")) == 2   # consumer + producer

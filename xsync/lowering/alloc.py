@@ -7,16 +7,23 @@
 * cpu: semaphores and slot buffers.
 
 The user never writes any of these; ``python -m xsync check`` prints the table.
+
+Everything here is computed from the sync skeleton (``xsync.lowering.protocol``): the
+replica pairing of each pipe and event (how many rings, how many arrivals complete a
+phase) and the instances that meet at each barrier. Renderers read the typed records
+(:class:`MBarrierGroup`, :class:`Partition`, :class:`NamedBarrier`, :class:`BlockBarrier`,
+:class:`WorkspaceRing`); ``rows`` are for display only.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xsync import config
 from xsync.errors import AllocationError
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
+from xsync.lowering.protocol import Skeleton, derive
 
 ASCEND_EVENT_IDS = 16         # hardware flags per AI core (sync_block_* takes 0-15)
 ASCEND_DOCUMENTED_IDS = 11    # CANN >= 8.0.RC3 documents IDs 0-10 on A2/A3 (older: 0-15)
@@ -68,18 +75,85 @@ class WorkspaceRing:
 
 
 @dataclass(frozen=True)
+class MBarrierGroup:
+    """nvidia: the mbarriers behind one side of a cross-partition pipe or event.
+
+    ``barriers`` = rings x stages (pipes) or rings (events); ``arrive_count`` arrivals
+    complete a phase (1 producer per full barrier; every consumer of a broadcast per empty
+    barrier; every source of a gather per event barrier)."""
+
+    obj: str
+    side: str              # "full" | "empty" | "event"
+    barriers: int
+    arrive_count: int
+    rings: int
+    tma_bytes: int = 0     # full barriers of a TMA pipe: expect-tx bytes
+
+
+@dataclass(frozen=True)
+class Partition:
+    """nvidia: one warp-specialized partition = one skeleton instance."""
+
+    index: int             # 0 = the default partition
+    agent: str
+    replica: int
+    replicas: int
+    warps: int
+    instance: int          # skeleton instance index
+
+    @property
+    def label(self) -> str:
+        return self.agent if self.replicas == 1 else f"{self.agent}[{self.replica}]"
+
+
+@dataclass(frozen=True)
+class NamedBarrier:
+    """nvidia: a user barrier's named barrier; every member partition counts once."""
+
+    obj: str
+    id: int
+    threads: int
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BlockBarrier:
+    """ascend: a user barrier's ``sync_block_all(mode, flag)``."""
+
+    obj: str
+    mode: str              # "all" | "all_cube" | "all_vector"
+    flag: int
+
+
+@dataclass(frozen=True)
 class Allocation:
     backend: str
     rows: tuple[Row, ...]
     # machine-readable pieces renderers use
     event_ids: tuple[tuple[str, int], ...] = ()       # ascend: "pipe:full" -> flag
     barrier_ids: tuple[tuple[str, int], ...] = ()     # nvidia: barrier -> named barrier id
-    partitions: tuple[tuple[str, int], ...] = ()      # nvidia: instance label -> warps
+    partitions: tuple[Partition, ...] = ()            # nvidia: default partition first
     workspace_bytes: int = 0                          # ascend: per program
     workspace: tuple["WorkspaceRing", ...] = ()       # ascend: GM ring layout per pipe
+    mbarriers: tuple[MBarrierGroup, ...] = ()         # nvidia
+    named_barriers: tuple[NamedBarrier, ...] = ()     # nvidia
+    block_barriers: tuple[BlockBarrier, ...] = ()     # ascend
+    skeleton: Skeleton | None = field(default=None, compare=False)
 
     def barrier_id(self, name: str) -> int:
         return dict(self.barrier_ids)[name]
+
+    def mbarrier(self, obj: str, side: str) -> MBarrierGroup:
+        return next(g for g in self.mbarriers if g.obj == obj and g.side == side)
+
+    def named_barrier(self, obj: str) -> NamedBarrier:
+        return next(b for b in self.named_barriers if b.obj == obj)
+
+    def block_barrier(self, obj: str) -> BlockBarrier:
+        return next(b for b in self.block_barriers if b.obj == obj)
+
+    def partitions_of(self, agent: str) -> tuple[Partition, ...]:
+        return tuple(p for p in self.partitions if p.agent == agent)
 
     def table(self) -> str:
         head = ("object", "what", "resource", "rule")
@@ -93,92 +167,113 @@ class Allocation:
         return "\n".join(lines)
 
 
-def allocate(kernel: ir.KernelIR, placement: Placement) -> Allocation:
-    return {"cpu": _cpu, "nvidia": _nvidia, "ascend": _ascend}[placement.backend](kernel, placement)
+def allocate(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None = None) -> Allocation:
+    skel = skeleton or derive(kernel, placement)
+    alloc = {"cpu": _cpu, "nvidia": _nvidia, "ascend": _ascend}[placement.backend](kernel, placement, skel)
+    return Allocation(**{**{f: getattr(alloc, f) for f in alloc.__dataclass_fields__}, "skeleton": skel})
 
 
 # ---------------------------------------------------------------- cpu
-def _cpu(kernel, placement):
+def _cpu(kernel, placement, skel):
     rows = []
     for a in placement.agents:
         rows.append(Row(a.name, "thread(s)", f"{a.replicas} x {a.hardware}", f"roles: {', '.join(a.roles)}"))
-    for p in kernel.pipes:
-        rows.append(Row(p.name, "pipe", f"{p.stages} slot(s), 2 counting semaphores",
-                        "slot = i % stages"))
-    for e in kernel.events:
-        rows.append(Row(e.name, "event", "counting semaphore", "k-th wait after k-th signal"))
-    for b in kernel.barriers:
-        rows.append(Row(b.name, "barrier", "threading barrier", f"members: {', '.join(b.members)}"))
+    for link in skel.links:
+        rings = f"{link.rings} rings x " if link.rings > 1 else ""
+        if link.kind == "pipe":
+            rows.append(Row(link.obj, "pipe", f"{rings}{link.stages} slot(s), 2 counting semaphores",
+                            f"slot = i % stages; {link.pairing}"))
+        else:
+            rows.append(Row(link.obj, "event", f"{rings}counting semaphore",
+                            f"k-th wait after k-th signal; {link.pairing}"))
+    for b in skel.barriers:
+        rows.append(Row(b.obj, "barrier", f"barrier over {b.arrivals} thread(s)",
+                        f"members: {', '.join(b.member_roles)}"))
     return Allocation("cpu", tuple(rows))
 
 
 # ---------------------------------------------------------------- nvidia
-def _nvidia(kernel, placement):
+def _nvidia(kernel, placement, skel):
     rows, partitions = [], []
     # Consumers first: the first consumer warpgroup is the default partition.
-    ordered = sorted(placement.agents, key=lambda a: a.name.startswith("producer"))
-    for a in ordered:
-        warps = WARPS["producer" if a.name.startswith("producer") else "consumer"]
-        for r in range(a.replicas):
-            label = a.name if a.replicas == 1 else f"{a.name}[{r}]"
-            partitions.append((label, warps))
-    for k, (label, warps) in enumerate(partitions):
-        kind = "default partition" if k == 0 else f"worker partition {k}"
-        roles = ", ".join(placement.agents[[a.name for a in placement.agents].index(label.split('[')[0])].roles)
-        rows.append(Row(label, kind, f"{warps} warp(s)", f"roles: {roles}"))
-    smem = 0
-    for p in kernel.pipes:
-        if not placement.crosses(p):
+    ordered = sorted(skel.instances, key=lambda i: i.unit == "producer")
+    for inst in ordered:
+        warps = WARPS.get(inst.unit, WARPS["consumer"])
+        partitions.append(Partition(len(partitions), inst.agent, inst.replica, inst.replicas,
+                                    warps, inst.index))
+    for part in partitions:
+        kind = "default partition" if part.index == 0 else f"worker partition {part.index}"
+        roles = ", ".join(skel.instances[part.instance].roles)
+        rows.append(Row(part.label, kind, f"{part.warps} warp(s)", f"roles: {roles}"))
+    smem, groups = 0, []
+    for link in skel.links:
+        if link.kind != "pipe":
+            continue
+        p = kernel.sync_object(link.obj)
+        if not link.crosses:
             rows.append(Row(p.name, "register hand-off", "no barrier",
                             f"'{p.src}' and '{p.dst}' share {placement.agent_of(p.src).name}"))
             continue
-        consumers = _dst_count(kernel, placement, p)
-        tma = f", expect {p.slot_bytes} B (TMA)" if is_tma_pipe(kernel, p) else ""
-        rows.append(Row(p.name, "full barriers", f"mbarrier[{p.stages}] count=1{tma}",
-                        "slot = i % stages; consumer waits parity (i // stages) & 1"))
-        rows.append(Row(p.name, "empty barriers", f"mbarrier[{p.stages}] count={consumers}",
+        tma_bytes = p.slot_bytes if is_tma_pipe(kernel, p) else 0
+        full = MBarrierGroup(p.name, "full", p.stages * link.rings, 1, link.rings, tma_bytes)
+        empty = MBarrierGroup(p.name, "empty", p.stages * link.rings, link.consumer_arrivals, link.rings)
+        groups += [full, empty]
+        tma = f", expect {p.slot_bytes} B (TMA)" if tma_bytes else ""
+        pairs = f" ({link.rings} rings: {link.pairing})" if link.rings > 1 else ""
+        rows.append(Row(p.name, "full barriers", f"mbarrier[{full.barriers}] count=1{tma}",
+                        f"slot = i % stages; consumer waits parity (i // stages) & 1{pairs}"))
+        rows.append(Row(p.name, "empty barriers", f"mbarrier[{empty.barriers}] count={empty.arrive_count}",
                         "producer waits parity ((i // stages) & 1) ^ 1 (fresh barrier passes)"))
         if p.fields:
             rows.append(Row(p.name, "shared-memory ring",
-                            f"{p.stages} x {p.slot_bytes} B = {p.stages * p.slot_bytes} B",
+                            f"{link.rings * p.stages} x {p.slot_bytes} B = "
+                            f"{link.rings * p.stages * p.slot_bytes} B",
                             ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name}" for f in p.fields)))
-        smem += p.stages * p.slot_bytes
+        smem += link.rings * p.stages * p.slot_bytes
     if smem > HOPPER_SMEM_BYTES:
-        big = [p for p in kernel.pipes if placement.crosses(p)]
+        big = [kernel.sync_object(x.obj) for x in skel.links if x.kind == "pipe" and x.crosses]
         raise AllocationError(
             f"pipes need {smem} B of shared memory; a Hopper SM has {HOPPER_SMEM_BYTES} B",
             loc=big[0].loc if big else kernel.loc,
             objects=tuple(f"{p.name} (stages={p.stages}, {p.slot_bytes} B/slot)" for p in big),
             fix="lower stages or tile sizes")
-    for e in kernel.events:
-        if not placement.crosses(e):
-            rows.append(Row(e.name, "MMA/program order", "no barrier",
+    for link in skel.links:
+        if link.kind != "event":
+            continue
+        if not link.crosses:
+            rows.append(Row(link.obj, "MMA/program order", "no barrier",
                             "same partition: program order (warpgroup_mma_wait orders async MMAs)"))
             continue
-        rows.append(Row(e.name, "event barrier", f"mbarrier count={_src_count(kernel, placement, e)}",
-                        "k-th wait waits parity k & 1"))
-    barrier_ids = []
+        g = MBarrierGroup(link.obj, "event", link.rings, link.producer_arrivals, link.rings)
+        groups.append(g)
+        pairs = f" ({link.rings} rings: {link.pairing})" if link.rings > 1 else ""
+        rows.append(Row(link.obj, "event barrier", f"mbarrier count={g.arrive_count}",
+                        f"k-th wait waits parity k & 1{pairs}"))
+    barrier_ids, named = [], []
     # IDs 0, 1 and 2 + i (worker partition i, padding partitions included) belong to the
     # compiler; allocate user barriers from the top (15) down so they never meet.
     reserved = 2 + _padded_workers(partitions)
-    for k, b in enumerate(kernel.barriers):
+    for k, b in enumerate(skel.barriers):
         bid = HOPPER_NAMED_BARRIERS - 1 - k
+        loc = kernel.sync_object(b.obj).loc
         if bid < reserved:
             raise AllocationError(
-                f"barrier '{b.name}' needs named barrier {bid}, but IDs 0..{reserved - 1} belong to "
+                f"barrier '{b.obj}' needs named barrier {bid}, but IDs 0..{reserved - 1} belong to "
                 f"the compiler ({len(partitions)} partitions) and Hopper has {HOPPER_NAMED_BARRIERS}",
-                loc=b.loc, objects=(b.name,),
+                loc=loc, objects=(b.obj,),
                 fix="use fewer group barriers (merge groups with the same members)")
-        threads = 32 * sum(w for label, w in partitions
-                           if any(r in b.members for r in _roles_of(placement, label)))
-        barrier_ids.append((b.name, bid))
-        rows.append(Row(b.name, "named barrier", f"bar id {bid}, {threads} threads",
+        # every member partition counts once, whatever member roles it runs
+        members = tuple(p.index for p in partitions if p.instance in b.members)
+        threads = 32 * sum(partitions[i].warps for i in members)
+        barrier_ids.append((b.obj, bid))
+        named.append(NamedBarrier(b.obj, bid, threads, members))
+        rows.append(Row(b.obj, "named barrier", f"bar id {bid}, {threads} threads",
                         "sync = bar.sync; arrive = bar.arrive"))
     # Scheduler barriers of the renderer's pingpong rewrite (render.pingpong_schedule): a
     # consecutive pair per agent with two consumer-warpgroup replicas and a loop with an
     # mma, taken below the user barriers; skipped when XSYNC_NV_PINGPONG=0 or no pair is free.
     top = HOPPER_NAMED_BARRIERS - 1 - len(kernel.barriers)
-    for a in ordered:
+    for a in sorted(placement.agents, key=lambda a: a.unit == "producer"):
         if not _pingpong_candidate(kernel, a) or config.current().nv_pingpong == "0":
             continue
         lo = top - 1
@@ -186,17 +281,19 @@ def _nvidia(kernel, placement):
             continue
         top -= 2
         barrier_ids.append((f"{a.name}:pingpong", lo))
-        rows.append(Row(a.name, "scheduler barriers", f"bar ids {lo}, {lo + 1}, {32 * 2 * WARPS['consumer']} threads",
+        threads = 32 * sum(p.warps for p in partitions if p.agent == a.name)
+        rows.append(Row(a.name, "scheduler barriers", f"bar ids {lo}, {lo + 1}, {threads} threads",
                         f"pingpong (renderer option): replica r bar.sync {lo} + r before its wgmma, "
                         f"bar.arrive {lo} + 1 - r after"))
     return Allocation("nvidia", tuple(rows), barrier_ids=tuple(barrier_ids),
-                      partitions=tuple(partitions))
+                      partitions=tuple(partitions), mbarriers=tuple(groups),
+                      named_barriers=tuple(named))
 
 
 def _pingpong_candidate(kernel, agent) -> bool:
     """Two consumer-warpgroup replicas of one agent and a loop whose body has an mma of
     one of its roles (the renderer checks the rest: replica-uniform trip counts)."""
-    if agent.replicas != 2 or agent.name.startswith("producer"):
+    if agent.replicas != 2 or agent.unit == "producer":
         return False
 
     def has_mma(stmts, mine, in_loop):
@@ -227,22 +324,8 @@ def is_tma_pipe(kernel: ir.KernelIR, pipe: ir.Pipe) -> bool:
 
 def _padded_workers(partitions) -> int:
     """Worker partitions after Gluon pads worker warps up to a multiple of 4."""
-    workers = [w for _, w in partitions[1:]]
+    workers = [p.warps for p in partitions[1:]]
     return len(workers) + (-sum(workers) % 4)
-
-
-def _roles_of(placement, label):
-    return placement.agents[[a.name for a in placement.agents].index(label.split("[")[0])].roles
-
-
-def _dst_count(kernel, placement, p):
-    src, dst = kernel.role(p.src), kernel.role(p.dst)
-    return 1 if src.replicas == dst.replicas and dst.replicas > 1 else dst.replicas
-
-
-def _src_count(kernel, placement, e):
-    src, dst = kernel.role(e.src), kernel.role(e.dst)
-    return 1 if src.replicas == dst.replicas and src.replicas > 1 else src.replicas
 
 
 # ---------------------------------------------------------------- ascend
@@ -281,7 +364,7 @@ def ascend_event_pool(has_barriers: bool) -> list[int]:
     return [i for i in range(budget - 1, -1, -1) if i not in reserved]
 
 
-def _ascend(kernel, placement):
+def _ascend(kernel, placement, skel):
     rows, ids, users, wanted = [], [], [], []
     pool = ascend_event_pool(bool(kernel.barriers))
 
@@ -294,13 +377,13 @@ def _ascend(kernel, placement):
         return ids[-1][1]
 
     def core(role):
-        return "cube" if placement.agent_of(role).hardware.startswith("cube") else "vector"
+        return placement.agent_of(role).unit
 
     workspace, rings = 0, []
     for a in placement.agents:
         rows.append(Row(a.name, "core", f"{a.replicas} x {a.hardware}", f"roles: {', '.join(a.roles)}"))
     for p in kernel.pipes:
-        if not placement.crosses(p):
+        if not skel.link(p.name).crosses:
             rows.append(Row(p.name, "same core", "no flag", "program order on one core"))
             continue
         if p.stages > ASCEND_FLAG_MAX_PENDING:
@@ -315,7 +398,7 @@ def _ascend(kernel, placement):
         rows.append(Row(p.name, "empty flag", f"flag {empty} ({d} -> {s})",
                         f"set after the slot is read; producer pre-counts {p.stages} free slots"))
         if p.fields:
-            ring = _ascend_ring(kernel, p, workspace)
+            ring = _ascend_ring(p, skel.link(p.name), workspace)
             rings.append(ring)
             per = f"{ring.rings} ring(s) x " if ring.rings > 1 else ""
             layout = ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name} @+{off}"
@@ -333,10 +416,13 @@ def _ascend(kernel, placement):
         s, d = core(e.src), core(e.dst)
         f = take(e.name, e, f"{s}->{d}")
         rows.append(Row(e.name, "event flag", f"flag {f} ({s} -> {d})", "k-th wait after k-th set"))
-    for b in kernel.barriers:
-        cores = {core(r) for r in b.members}
+    blocks = []
+    for m in skel.barriers:
+        b = kernel.sync_object(m.obj)
+        cores = {core(r) for r in m.member_roles}
         mode = "all" if len(cores) == 2 else f"all_{cores.pop()}"
         f = take(b.name, b, mode)
+        blocks.append(BlockBarrier(b.name, mode, f))
         rows.append(Row(b.name, "sync_block_all", f"mode {mode}, flag {f}",
                         "needs every launched core resident (grid <= core count)"))
     if len(wanted) > len(pool):
@@ -356,16 +442,15 @@ def _ascend(kernel, placement):
         rows.append(Row("workspace", "GM per program", f"{workspace} B",
                         "host allocates programs x this; base = workspace + program_index * size"))
     return Allocation("ascend", tuple(rows), event_ids=tuple(ids), workspace_bytes=workspace,
-                      workspace=tuple(rings))
+                      workspace=tuple(rings), block_barriers=tuple(blocks))
 
 
-def _ascend_ring(kernel, p, offset) -> WorkspaceRing:
-    """Layout of one pipe's ring: fields packed in declaration order, each aligned."""
+def _ascend_ring(p, link, offset) -> WorkspaceRing:
+    """Layout of one pipe's ring: fields packed in declaration order, each aligned; one ring
+    per channel (N -> N pipes: one per replica pair)."""
     fields, at = [], 0
     for f in p.fields:
         fields.append((f.name, at))
         at += -(-f.bytes // ASCEND_WS_ALIGN) * ASCEND_WS_ALIGN
-    src, dst = kernel.role(p.src), kernel.role(p.dst)
-    rings = src.replicas if src.replicas == dst.replicas and src.replicas > 1 else 1
-    return WorkspaceRing(p.name, offset, rings, p.stages, at, tuple(fields),
+    return WorkspaceRing(p.name, offset, link.rings, p.stages, at, tuple(fields),
                          slots=max(p.stages, ASCEND_MIN_RING_SLOTS))

@@ -122,7 +122,9 @@ class _Frontend:
         self.check_all_sides_used(fdef)
         pipes = tuple(o for o in self.objects.values() if isinstance(o, ir.Pipe))
         events = tuple(o for o in self.objects.values() if isinstance(o, ir.Event))
-        barriers = tuple(o for o in self.objects.values() if isinstance(o, ir.Barrier))
+        every_role = tuple(r.name for r in self.roles.values())
+        barriers = tuple(ir.Barrier(o.name, every_role, o.loc, True) if o.all_roles else o
+                         for o in self.objects.values() if isinstance(o, ir.Barrier))
         if not self.roles:
             self.error(fdef, f"kernel {fdef.name!r} declares no role",
                        fix='declare at least one: `work = xs.role("work", kind="vector")`')
@@ -363,7 +365,7 @@ class _Frontend:
         if verb not in _BARRIER_VERBS:
             self.error(s, f"barrier '{obj.name}' has verbs sync() and arrive(), not {verb}()",
                        objects=(obj.name,))
-        if here.name not in obj.members:
+        if not obj.all_roles and here.name not in obj.members:
             self.error(s, f"{shown} in role '{here.name}', which is not a member of barrier "
                           f"'{obj.name}' (members: {', '.join(obj.members)})",
                        fix=f"add the role to xs.barrier(...) or move the call", objects=(obj.name,))
@@ -481,13 +483,26 @@ class _Frontend:
                 self.error(s, f"event '{var}' runs from role '{src.name}' to itself",
                            fix="order work inside one role by program order; events link two roles",
                            objects=(var,))
+            if src.replicas > 1 and dst.replicas > 1 and src.replicas != dst.replicas:
+                self.error(s, f"event '{var}' runs from {src.replicas} replicas of '{src.name}' to "
+                              f"{dst.replicas} of '{dst.name}'",
+                           fix=("an event is 1 -> N (broadcast), N -> N (replica i signals replica "
+                                "i) or N -> 1 (the waiter needs every replica's signal)"),
+                           objects=(var,))
             self.objects[var] = ir.Event(var, src.name, dst.name, loc)
             return
         if decl == "barrier":
+            if kw:
+                self.error(s, f"xs.barrier got unknown arguments {sorted(kw)}",
+                           fix="xs.barrier(role, ...) takes roles; xs.barrier() means every role")
             members = self.role_args(call, s, "barrier", None)
-            if kw or not members:
-                self.error(s, "xs.barrier(role, ...) takes one or more roles")
-            self.objects[var] = ir.Barrier(var, tuple(r.name for r in members), loc)
+            if len({r.name for r in members}) != len(members):
+                self.error(s, f"barrier '{var}' names a role twice", objects=(var,),
+                           fix="list each member role once (all its replicas are members)")
+            # xs.barrier() with no roles: every role of the kernel meets (resolved in run(),
+            # so roles declared after the barrier are members too)
+            self.objects[var] = ir.Barrier(var, tuple(r.name for r in members), loc,
+                                           all_roles=not members)
             return
 
     def role_args(self, call, s, decl, count):

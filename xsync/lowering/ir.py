@@ -145,9 +145,13 @@ class Event:
 
 @dataclass(frozen=True)
 class Barrier:
+    """A group barrier. ``all_roles``: declared as ``xs.barrier()`` (every role meets);
+    ``members`` then lists every role of the kernel."""
+
     name: str
     members: tuple[str, ...]
     loc: SourceLoc
+    all_roles: bool = False
 
 
 SyncObject = Union[Pipe, Event, Barrier]

@@ -1,63 +1,46 @@
-"""The synchronization skeleton of a kernel under a placement.
+"""The synchronization skeleton of a kernel under a placement: the one meaning of its
+protocol.
 
-For every agent the kernel body is sliced (its roles' blocks plus replicated code) and
-reduced to the sync actions it performs, inside the loops and branches that repeat or
-select them. Loop trip counts and branch conditions that depend on run-time values stay
-symbolic, keyed by their source text: agents that replicate the same loop share the key,
-so the verifier gives them the same trip count — and a loop whose bound differs between
-agents gets a different key, which the verifier exposes as a counterexample.
+:func:`derive` computes it once; the verifier, the allocator, the CPU runtime and the
+renderers read it, and nothing downstream re-derives replica pairing or barrier
+membership, or parses display text to get them back.
+
+* :class:`Instance` -- one running copy of an agent (agent x replica).
+* :class:`Endpoint` -- one replica of one role, and the instance that runs it (an agent
+  that runs the replicas of a role in sequence, like the Ascend cube for replicated
+  matrix roles, runs several endpoints of that role).
+* :class:`Link` -- a pipe or an event after replica pairing, as explicit
+  :class:`Channel` s: ``1 -> 1``; ``1 -> N`` broadcast (one channel, every replica of the
+  destination receives every slot or signal; a slot is free once all of them released
+  it); ``N -> N`` paired (channel i links replica i to replica i); ``N -> 1`` gather (an
+  event; one channel whose waiter needs every source's signal). Arrive counts follow:
+  a channel's consumers release each slot, its producers each signal.
+* :class:`BarrierMembership` -- the instances that meet at a barrier, each once: member
+  roles that share an agent, and replicas that one agent runs in sequence, meet once per
+  meeting.
+* :class:`BarrierPoint` -- where an agent meets a barrier: the barrier calls of its
+  member roles that form one meeting, and the one it performs (``at``, the last of them
+  in the agent's program order, so every member role of the agent has done its part
+  before the agent arrives). Renderers emit the barrier at ``at`` only.
+* per instance, a program: the sync actions (:class:`Act`) it performs, inside the loops
+  (:class:`Loop`) and branches (:class:`Branch`) that repeat or select them, with the
+  scalar assignments (:class:`Let`) those bounds and conditions read. Loop bounds and
+  conditions stay expressions: the verifier evaluates them from the kernel's run-time
+  scalars (``xsync.lowering.scalars``), so related loops stay consistent.
 """
 from __future__ import annotations
 
-import math
 import operator
 from dataclasses import dataclass
 
-from xsync.errors import SourceLoc
+from xsync.errors import ProtocolError, SourceLoc
 from xsync.lowering import ir
-from xsync.lowering.placement import Placement
+from xsync.lowering.placement import Placement, Target
+
+PAIRINGS = ("1 -> 1", "1 -> N broadcast", "N -> N paired", "N -> 1 gather")
 
 
-@dataclass(frozen=True)
-class Action:
-    verb: str   # acquire commit wait release signal evwait bar_arrive bar_wait
-    obj: str
-    role: str
-    loc: SourceLoc
-    replica: int = 0  # which replica of `role` performs it
-
-
-@dataclass(frozen=True)
-class Loop:
-    key: str             # source text of the range; same text -> same trip count
-    var: str
-    trip: int | None     # known at compile time, else None
-    start: int | None
-    step: int | None
-    body: tuple
-    loc: SourceLoc
-    bounds: tuple = ()   # (start, stop, step) expressions, for evaluation at unroll time
-    env: dict = None     # compile-time values they may use
-
-    @property
-    def binds(self) -> str | None:
-        """`range(a, X, s)` with a, s known binds the run-time name X to a + trip * s."""
-        if self.trip is None and self.start is not None and isinstance(self.bounds[1], ir.Name):
-            return self.bounds[1].id
-        return None
-
-
-@dataclass(frozen=True)
-class Branch:
-    key: str
-    cond: ir.Expr
-    env: dict            # compile-time values (constexprs, replica id)
-    loop_vars: frozenset  # enclosing loop counters whose values the unroller knows
-    body: tuple
-    orelse: tuple
-    loc: SourceLoc
-
-
+# ---------------------------------------------------------------- scalar evaluation
 class NotConstant(Exception):
     pass
 
@@ -67,6 +50,7 @@ _BIN = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.
         "<<": operator.lshift, ">>": operator.rshift, "/": operator.truediv}
 _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
         "==": operator.eq, "!=": operator.ne}
+SCALAR_CALLS = ("cdiv", "minimum", "maximum")
 
 
 def evaluate(e: ir.Expr, env: dict):
@@ -127,179 +111,497 @@ def text(e: ir.Expr) -> str:
     return "?"
 
 
-def agent_skeleton(kernel: ir.KernelIR, roles: tuple[str, ...], replica: int,
-                   serial: tuple[str, ...] = ()) -> tuple:
-    """The sync skeleton of one agent instance (roles merged in source order).
-
-    Roles in ``serial`` have more replicas than the agent has instances: the agent runs
-    all their replicas in lockstep, each sync verb once per replica in replica order (the
-    Ascend cube core computing for both vector cores; conditions inside such blocks may
-    not depend on the replica)."""
-    env = dict(kernel.constexpr_values, __replica__=replica)
-    current = [(replica,)]
-
-    def visit(stmts, role, loop_vars=frozenset()):
-        out = []
-        for s in stmts:
-            if isinstance(s, ir.RoleBlock):
-                if s.role in serial:
-                    current[0] = tuple(range(kernel.role(s.role).replicas))
-                    out.extend(visit(s.body, s.role, loop_vars))
-                    current[0] = (replica,)
-                elif s.role in roles:
-                    out.extend(visit(s.body, s.role, loop_vars))
-            elif isinstance(s, ir.SyncOp) and role is not None:
-                obj = kernel.sync_object(s.obj)
-                for r in current[0]:
-                    if isinstance(obj, ir.Barrier):
-                        out.append(Action("bar_arrive", s.obj, role, s.loc, r))
-                        if s.verb == "sync":
-                            out.append(Action("bar_wait", s.obj, role, s.loc, r))
-                    elif isinstance(obj, ir.Event):
-                        verb = "signal" if s.verb == "signal" else "evwait"
-                        out.append(Action(verb, s.obj, role, s.loc, r))
-                    else:
-                        out.append(Action(s.verb, s.obj, role, s.loc, r))
-            elif isinstance(s, ir.For):
-                try:
-                    start, stop, step = (evaluate(x, env) for x in (s.start, s.stop, s.step))
-                    trip = max(0, math.ceil((stop - start) / step))
-                except (NotConstant, TypeError, ZeroDivisionError):
-                    trip = None
-                    try:
-                        start, step = evaluate(s.start, env), evaluate(s.step, env)
-                    except NotConstant:
-                        start = step = None
-                inner = loop_vars | {s.var} if start is not None else loop_vars
-                body = tuple(visit(s.body, role, inner))
-                if not body:
-                    continue
-                key = f"range({text(s.start)}, {text(s.stop)}, {text(s.step)})"
-                out.append(Loop(key, s.var, trip, start, step, body, s.loc,
-                                (s.start, s.stop, s.step), env))
-            elif isinstance(s, ir.If):
-                body = tuple(visit(s.body, role, loop_vars))
-                orelse = tuple(visit(s.orelse, role, loop_vars))
-                if not body and not orelse:
-                    continue
-                out.append(Branch(text(s.cond), s.cond, env, loop_vars, body, orelse, s.loc))
-        return out
-
-    return tuple(visit(kernel.body, None))
+def source_text(e: ir.Expr) -> str:
+    """Like :func:`text` without the outermost parentheses (for messages)."""
+    t = text(e)
+    return t[1:-1] if t.startswith("(") and t.endswith(")") and isinstance(e, ir.BinOp) else t
 
 
-def symbolic_keys(tree, bound: frozenset = frozenset()) -> tuple[list[Loop], list[Branch]]:
-    """Loops and branches whose trip count / condition is unknown at compile time and
-    cannot be computed from the run-time names in ``bound`` (see :func:`binders`)."""
-    loops, branches = [], []
-
-    def visit(items):
-        for it in items:
-            if isinstance(it, Loop):
-                if it.trip is None and (it.binds in bound or not _names_known(it.bounds, it.env, bound)):
-                    loops.append(it)
-                visit(it.body)
-            elif isinstance(it, Branch):
-                if not _known(it, bound):
-                    branches.append(it)
-                visit(it.body)
-                visit(it.orelse)
-
-    visit(tree)
-    return loops, branches
-
-
-def binders(trees) -> dict[str, Loop]:
-    """Run-time names that a symbolic loop's trip count determines, e.g. `n_k` for
-    `range(0, n_k, 1)`: other loops and branches that use the name are then evaluated
-    with it instead of getting trip counts / truth values of their own (so a tail loop
-    `range(n_k - 1, n_k)` or a guard `if n_k > 0` stays consistent with the main loop)."""
-    out: dict[str, Loop] = {}
-
-    def visit(items):
-        for it in items:
-            if isinstance(it, Loop):
-                if it.binds and it.binds not in out:
-                    out[it.binds] = it
-                visit(it.body)
-            elif isinstance(it, Branch):
-                visit(it.body)
-                visit(it.orelse)
-
-    for t in trees:
-        visit(t)
-    return out
-
-
-def _names_known(exprs, env, bound) -> bool:
-    names = set().union(*(ir.expr_names(e) for e in exprs))
-    calls = [c for e in exprs for c in ir.expr_calls(e)]
-    return all(n in env or n in bound for n in names) and \
-        all(c.op in ("cdiv", "minimum", "maximum") for c in calls)
-
-
-def _known(branch: Branch, bound: frozenset = frozenset()) -> bool:
-    """Whether a condition depends only on compile-time values, loop counters and bound names."""
-    names = ir.expr_names(branch.cond)
-    return all(n in branch.env or n in branch.loop_vars or n in bound for n in names) and \
-        not any(c.op != "replica_id" and c.op not in ("cdiv", "minimum", "maximum")
-                for c in ir.expr_calls(branch.cond))
-
-
-@dataclass(frozen=True)
-class Step:
-    """One unrolled action with the loop iterations that led to it (for messages)."""
-
-    action: Action
-    iters: tuple[tuple[str, int], ...]
-
-
-def unroll(tree, trips: dict[str, int], conds: dict[str, bool], atoms: dict | None = None) -> list[Step]:
-    out: list[Step] = []
-    atoms = atoms or {}
-
-    def visit(items, iters, loop_env):
-        for it in items:
-            if isinstance(it, Action):
-                out.append(Step(it, iters))
-            elif isinstance(it, Loop):
-                n = it.trip
-                if n is None and it.key in trips:
-                    n = trips[it.key]
-                elif n is None:
-                    start, stop, step = (evaluate(x, {**it.env, **loop_env, **atoms}) for x in it.bounds)
-                    n = max(0, math.ceil((stop - start) / step))
-                for i in range(n):
-                    value = it.start + i * it.step if it.start is not None else i
-                    visit(it.body, iters + ((it.var, value),), {**loop_env, it.var: value})
-            elif isinstance(it, Branch):
-                try:
-                    value = bool(evaluate(it.cond, {**it.env, **loop_env, **atoms}))
-                except NotConstant:
-                    value = conds[it.key]
-                visit(it.body if value else it.orelse, iters, loop_env)
-
-    visit(tree, (), {})
-    return out
-
-
+# ---------------------------------------------------------------- instances and links
 @dataclass(frozen=True)
 class Instance:
-    """One running copy of an agent (agent x replica)."""
+    """One running copy of an agent."""
 
+    index: int
     agent: str
-    replica: int | None
+    replica: int
+    replicas: int               # instances of this agent
     roles: tuple[str, ...]
-    serial: tuple[str, ...] = ()
+    serial: tuple[str, ...]     # roles whose replicas this instance runs one after another
+    hardware: str
+    unit: str = ""              # producer / consumer, cube / vector, thread (placement.Agent)
 
     @property
     def label(self) -> str:
-        return self.agent if self.replica is None else f"{self.agent}[{self.replica}]"
+        return self.agent if self.replicas == 1 else f"{self.agent}[{self.replica}]"
 
 
-def instances(placement: Placement) -> list[Instance]:
-    out = []
+@dataclass(frozen=True)
+class Endpoint:
+    """Replica ``replica`` of role ``role``, run by instance ``instance``."""
+
+    role: str
+    replica: int
+    instance: int
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One producer -> consumer link of a pipe or event after replica pairing.
+
+    ``ring``: which ring of slots / which mbarrier group it uses (N -> N: the replica)."""
+
+    obj: str
+    ring: int
+    producers: tuple[Endpoint, ...]   # several only for an N -> 1 event (gather)
+    consumers: tuple[Endpoint, ...]   # several for a 1 -> N broadcast
+
+
+@dataclass(frozen=True)
+class Link:
+    """A pipe or event under the placement."""
+
+    obj: str
+    kind: str            # "pipe" | "event"
+    src: str
+    dst: str
+    pairing: str         # one of PAIRINGS
+    channels: tuple[Channel, ...]
+    crosses: bool        # links two agents (needs hardware sync)
+    stages: int          # pipes: declared slots; events: 0
+    loc: SourceLoc
+
+    @property
+    def capacity(self) -> int:
+        """Slots that may be committed-or-held at once: inside one agent a pipe is a register
+        hand-off (one value, program order), whatever its stages."""
+        return self.stages if self.crosses else 1
+
+    @property
+    def rings(self) -> int:
+        return len(self.channels)
+
+    @property
+    def paired(self) -> bool:
+        return self.pairing == "N -> N paired"
+
+    @property
+    def consumer_arrivals(self) -> int:
+        """Releases (pipe) that free one slot: the empty mbarrier's arrive count."""
+        return len(self.channels[0].consumers)
+
+    @property
+    def producer_arrivals(self) -> int:
+        """Signals (event) that complete one phase: the event mbarrier's arrive count."""
+        return len(self.channels[0].producers)
+
+    def channel_of(self, ep: Endpoint) -> Channel:
+        for ch in self.channels:
+            if ep in ch.producers or ep in ch.consumers:
+                return ch
+        raise KeyError(ep)
+
+
+@dataclass(frozen=True)
+class BarrierMembership:
+    """The instances that meet at a barrier, each once per meeting."""
+
+    obj: str
+    member_roles: tuple[str, ...]
+    members: tuple[int, ...]          # instance indices
+    agents: tuple[str, ...]           # agents with a member instance, each once
+    arrive_waits: bool                # the target has no arrive-only barrier
+    loc: SourceLoc
+
+    @property
+    def arrivals(self) -> int:
+        return len(self.members)
+
+
+@dataclass(frozen=True)
+class BarrierPoint:
+    """Where ``agent`` meets barrier ``obj``: ``ops`` (its member roles' calls that form one
+    meeting, in program order) and ``at``, the one performed and rendered."""
+
+    obj: str
+    agent: str
+    ops: tuple[ir.SyncOp, ...]
+    roles: tuple[str, ...]            # the role of each op
+    at: ir.SyncOp
+    waits: bool                       # sync (True) or arrive-only (False) after merging
+
+    @property
+    def merged(self) -> bool:
+        return len(self.ops) > 1
+
+
+# ---------------------------------------------------------------- programs
+@dataclass(frozen=True)
+class Act:
+    """One sync action. verb: acquire commit wait release (pipes), signal evwait (events),
+    meet (barriers: arrive, then wait when ``waits``)."""
+
+    verb: str
+    obj: str
+    endpoint: Endpoint
+    loc: SourceLoc
+    waits: bool = False
+    merged: tuple[int, ...] = ()      # meet: source lines of the calls this meeting stands for
+    source_waits: bool = False        # meet: the source calls it (some sync), before the target
+
+
+@dataclass(frozen=True)
+class Let:
+    """A scalar assignment that a loop bound or condition reads."""
+
+    targets: tuple[str, ...]
+    value: ir.Expr
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: str
+    start: ir.Expr
+    stop: ir.Expr
+    step: ir.Expr
+    body: tuple
+    loc: SourceLoc
+
+    @property
+    def key(self) -> str:
+        return f"range({text(self.start)}, {text(self.stop)}, {text(self.step)})"
+
+
+@dataclass(frozen=True)
+class Branch:
+    cond: ir.Expr
+    body: tuple
+    orelse: tuple
+    loc: SourceLoc
+
+
+Node = Act | Let | Loop | Branch
+
+
+@dataclass(frozen=True)
+class Note:
+    """How the placement changes the protocol, for messages (``objects``: what it is about)."""
+
+    objects: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    kernel: str
+    backend: str
+    target: Target
+    instances: tuple[Instance, ...]
+    endpoints: tuple[Endpoint, ...]
+    links: tuple[Link, ...]
+    barriers: tuple[BarrierMembership, ...]
+    points: tuple[BarrierPoint, ...]
+    programs: tuple[tuple, ...]       # per instance
+    notes: tuple[Note, ...]
+    env: tuple[tuple[str, object], ...]   # compile-time values (constexprs)
+
+    def link(self, name: str) -> Link:
+        return next(x for x in self.links if x.obj == name)
+
+    def barrier(self, name: str) -> BarrierMembership:
+        return next(b for b in self.barriers if b.obj == name)
+
+    def endpoints_of(self, role: str) -> tuple[Endpoint, ...]:
+        return tuple(e for e in self.endpoints if e.role == role)
+
+    def endpoint(self, role: str, replica: int) -> Endpoint:
+        return next(e for e in self.endpoints if e.role == role and e.replica == replica)
+
+    def instances_of(self, agent: str) -> tuple[Instance, ...]:
+        return tuple(i for i in self.instances if i.agent == agent)
+
+    def point(self, agent: str, op: ir.SyncOp) -> BarrierPoint:
+        """The meeting a barrier call belongs to in ``agent``."""
+        for p in self.points:
+            if p.agent == agent and any(o is op or o == op for o in p.ops):
+                return p
+        raise KeyError((agent, op))
+
+    def renders(self, agent: str, op: ir.SyncOp) -> BarrierPoint | None:
+        """The meeting to emit at barrier call ``op`` of ``agent``, or None when the agent meets
+        that barrier at another call of the same meeting (``point(...).at``)."""
+        p = self.point(agent, op)
+        return p if (p.at is op or p.at == op) else None
+
+    def who(self, ep: Endpoint) -> str:
+        """A role replica in messages: ``work``, ``softmax[1]``, with the instance that runs
+        it when that has another name: ``work (consumer)``, ``mma[1] (cube)``."""
+        inst = self.instances[ep.instance]
+        reps = sum(1 for e in self.endpoints if e.role == ep.role)
+        name = ep.role if reps == 1 else f"{ep.role}[{ep.replica}]"
+        return name if name == inst.label else f"{name} ({inst.label})"
+
+    def replica_name(self, ep: Endpoint) -> str:
+        """``work`` or, for a replicated role, ``work[1]``."""
+        reps = sum(1 for e in self.endpoints if e.role == ep.role)
+        return ep.role if reps == 1 else f"{ep.role}[{ep.replica}]"
+
+    def endpoint_label(self, ep: Endpoint) -> str:
+        inst = self.instances[ep.instance]
+        return f"{inst.label}:{ep.role}[{ep.replica}]" if ep.role in inst.serial else inst.label
+
+    def notes_for(self, names) -> list[str]:
+        names = set(names)
+        return [n.text for n in self.notes if names & set(n.objects)]
+
+
+# ---------------------------------------------------------------- derivation
+def derive(kernel: ir.KernelIR, placement: Placement) -> Skeleton:
+    """The skeleton of ``kernel`` under ``placement`` (see the module docstring)."""
+    target = placement.target
+    if target is None:
+        from importlib import import_module
+        target = import_module(f"xsync.backends.{placement.backend}.placement").TARGET
+    instances = []
     for a in placement.agents:
         for r in range(a.replicas):
-            out.append(Instance(a.name, r if a.replicas > 1 else None, a.roles, a.serial))
+            instances.append(Instance(len(instances), a.name, r, a.replicas, a.roles, a.serial,
+                                      a.hardware, a.unit))
+    endpoints = []
+    for role in kernel.roles:
+        agent = placement.agent_of(role.name)
+        mine = [i for i in instances if i.agent == agent.name]
+        for q in range(role.replicas):
+            if role.name in agent.serial or len(mine) == 1:
+                inst = mine[0]
+            else:
+                assert len(mine) == role.replicas, (role.name, agent)
+                inst = mine[q]
+            endpoints.append(Endpoint(role.name, q, inst.index))
+    by_role = {r.name: [e for e in endpoints if e.role == r.name] for r in kernel.roles}
+    links = tuple(_link(obj, "pipe" if isinstance(obj, ir.Pipe) else "event", by_role, placement)
+                  for obj in kernel.pipes + kernel.events)
+    points = _barrier_points(kernel, placement, target)
+    barriers = []
+    for b in kernel.barriers:
+        members = tuple(i.index for i in instances if set(i.roles) & set(b.members))
+        agents = tuple(dict.fromkeys(instances[m].agent for m in members))
+        barriers.append(BarrierMembership(b.name, b.members, members, agents,
+                                          target.barrier_arrive_waits, b.loc))
+    skel = Skeleton(kernel.name, placement.backend, target, tuple(instances), tuple(endpoints),
+                    links, tuple(barriers), points, (), (), tuple(kernel.constexprs))
+    programs = tuple(_program(kernel, skel, inst) for inst in instances)
+    notes = _notes(kernel, placement, skel)
+    return Skeleton(kernel.name, placement.backend, target, tuple(instances), tuple(endpoints),
+                    links, tuple(barriers), points, programs, notes, tuple(kernel.constexprs))
+
+
+def _link(obj, kind, by_role, placement) -> Link:
+    src, dst = by_role[obj.src], by_role[obj.dst]
+    if len(src) == len(dst) and len(src) > 1:
+        pairing = "N -> N paired"
+        channels = tuple(Channel(obj.name, i, (src[i],), (dst[i],)) for i in range(len(src)))
+    elif len(src) == 1:
+        pairing = "1 -> 1" if len(dst) == 1 else "1 -> N broadcast"
+        channels = (Channel(obj.name, 0, tuple(src), tuple(dst)),)
+    else:
+        assert kind == "event" and len(dst) == 1, obj   # the frontend rejects the rest
+        pairing = "N -> 1 gather"
+        channels = (Channel(obj.name, 0, tuple(src), tuple(dst)),)
+    stages = obj.stages if kind == "pipe" else 0
+    return Link(obj.name, kind, obj.src, obj.dst, pairing, channels, placement.crosses(obj),
+                stages, obj.loc)
+
+
+# ---------------------------------------------------------------- barrier meetings
+def _barrier_points(kernel, placement, target) -> tuple[BarrierPoint, ...]:
+    """Group each agent's barrier calls into meetings (see BarrierPoint)."""
+    out = []
+    for agent in placement.agents:
+        for bar in kernel.barriers:
+            mine = [r for r in agent.roles if r in bar.members]
+            if not mine:
+                continue
+            calls = []   # (scope path, role, op) in source order
+            _collect_calls(kernel.body, bar.name, set(mine), (), None, calls)
+            if len({role for _, role, _ in calls}) <= 1:
+                for _, role, op in calls:
+                    out.append(BarrierPoint(bar.name, agent.name, (op,), (role,), op,
+                                            op.verb == "sync" or target.barrier_arrive_waits))
+                continue
+            out += _merged_points(kernel, placement, agent, bar, mine, calls, target)
+    return tuple(out)
+
+
+def _collect_calls(stmts, bar, roles, scope, role, out):
+    for s in stmts:
+        if isinstance(s, ir.RoleBlock):
+            if s.role in roles:
+                _collect_calls(s.body, bar, roles, scope, s.role, out)
+        elif isinstance(s, ir.For):
+            _collect_calls(s.body, bar, roles, scope + (id(s),), role, out)
+        elif isinstance(s, ir.If):
+            _collect_calls(s.body, bar, roles, scope + (id(s), "then"), role, out)
+            _collect_calls(s.orelse, bar, roles, scope + (id(s), "else"), role, out)
+        elif isinstance(s, ir.SyncOp) and s.obj == bar and role is not None:
+            out.append((scope, role, s))
+
+
+def _merged_points(kernel, placement, agent, bar, mine, calls, target):
+    """Member roles sharing one agent: the k-th call of each role in one loop/branch scope
+    is one meeting, performed once, at the last of those calls."""
+    out = []
+    by_scope: dict[tuple, dict[str, list]] = {}
+    for scope, role, op in calls:
+        by_scope.setdefault(scope, {r: [] for r in mine})[role].append(op)
+    for scope, per_role in by_scope.items():
+        counts = {r: len(ops) for r, ops in per_role.items()}
+        if len(set(counts.values())) != 1:
+            have = [r for r, n in counts.items() if n]
+            lacking = [r for r, n in counts.items() if n != max(counts.values())]
+            first = next(ops[0] for ops in per_role.values() if ops)
+            shown = ", ".join(f"'{r}' {n} time(s)" for r, n in counts.items())
+            raise ProtocolError(
+                f"barrier '{bar.name}': roles {_names(mine)} share agent '{agent.name}' on the "
+                f"{placement.backend} placement, so that agent meets the barrier once for all of "
+                f"them; their calls must pair up in the same loop and branch, but there "
+                f"{shown} call {bar.name}.sync()/arrive()",
+                loc=first.loc, objects=(bar.name, *mine),
+                fix=(f"call {bar.name}.sync() in {_names(lacking)} at the same point of the same "
+                     f"loop as in {_names(have)} (one shared loop over the role blocks), or make "
+                     f"only one of them a member of '{bar.name}'"))
+        for k in range(max(counts.values())):
+            pairs = sorted(((per_role[r][k], r) for r in mine), key=lambda p: p[0].loc.line)
+            ops, roles = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+            waits = any(o.verb == "sync" for o in ops) or target.barrier_arrive_waits
+            out.append(BarrierPoint(bar.name, agent.name, ops, roles, ops[-1], waits))
     return out
+
+
+def _names(roles) -> str:
+    roles = [f"'{r}'" for r in roles]
+    return roles[0] if len(roles) == 1 else ", ".join(roles[:-1]) + " and " + roles[-1]
+
+
+# ---------------------------------------------------------------- per-instance programs
+def _program(kernel, skel: Skeleton, inst: Instance) -> tuple:
+    """The sync skeleton of one instance: its roles' blocks plus replicated code, reduced to
+    sync actions, the loops and branches around them and the scalar assignments their
+    bounds and conditions read (found by a liveness fixpoint)."""
+    needed: set[str] = set()
+    while True:
+        builder = _Builder(kernel, skel, inst, needed)
+        tree = builder.block(kernel.body, None)
+        if builder.reads <= needed:
+            return tree
+        needed |= builder.reads
+
+
+class _Builder:
+    def __init__(self, kernel, skel, inst, needed):
+        self.kernel, self.skel, self.inst, self.needed = kernel, skel, inst, needed
+        self.reads: set[str] = set()
+
+    def block(self, stmts, role) -> tuple:
+        out = []
+        for s in stmts:
+            out.extend(self.stmt(s, role))
+        return tuple(out)
+
+    def stmt(self, s, role) -> list:
+        inst = self.inst
+        if isinstance(s, ir.RoleBlock):
+            if s.role in inst.roles:
+                return list(self.block(s.body, s.role))
+            return []
+        if isinstance(s, ir.Assign):
+            if set(s.targets) & self.needed:
+                self.reads |= ir.expr_names(s.value)
+                return [Let(s.targets, s.value, s.loc)]
+            return []
+        if isinstance(s, ir.SyncOp):
+            return self.action(s, role)
+        if isinstance(s, ir.For):
+            body = self.block(s.body, role)
+            if not body:
+                return []
+            self.control(role, s.loc, s.start, s.stop, s.step)
+            return [Loop(s.var, s.start, s.stop, s.step, body, s.loc)]
+        if isinstance(s, ir.If):
+            body, orelse = self.block(s.body, role), self.block(s.orelse, role)
+            if not body and not orelse:
+                return []
+            self.control(role, s.loc, s.cond)
+            return [Branch(s.cond, body, orelse, s.loc)]
+        return []
+
+    def control(self, role, loc, *exprs):
+        names = set().union(*(ir.expr_names(e) for e in exprs))
+        self.reads |= names
+        if role in self.inst.serial and (any(c.op == "replica_id" for e in exprs for c in ir.expr_calls(e))):
+            raise ProtocolError(
+                f"a loop or branch around sync verbs of role '{role}' depends on xs.replica_id(), "
+                f"but on the {self.skel.backend} placement agent '{self.inst.agent}' runs the "
+                f"replicas of '{role}' one after another in lockstep, so every replica must "
+                f"reach every sync point together",
+                loc=loc, objects=(role,),
+                fix="branch only the work on xs.replica_id(), not the sync verbs")
+
+    def action(self, s: ir.SyncOp, role) -> list:
+        if role is None:
+            return []
+        kernel, skel, inst = self.kernel, self.skel, self.inst
+        obj = kernel.sync_object(s.obj)
+        if isinstance(obj, ir.Barrier):
+            point = skel.renders(inst.agent, s)
+            if point is None:
+                return []
+            ep = skel.endpoint(role, 0 if role in inst.serial else inst.replica)
+            return [Act("meet", s.obj, ep, s.loc, point.waits,
+                        tuple(o.loc.line for o in point.ops),
+                        any(o.verb == "sync" for o in point.ops))]
+        reps = range(kernel.role(role).replicas) if role in inst.serial else (inst.replica,)
+        verb = s.verb
+        if isinstance(obj, ir.Event):
+            verb = "signal" if s.verb == "signal" else "evwait"
+        return [Act(verb, s.obj, skel.endpoint(role, r), s.loc) for r in reps]
+
+
+# ---------------------------------------------------------------- placement notes
+def _notes(kernel, placement, skel: Skeleton) -> tuple[Note, ...]:
+    out = []
+    backend = placement.backend
+    for link in skel.links:
+        if not link.crosses and link.kind == "pipe":
+            agent = placement.agent_of(link.src).name
+            out.append(Note((link.obj, link.src, link.dst),
+                            f"on the {backend} placement '{link.src}' and '{link.dst}' share agent "
+                            f"'{agent}', which runs them in source order: pipe '{link.obj}' is a "
+                            f"hand-off inside one agent that holds one value at a time, whatever "
+                            f"its stages"))
+        elif not link.crosses:
+            agent = placement.agent_of(link.src).name
+            out.append(Note((link.obj, link.src, link.dst),
+                            f"on the {backend} placement '{link.src}' and '{link.dst}' share agent "
+                            f"'{agent}': event '{link.obj}' is program order inside it"))
+    for a in placement.agents:
+        for role in a.serial:
+            n = kernel.role(role).replicas
+            out.append(Note((role,), f"on the {backend} placement agent '{a.name}' ({a.hardware}) "
+                                     f"runs the {n} replicas of '{role}' one after another "
+                                     f"(lockstep), as one agent"))
+    for p in skel.points:
+        if p.merged:
+            out.append(Note((p.obj, *p.roles),
+                            f"on the {backend} placement {_names(p.roles)} share agent '{p.agent}', "
+                            f"which meets barrier '{p.obj}' once for them, at line {p.at.loc.line} "
+                            f"(the calls at lines {', '.join(str(o.loc.line) for o in p.ops)} are "
+                            f"one meeting)"))
+    if skel.target.barrier_arrive_waits:
+        for b in kernel.barriers:
+            out.append(Note((b.name,), f"on the {backend} placement barrier '{b.name}' is "
+                                       f"{skel.target.barrier}, which has no arrive-only form: "
+                                       f"{b.name}.arrive() waits like {b.name}.sync()"))
+    return tuple(dict.fromkeys(out))
+

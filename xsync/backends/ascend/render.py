@@ -232,14 +232,11 @@ class AscendRenderer(PythonRenderer):
         return self.placement.crosses(obj)
 
     def barrier_mode(self, name: str) -> str:
-        for r in self.alloc.rows:
-            if r.obj == name and r.what == "sync_block_all":
-                mode = r.resource.split(",")[0].split()[1]
-                # A barrier's members are roles of one program: among vector roles that is the
-                # two vector cores of one AI core, which the scope form can say; 3.2.0 has only
-                # the grid-wide all_vector (hence the residency check at launch).
-                return "all_sub_vector" if mode == "all_vector" and self.form == "scope" else mode
-        raise BackendError(f"barrier '{name}' has no sync_block_all mode in the allocation")
+        mode = self.alloc.block_barrier(name).mode
+        # A barrier's members are roles of one program: among vector roles that is the two
+        # vector cores of one AI core, which the scope form can say; 3.2.0 has only the
+        # grid-wide all_vector (hence the residency check at launch).
+        return "all_sub_vector" if mode == "all_vector" and self.form == "scope" else mode
 
     def slots(self, pipe: ir.Pipe) -> int:
         """GM slots of a cross-core pipe's ring (the slot of the i-th hand-off is i % slots)."""
@@ -327,8 +324,7 @@ class AscendRenderer(PythonRenderer):
 
     def payload_name(self, pipe: ir.Pipe, field: str) -> str:
         """Variable of a same-core pipe's payload (per replica only for N -> N pipes)."""
-        src, dst = self.kernel.role(pipe.src), self.kernel.role(pipe.dst)
-        paired = src.replicas == dst.replicas > 1
+        paired = self.alloc.skeleton.link(pipe.name).paired
         return f"{pipe.name}_{field}_r{self.rep}" if paired and self.rep is not None else \
             f"{pipe.name}_{field}"
 
@@ -769,6 +765,11 @@ class AscendRenderer(PythonRenderer):
             else:
                 self.emit(self.flag_op("wait", src, dst, flag, "any", f"xs.wait({obj.name}) line {line}"))
         else:
+            # member roles sharing this core meet once per meeting (skeleton.points)
+            if self.alloc.skeleton.renders(self.agent.name, s) is None:
+                at = self.alloc.skeleton.point(self.agent.name, s).at.loc.line
+                o.line(f"# {obj.name}.{s.verb}() (line {line}): met once for this core at line {at}")
+                return
             mode = self.barrier_mode(obj.name)
             note = "" if s.verb == "sync" else " (arrive: no arrive-only form, full barrier)"
             self.emit(self.barrier_op(mode, self.ids[obj.name], f"{obj.name}.{s.verb}() line {line}{note}"))

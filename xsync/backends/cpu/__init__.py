@@ -22,6 +22,8 @@ class CompiledCpu:
     placement: Placement
     source: str
     agent_functions: dict
+    skeleton: object = None      # xsync.lowering.protocol.Skeleton: the sync objects' meaning
+    mode: str = "threads"        # "threads" | "cooperative" (XSYNC_CPU_MODE)
 
     def launch(self, grid: tuple[int, ...], args: dict):
         timeout = config.current().cpu_timeout
@@ -29,15 +31,20 @@ class CompiledCpu:
 
 
 def render_source(kernel: ir.KernelIR, placement: Placement, allocation) -> str:
-    return render(kernel, placement)
+    mode = config.current().cpu_mode
+    return render(kernel, placement, getattr(allocation, "skeleton", None), mode == "cooperative")
 
 
 def compile_kernel(kernel: ir.KernelIR, placement: Placement, allocation, options=None) -> CompiledCpu:
-    source = render(kernel, placement)
+    from xsync.lowering.protocol import derive
+
+    mode = (options or {}).get("mode") or config.current().cpu_mode
+    skeleton = getattr(allocation, "skeleton", None) or derive(kernel, placement)
+    source = render(kernel, placement, skeleton, mode == "cooperative")
     filename = f"<xsync-cpu {kernel.name} {abs(hash(source)):x}>"
     # Register the generated source so tracebacks show its lines.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict = {}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     functions = {a.name: namespace[f"agent_{a.name}"] for a in placement.agents}
-    return CompiledCpu(kernel, placement, source, functions)
+    return CompiledCpu(kernel, placement, source, functions, skeleton, mode)

@@ -1,21 +1,37 @@
-"""CPU emulator runtime: threads, exact sync semantics, torch tile ops, stall watchdog.
+"""CPU emulator runtime: exact sync semantics, torch tile ops, stall watchdog, leftover check.
 
-Every agent instance of a program is a thread. All sync objects of a program share one
-condition variable, so the runtime always knows who waits on what: when every live
-agent is blocked, no signal can ever arrive, and the watchdog raises a StallError that
-names each agent, the object it waits on, the kernel line and the loop iteration —
-within milliseconds, instead of hanging.
+Every agent instance of a program runs the agent function the CPU renderer generated. The
+sync objects are built from the protocol's skeleton (``xsync.lowering.protocol``): each
+pipe and event is a set of channels (1 -> N broadcast, N -> N paired, N -> 1 gather),
+each barrier a count over its member instances -- the same objects the verifier reasons
+about, never re-derived here.
 
-``with record() as trace:`` turns on an event recorder for launches from this thread:
-each agent instance logs its sync ops (with the time spent blocked and what it waited
-on) and the work spans between them, and every wait/acquire/barrier sync is paired with
-the commit/signal/release/arrival that let it through (``xsync trace`` draws this).
-Without an active recorder the launcher builds the plain Agent and Monitor: no per-op cost.
+Two schedulers run the same semantics (``XSYNC_CPU_MODE``):
+
+* ``threads`` (default): one thread per agent instance. All sync objects of a program
+  share one condition variable, so the runtime always knows who waits on what: when every
+  live agent is blocked, no signal can ever arrive, and the watchdog raises a StallError
+  that names each agent, the object it waits on, the kernel line and the loop iteration --
+  within milliseconds, instead of hanging.
+* ``cooperative``: the agent functions are generators (``yield from ag.wait(...)``) run
+  by one deterministic round-robin scheduler in the calling thread: no threads, no locks,
+  the same StallError when a full round makes no progress. Protocols without heavy tile
+  work run about 20x faster this way (the differential test of the verifier uses it).
+
+Whatever the scheduler, the emulator reports what the verifier would: a commit or release
+without its slot (:class:`SlotOrderError`, at the call), and at program end any slot or
+signal left unconsumed or barrier meeting left incomplete (:class:`LeftoverError`), with
+role, object, line and loop iteration.
+
+``with record() as trace:`` turns on an event recorder for launches from this thread
+(threads scheduler): each agent instance logs its sync ops (with the time spent blocked and
+what it waited on) and the work spans between them, and every wait/acquire/barrier sync is
+paired with the commit/signal/release/arrival that let it through (``xsync trace`` draws
+this). Without an active recorder the launcher builds the plain Agent and Monitor: no
+per-op cost.
 """
 from __future__ import annotations
 
-import re
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -23,7 +39,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from xsync.errors import LaunchError, ProtocolError, SourceLoc, StallError
+from xsync.errors import LaunchError, LeftoverError, ProtocolError, SlotOrderError, SourceLoc, StallError
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
                 "int32": torch.int32, "int1": torch.bool}
@@ -33,11 +49,38 @@ class _Aborted(Exception):
     """Raised in agents when another agent failed or the program stalled."""
 
 
+def _at_text(at) -> str:
+    return (" (" + ", ".join(f"{k}={v}" for k, v in at.items()) + ")") if at else ""
+
+
+def _stall_error(kernel_name, file, status, scalars) -> StallError:
+    """status: label -> "done" | (what, line, at) for every instance."""
+    lines, first_line, objects = [], None, []
+    width = max(len(k) for k in status)
+    for label, st in status.items():
+        if st == "done":
+            lines.append(f"{label:<{width}}  finished")
+            continue
+        what, line, at = st
+        first_line = first_line or line
+        lines.append(f"{label:<{width}}  line {line}{_at_text(at)}: {what}")
+        objects.append(label)
+    return StallError(
+        f"kernel '{kernel_name}' stalled on the CPU emulator: every live agent waits "
+        f"and no signal can arrive", loc=SourceLoc(file, first_line or 0, kernel_name),
+        objects=tuple(objects), details=scalars + "\n".join(lines),
+        fix=("run `python -m xsync check module:kernel` for the counterexample; the verifier "
+             "was off (XSYNC_VERIFY=0) or the stall depends on run-time values"))
+
+
 class Monitor:
-    def __init__(self, kernel_name: str, file: str, labels: list[str]):
+    """Threads scheduler: one condition variable for every sync object of a program."""
+
+    def __init__(self, kernel_name: str, file: str, labels: list[str], scalars: str = ""):
         self.cond = threading.Condition()
         self.kernel_name = kernel_name
         self.file = file
+        self.scalars = scalars
         self.status = {label: "running" for label in labels}
         self.failure: BaseException | None = None
 
@@ -49,7 +92,9 @@ class Monitor:
             self.status[label] = ("blocked", describe(), line, at)
             live = [s for s in self.status.values() if s != "done"]
             if live and all(isinstance(s, tuple) for s in live):
-                self.failure = self._stall_error()
+                self.failure = _stall_error(self.kernel_name, self.file, {
+                    lb: ("done" if st == "done" else st[1:]) for lb, st in self.status.items()},
+                    self.scalars)
                 self.cond.notify_all()
                 raise _Aborted()
             self.cond.wait(timeout=0.25)
@@ -73,136 +118,183 @@ class Monitor:
                 self.failure = exc
             self.cond.notify_all()
 
-    def _stall_error(self) -> StallError:
-        lines, first_line, objects = [], None, []
-        width = max(len(k) for k in self.status)
-        for label, s in self.status.items():
-            if s == "done":
-                lines.append(f"{label:<{width}}  finished")
-                continue
-            _, what, line, at = s
-            first_line = first_line or line
-            it = (" (" + ", ".join(f"{k}={v}" for k, v in at.items()) + ")") if at else ""
-            lines.append(f"{label:<{width}}  line {line}{it}: {what}")
-            objects.append(label)
-        return StallError(
-            f"kernel '{self.kernel_name}' stalled on the CPU emulator: every live agent waits "
-            f"and no signal can arrive", loc=SourceLoc(self.file, first_line or 0, self.kernel_name),
-            objects=tuple(objects), details="\n".join(lines),
-            fix=("run `python -m xsync check module:kernel` for the counterexample; the verifier "
-                 "was off (XSYNC_VERIFY=0) or the stall depends on run-time values"))
+
+# ---------------------------------------------------------------- sync objects
+class _Sites:
+    """Where each counted action happened: (line, iteration) per index, for leftovers."""
+
+    __slots__ = ("items",)
+
+    def __init__(self):
+        self.items: list = []
+
+    def add(self, line, at):
+        self.items.append((line, dict(at) if at else None))
+
+    def get(self, k):
+        return self.items[k] if k < len(self.items) else (None, None)
 
 
-class PipeRT:
-    """Ring of ``stages`` slots; 1 -> N broadcast or N -> N paired by replica."""
+class PipeChannel:
+    """One channel of a pipe: a ring of ``stages`` slots from one producer to its consumers
+    (several for a broadcast: a slot is free once every consumer released it)."""
 
-    def __init__(self, mon: Monitor, name: str, stages: int, n_src: int, n_dst: int):
-        self.mon, self.name, self.stages = mon, name, stages
-        self.paired = n_src == n_dst and n_src > 1
-        self.acquired = [0] * n_src
-        self.committed = [0] * n_src
-        self.waited = [0] * n_dst
-        self.released = [0] * n_dst
-        self.n_dst = n_dst
-        self.ring = [[{} for _ in range(stages)] for _ in range(n_src)]
+    def __init__(self, name, stages, producer, consumers):
+        self.name, self.stages = name, stages
+        self.producer, self.consumers = producer, tuple(consumers)
+        self.acquired = self.committed = 0
+        self.waited = {c: 0 for c in self.consumers}
+        self.released = {c: 0 for c in self.consumers}
+        self.ring = [{} for _ in range(stages)]
+        self.acquire_sites, self.commit_sites = _Sites(), _Sites()
+        self.wait_sites = {c: _Sites() for c in self.consumers}
 
-    def _consumers(self, q):
-        return [q] if self.paired else range(self.n_dst)
+    def can_acquire(self) -> bool:
+        return all(self.acquired - self.released[c] < self.stages for c in self.consumers)
 
-    def _producer(self, r):
-        return r if self.paired else 0
+    def why_acquire(self, labels) -> str:
+        low = min(self.consumers, key=lambda c: self.released[c])
+        return (f"acquire on pipe '{self.name}': all {self.stages} slot(s) in use ({self.acquired} "
+                f"acquired, {self.released[low]} released by {labels(low)})")
 
-    def acquire(self, label, q, line, at):
-        with self.mon.cond:
-            def free():
-                return all(self.acquired[q] - self.released[r] < self.stages for r in self._consumers(q))
+    def can_wait(self, c) -> bool:
+        return self.waited[c] < self.committed
 
-            def what():
-                low = min(self._consumers(q), key=lambda r: self.released[r])
-                return (f"acquire on pipe '{self.name}': all {self.stages} slot(s) in use "
-                        f"({self.acquired[q]} acquired, {self.released[low]} released by consumer {low})")
-            self.mon.block_until(label, free, what, line, at)
-            slot = self.ring[q][self.acquired[q] % self.stages]
-            self.acquired[q] += 1
-            return slot
-
-    def commit(self, label, q):
-        with self.mon.cond:
-            self.committed[q] += 1
-            self.mon.changed()
-
-    def wait(self, label, r, line, at):
-        q = self._producer(r)
-        with self.mon.cond:
-            self.mon.block_until(
-                label, lambda: self.waited[r] < self.committed[q],
-                lambda: (f"wait on pipe '{self.name}': slot {self.waited[r]} not committed "
-                         f"({self.committed[q]} committed by the producer)"), line, at)
-            slot = self.ring[q][self.waited[r] % self.stages]
-            self.waited[r] += 1
-            return slot
-
-    def release(self, label, r):
-        with self.mon.cond:
-            self.released[r] += 1
-            self.mon.changed()
+    def why_wait(self, c, labels) -> str:
+        return (f"wait on pipe '{self.name}': slot {self.waited[c]} not committed ({self.committed} "
+                f"committed by {labels(self.producer)})")
 
 
-class EventRT:
-    """Counting event: 1 -> N broadcast, N -> 1 gather (needs all N), N -> N paired."""
+class EventChannel:
+    """One channel of an event: the k-th wait of a consumer needs the k-th signal of every
+    producer (several for a gather)."""
 
-    def __init__(self, mon: Monitor, name: str, n_src: int, n_dst: int):
-        self.mon, self.name = mon, name
-        self.paired = n_src == n_dst and n_src > 1
-        self.signals = [0] * n_src
-        self.waits = [0] * n_dst
+    def __init__(self, name, producers, consumers):
+        self.name = name
+        self.producers, self.consumers = tuple(producers), tuple(consumers)
+        self.signals = {p: 0 for p in self.producers}
+        self.waits = {c: 0 for c in self.consumers}
+        self.signal_sites = {p: _Sites() for p in self.producers}
 
-    def signal(self, label, q):
-        with self.mon.cond:
-            self.signals[q] += 1
-            self.mon.changed()
+    def can_wait(self, c) -> bool:
+        return self.waits[c] < min(self.signals.values())
 
-    def wait(self, label, r, line, at):
-        srcs = [r] if self.paired else range(len(self.signals))
-        with self.mon.cond:
-            self.mon.block_until(
-                label, lambda: self.waits[r] < min(self.signals[q] for q in srcs),
-                lambda: (f"wait on event '{self.name}': signal {self.waits[r] + 1} not sent "
-                         f"({min(self.signals[q] for q in srcs)} sent)"), line, at)
-            self.waits[r] += 1
+    def why_wait(self, c, labels) -> str:
+        sent = min(self.signals.values())
+        return f"wait on event '{self.name}': signal {self.waits[c] + 1} not sent ({sent} sent)"
 
 
 class BarrierRT:
-    def __init__(self, mon: Monitor, name: str, members: list[str]):
-        self.mon, self.name = mon, name
+    """A barrier over its member instances (each counts once per meeting)."""
+
+    def __init__(self, name, members):
+        self.name = name
         self.arrivals = {m: 0 for m in members}
+        self.sites = {m: _Sites() for m in members}
 
-    def arrive(self, label):
-        with self.mon.cond:
-            self.arrivals[label] += 1
-            self.mon.changed()
+    def met(self, mine) -> bool:
+        return min(self.arrivals.values()) >= mine
 
-    def sync(self, label, line, at):
-        with self.mon.cond:
-            self.arrivals[label] += 1
-            self.mon.changed()
-            mine = self.arrivals[label]
-            self.mon.block_until(
-                label, lambda: min(self.arrivals.values()) >= mine,
-                lambda: (f"sync on barrier '{self.name}' (meeting {mine}): waiting for "
-                         + ", ".join(m for m, n in self.arrivals.items() if n < mine)), line, at)
+    def why(self, mine) -> str:
+        return (f"sync on barrier '{self.name}' (meeting {mine}): waiting for "
+                + ", ".join(m for m, n in self.arrivals.items() if n < mine))
+
+
+class Program:
+    """The sync objects of one program, built from the skeleton."""
+
+    def __init__(self, skel, labels):
+        self.skel, self.labels = skel, labels
+        self.channels: dict[tuple, object] = {}    # (object, endpoint) -> channel
+        self.pipes, self.events, self.barriers = [], [], {}
+        for link in skel.links:
+            for ch in link.channels:
+                if link.kind == "pipe":
+                    rt = PipeChannel(link.obj, link.capacity, ch.producers[0], ch.consumers)
+                    self.pipes.append(rt)
+                else:
+                    rt = EventChannel(link.obj, ch.producers, ch.consumers)
+                    self.events.append(rt)
+                for e in ch.producers + ch.consumers:
+                    self.channels[(link.obj, e)] = rt
+        for b in skel.barriers:
+            self.barriers[b.obj] = BarrierRT(b.obj, [labels[m] for m in b.members])
+
+    def label(self, ep) -> str:
+        return self.skel.endpoint_label(ep)
+
+    def leftovers(self) -> list[tuple[str, str, int | None, dict | None]]:
+        """(object, what, line, iteration) of everything left unconsumed at the end."""
+        out, lab = [], self.label
+        for ch in self.pipes:
+            for c in ch.consumers:
+                if ch.committed > ch.waited[c]:
+                    line, at = ch.commit_sites.get(ch.waited[c])
+                    out.append((ch.name, f"pipe '{ch.name}': slot {ch.waited[c]} committed by "
+                                         f"{lab(ch.producer)} was never waited by {lab(c)} "
+                                         f"({ch.committed - ch.waited[c]} left)", line, at))
+                if ch.waited[c] > ch.released[c]:
+                    line, at = ch.wait_sites[c].get(ch.released[c])
+                    out.append((ch.name, f"pipe '{ch.name}': slot {ch.released[c]} waited by {lab(c)} "
+                                         f"was never released ({ch.waited[c] - ch.released[c]} held: a "
+                                         f"missing release)", line, at))
+            if ch.acquired > ch.committed:
+                line, at = ch.acquire_sites.get(ch.committed)
+                out.append((ch.name, f"pipe '{ch.name}': slot {ch.committed} acquired by "
+                                     f"{lab(ch.producer)} was never committed", line, at))
+        for ch in self.events:
+            for c in ch.consumers:
+                for p in ch.producers:
+                    if ch.signals[p] > ch.waits[c]:
+                        line, at = ch.signal_sites[p].get(ch.waits[c])
+                        out.append((ch.name, f"event '{ch.name}': signal {ch.waits[c] + 1} of "
+                                             f"{lab(p)} was never waited by {lab(c)} "
+                                             f"({ch.signals[p] - ch.waits[c]} left)", line, at))
+        for b in self.barriers.values():
+            counts = b.arrivals
+            if len(set(counts.values())) > 1:
+                lo = min(counts.values())
+                ahead = next(m for m, n in counts.items() if n > lo)
+                line, at = b.sites[ahead].get(lo)
+                behind = ", ".join(m for m, n in counts.items() if n == lo)
+                out.append((b.name, f"barrier '{b.name}': meeting {lo + 1} is left incomplete "
+                                    f"({ahead} arrived, {behind} did not)", line, at))
+        return out
+
+
+def _leftover_error(kernel, file, left, scalars) -> LeftoverError:
+    obj, what, line, at = left[0]
+    more = "".join(f"{w} at line {ln}{_at_text(a)}\n" for _, w, ln, a in left[1:])
+    return LeftoverError(
+        f"kernel '{kernel}' ended on the CPU emulator with unconsumed synchronization: {what}",
+        loc=SourceLoc(file, line or 0, kernel), objects=tuple(dict.fromkeys(o for o, _, _, _ in left)),
+        details=scalars + (f"the first one: line {line}{_at_text(at)}\n" if line else "") + more,
+        fix=("make every loop that signals/commits run as many times as the loop that "
+             "waits/releases, and release every slot you wait for; `python -m xsync check` "
+             "finds this before running (the verifier was off, XSYNC_VERIFY=0)"))
 
 
 class Agent:
-    """What generated agent code calls: sync verbs for one agent instance, plus ids."""
+    """What generated agent code calls: sync verbs for one agent instance, plus ids
+    (threads scheduler: blocking calls under the program's condition variable)."""
 
     def __init__(self, label: str, replica: int, pid: tuple[int, ...], grid: tuple[int, ...],
-                 objects: dict, monitor: Monitor):
+                 program: Program, monitor, instance: int = 0, file: str = "", kernel: str = ""):
         self.label, self.replica, self.pid, self.grid = label, replica, pid, grid
-        self.objects, self.monitor = objects, monitor
+        self.program, self.monitor, self.instance = program, monitor, instance
+        self.file, self.kernel = file, kernel
         self.in_flight: list[tuple[int, tuple]] = []   # (mma id, slots it reads)
         self.mma_count = 0
         self.held: dict[str, list] = {}   # pipe -> slots waited and not yet released (FIFO)
+        skel = program.skel
+        inst = skel.instances[instance]
+        # this instance's endpoint on every pipe/event it uses (one role per side)
+        self.ends: dict[str, object] = {}
+        for link in skel.links:
+            for e in skel.endpoints:
+                if e.instance == instance and e.role in (link.src, link.dst) and e.role in inst.roles:
+                    self.ends[link.obj] = e
+        self.objects = program.channels
 
     def program_id(self, axis):
         return self.pid[axis]
@@ -210,43 +302,119 @@ class Agent:
     def num_programs(self, axis):
         return self.grid[axis]
 
-    # sync verbs -------------------------------------------------------
-    def acquire(self, pipe, line, at=None):
-        return self.objects[pipe].acquire(self.label, self.replica, line, at)
+    def ch(self, obj):
+        return self.program.channels[(obj, self.ends[obj])]
 
-    def commit(self, pipe):
-        self.objects[pipe].commit(self.label, self.replica)
+    def loc(self, line) -> SourceLoc:
+        return SourceLoc(self.file, line, self.kernel)
 
-    def wait(self, pipe, line, at=None):
-        slot = self.objects[pipe].wait(self.label, self.replica, line, at)
-        self.held.setdefault(pipe, []).append(slot)
+    # the state changes (shared by both schedulers; callers hold the lock when threaded)
+    def _acquire(self, ch, line, at):
+        slot = ch.ring[ch.acquired % ch.stages]
+        ch.acquired += 1
+        ch.acquire_sites.add(line, at)
         return slot
 
-    def release(self, pipe, line):
+    def _commit(self, ch, line, at):
+        if ch.committed >= ch.acquired:
+            raise self._unpaired(ch.name, "commit", "acquire", line, at, ch.acquired)
+        ch.committed += 1
+        ch.commit_sites.add(line, at)
+
+    def _wait(self, ch, line, at):
+        e = self.ends[ch.name]
+        slot = ch.ring[ch.waited[e] % ch.stages]
+        ch.waited[e] += 1
+        ch.wait_sites[e].add(line, at)
+        self.held.setdefault(ch.name, []).append(slot)
+        return slot
+
+    def _release(self, ch, line, at):
         """Release the oldest slot this agent waited for and still holds (FIFO, as on hardware)."""
-        queue = self.held.get(pipe)
+        e = self.ends[ch.name]
+        if ch.released[e] >= ch.waited[e]:
+            raise self._unpaired(ch.name, "release", "wait", line, at, ch.waited[e])
+        queue = self.held.get(ch.name)
         slot = queue.pop(0) if queue else None
         for _, reads in self.in_flight:
             if any(s is slot for s in reads):
                 raise ProtocolError(
-                    f"{self.label} releases a slot of pipe '{pipe}' while an xs.mma that reads it "
-                    f"is still in flight", loc=SourceLoc(self.monitor.file, line, self.monitor.kernel_name),
-                    objects=(pipe, self.label),
+                    f"{self.label} releases a slot of pipe '{ch.name}' while an xs.mma that reads it "
+                    f"is still in flight", loc=self.loc(line), objects=(ch.name, self.label),
                     fix="call xs.mma_wait(acc, pending=0) (or a pending count that retires that mma) "
                         "before releasing the slot")
-        self.objects[pipe].release(self.label, self.replica)
+        ch.released[e] += 1
 
-    def signal(self, event):
-        self.objects[event].signal(self.label, self.replica)
+    def _signal(self, ch, line, at):
+        e = self.ends[ch.name]
+        ch.signals[e] += 1
+        ch.signal_sites[e].add(line, at)
 
-    def wait_event(self, event, line, at=None):
-        self.objects[event].wait(self.label, self.replica, line, at)
+    def _unpaired(self, obj, verb, pair, line, at, done) -> SlotOrderError:
+        role = self.ends[obj].role
+        return SlotOrderError(
+            f"{verb} on pipe '{obj}' by {self.label} without a slot from {pair} (it did {done} "
+            f"{pair}(s) and as many {verb}s) on the CPU emulator",
+            loc=self.loc(line), objects=(obj, role),
+            details=(f"at iteration {_at_text(at).strip()[1:-1]}\n" if at else ""),
+            fix=f"every {obj}.{verb}() must follow its own {obj}.{pair}() in role '{role}' on the same path")
 
-    def sync(self, barrier, line, at=None):
-        self.objects[barrier].sync(self.label, line, at)
+    # sync verbs -------------------------------------------------------
+    def acquire(self, pipe, line=0, at=None):
+        ch, mon = self.ch(pipe), self.monitor
+        with mon.cond:
+            mon.block_until(self.label, ch.can_acquire, lambda: ch.why_acquire(self.program.label), line, at)
+            return self._acquire(ch, line, at)
 
-    def arrive(self, barrier):
-        self.objects[barrier].arrive(self.label)
+    def commit(self, pipe, line=0, at=None):
+        ch, mon = self.ch(pipe), self.monitor
+        with mon.cond:
+            self._commit(ch, line, at)
+            mon.changed()
+
+    def wait(self, pipe, line=0, at=None):
+        ch, mon = self.ch(pipe), self.monitor
+        e = self.ends[pipe]
+        with mon.cond:
+            mon.block_until(self.label, lambda: ch.can_wait(e),
+                            lambda: ch.why_wait(e, self.program.label), line, at)
+            return self._wait(ch, line, at)
+
+    def release(self, pipe, line=0, at=None):
+        ch, mon = self.ch(pipe), self.monitor
+        with mon.cond:
+            self._release(ch, line, at)
+            mon.changed()
+
+    def signal(self, event, line=0, at=None):
+        ch, mon = self.ch(event), self.monitor
+        with mon.cond:
+            self._signal(ch, line, at)
+            mon.changed()
+
+    def wait_event(self, event, line=0, at=None):
+        ch, mon = self.ch(event), self.monitor
+        e = self.ends[event]
+        with mon.cond:
+            mon.block_until(self.label, lambda: ch.can_wait(e),
+                            lambda: ch.why_wait(e, self.program.label), line, at)
+            ch.waits[e] += 1
+
+    def sync(self, barrier, line=0, at=None):
+        b, mon = self.program.barriers[barrier], self.monitor
+        with mon.cond:
+            b.arrivals[self.label] += 1
+            b.sites[self.label].add(line, at)
+            mon.changed()
+            mine = b.arrivals[self.label]
+            mon.block_until(self.label, lambda: b.met(mine), lambda: b.why(mine), line, at)
+
+    def arrive(self, barrier, line=0, at=None):
+        b, mon = self.program.barriers[barrier], self.monitor
+        with mon.cond:
+            b.arrivals[self.label] += 1
+            b.sites[self.label].add(line, at)
+            mon.changed()
 
     # asynchronous mma bookkeeping ------------------------------------------
     def mma(self, a, b, acc=None, reads=()):
@@ -261,6 +429,93 @@ class Agent:
         if pending < len(self.in_flight):
             self.in_flight = self.in_flight[len(self.in_flight) - pending:] if pending else []
         return acc
+
+
+class CoopAgent(Agent):
+    """Cooperative scheduler: every sync verb is a generator; a blocked verb yields what it
+    waits for and checks again when the scheduler comes back to it."""
+
+    def __init__(self, *args, scheduler=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sched = scheduler
+
+    def _block(self, ready, describe, line, at):
+        while not ready():
+            self.sched.blocked(self, describe, line, at)
+            yield
+        self.sched.running(self)
+
+    def acquire(self, pipe, line=0, at=None):
+        ch = self.ch(pipe)
+        if not ch.can_acquire():
+            yield from self._block(ch.can_acquire, lambda: ch.why_acquire(self.program.label), line, at)
+        self.sched.moves += 1
+        return self._acquire(ch, line, at)
+
+    def commit(self, pipe, line=0, at=None):
+        self._commit(self.ch(pipe), line, at)
+        self.sched.moves += 1
+        return
+        yield
+
+    def wait(self, pipe, line=0, at=None):
+        ch, e = self.ch(pipe), self.ends[pipe]
+        if not ch.can_wait(e):
+            yield from self._block(lambda: ch.can_wait(e), lambda: ch.why_wait(e, self.program.label),
+                                   line, at)
+        self.sched.moves += 1
+        return self._wait(ch, line, at)
+
+    def release(self, pipe, line=0, at=None):
+        self._release(self.ch(pipe), line, at)
+        self.sched.moves += 1
+        return
+        yield
+
+    def signal(self, event, line=0, at=None):
+        self._signal(self.ch(event), line, at)
+        self.sched.moves += 1
+        return
+        yield
+
+    def wait_event(self, event, line=0, at=None):
+        ch, e = self.ch(event), self.ends[event]
+        if not ch.can_wait(e):
+            yield from self._block(lambda: ch.can_wait(e), lambda: ch.why_wait(e, self.program.label),
+                                   line, at)
+        ch.waits[e] += 1
+        self.sched.moves += 1
+
+    def sync(self, barrier, line=0, at=None):
+        b = self.program.barriers[barrier]
+        b.arrivals[self.label] += 1
+        b.sites[self.label].add(line, at)
+        self.sched.moves += 1
+        mine = b.arrivals[self.label]
+        if not b.met(mine):
+            yield from self._block(lambda: b.met(mine), lambda: b.why(mine), line, at)
+
+    def arrive(self, barrier, line=0, at=None):
+        b = self.program.barriers[barrier]
+        b.arrivals[self.label] += 1
+        b.sites[self.label].add(line, at)
+        self.sched.moves += 1
+        return
+        yield
+
+
+class _Scheduler:
+    """Round-robin over generator agents; a round without a move is a stall."""
+
+    def __init__(self):
+        self.moves = 0
+        self.status: dict = {}
+
+    def blocked(self, ag, describe, line, at):
+        self.status[ag.label] = (describe, line, at)
+
+    def running(self, ag):
+        self.status.pop(ag.label, None)
 
 
 # ---------------------------------------------------------------- tile ops on torch
@@ -345,67 +600,95 @@ def minimum(a, b):
 
 # ---------------------------------------------------------------- the grid
 def run_grid(compiled, grid: tuple[int, ...], args: dict, join_timeout: float):
-    """Run every program of ``grid``; each program's agent instances run as threads."""
+    """Run every program of ``grid`` (threads or the cooperative scheduler)."""
     import itertools
 
+    run = _run_coop if getattr(compiled, "mode", "threads") == "cooperative" else _run_program
     for pid in itertools.product(*(range(g) for g in grid)):
-        _run_program(compiled, tuple(pid), grid, args, join_timeout)
+        run(compiled, tuple(pid), grid, args, join_timeout)
+
+
+def _scalar_note(k, args) -> str:
+    shown = [f"{p.name} = {args[p.name]}" for p in k.params if p.kind == "scalar" and p.name in args]
+    return ("with " + ", ".join(shown) + "\n") if shown else ""
+
+
+def _run_coop(compiled, pid, grid, args, join_timeout):
+    k, skel = compiled.kernel, compiled.skeleton
+    labels = [inst.label for inst in skel.instances]
+    program = Program(skel, labels)
+    sched = _Scheduler()
+    live = []
+    for inst in skel.instances:
+        ag = CoopAgent(inst.label, inst.replica, pid, grid, program, None, inst.index, k.file,
+                       k.name, scheduler=sched)
+        live.append((ag, compiled.agent_functions[inst.agent](ag, **args)))
+    deadline = time.monotonic() + join_timeout
+    done: set = set()
+    while len(done) < len(live):
+        before = sched.moves
+        finished = False
+        for ag, gen in live:
+            if ag.label in done:
+                continue
+            try:
+                next(gen)
+            except StopIteration:
+                done.add(ag.label)
+                sched.running(ag)
+                finished = True
+        if sched.moves == before and not finished and len(done) < len(live):
+            status = {ag.label: ("done" if ag.label in done else
+                                 (sched.status[ag.label][0](),) + sched.status[ag.label][1:])
+                      for ag, _ in live}
+            raise _stall_error(k.name, k.file, status, _scalar_note(k, args))
+        if time.monotonic() > deadline:
+            raise LaunchError(f"kernel '{k.name}' program {pid} did not finish within "
+                              f"{join_timeout:.0f} s on the CPU emulator",
+                              fix="use smaller shapes, or raise XSYNC_CPU_TIMEOUT")
+    left = program.leftovers()
+    if left:
+        raise _leftover_error(k.name, k.file, left, _scalar_note(k, args))
 
 
 def _run_program(compiled, pid, grid, args, join_timeout):
-    k, placement = compiled.kernel, compiled.placement
-    labels = []
-    for a in placement.agents:
-        labels += [a.name if a.replicas == 1 else f"{a.name}[{r}]" for r in range(a.replicas)]
+    k, placement, skel = compiled.kernel, compiled.placement, compiled.skeleton
+    labels = [inst.label for inst in skel.instances]
+    scalars = _scalar_note(k, args)
+    program = Program(skel, labels)
     trace = getattr(_RECORDING, "trace", None)
     if trace is None:
-        mon = Monitor(k.name, k.file, labels)
+        mon = Monitor(k.name, k.file, labels, scalars)
     else:
-        mon = _RecordingMonitor(k.name, k.file, labels, trace=trace)
-        table = getattr(compiled, "_trace_lines", None)
-        if table is None:
-            table = compiled._trace_lines = _line_table(compiled)
-        by_agent = {a.name: [lb for lb in labels if lb.split("[")[0] == a.name] for a in placement.agents}
-        prog = ProgramTrace(pid, labels, _object_infos(
-            k, lambda role: by_agent[placement.agent_of(role).name]))
+        mon = _RecordingMonitor(k.name, k.file, labels, scalars, trace=trace)
+        prog = ProgramTrace(pid, labels, _object_infos(skel))
         trace.programs.append(prog)
         trace.kernel_name, trace.file, trace.grid = k.name, k.file, grid
-    objects = {}
-    for p in k.pipes:
-        objects[p.name] = PipeRT(mon, p.name, p.stages, k.role(p.src).replicas, k.role(p.dst).replicas)
-    for e in k.events:
-        objects[e.name] = EventRT(mon, e.name, k.role(e.src).replicas, k.role(e.dst).replicas)
-    for b in k.barriers:
-        members = [lb for a in placement.agents if set(a.roles) & set(b.members)
-                   for lb in labels if lb.split("[")[0] == a.name]
-        objects[b.name] = BarrierRT(mon, b.name, members)
 
     threads, agents = [], []
-    for a in placement.agents:
-        fn = compiled.agent_functions[a.name]
-        for r in range(a.replicas):
-            label = a.name if a.replicas == 1 else f"{a.name}[{r}]"
-            if trace is None:
-                ag = Agent(label, r, pid, grid, objects, mon)
-            else:
-                ag = _RecordingAgent(label, r, pid, grid, objects, mon, trace=trace, table=table,
-                                     program=len(trace.programs) - 1)
+    for inst in skel.instances:
+        fn = compiled.agent_functions[inst.agent]
+        if trace is None:
+            ag = Agent(inst.label, inst.replica, pid, grid, program, mon, inst.index, k.file, k.name)
+        else:
+            ag = _RecordingAgent(inst.label, inst.replica, pid, grid, program, mon, inst.index,
+                                 k.file, k.name, trace=trace, program_index=len(trace.programs) - 1)
 
-            def body(fn=fn, ag=ag):
-                try:
-                    if trace is not None:
-                        ag.begin()
-                    fn(ag, **args)
-                except _Aborted:
-                    pass
-                except BaseException as exc:  # noqa: BLE001 - reported by the launcher
-                    mon.fail(exc)
-                finally:
-                    if trace is not None:
-                        ag.end()
-                    mon.finish(ag.label)
-            threads.append(threading.Thread(target=body, name=f"xsync-{label}", daemon=True))
-            agents.append(ag)
+        def body(fn=fn, ag=ag):
+            try:
+                if trace is not None:
+                    ag.begin()
+                fn(ag, **args)
+            except _Aborted:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - reported by the launcher
+                mon.fail(exc)
+            finally:
+                if trace is not None:
+                    ag.end()
+                mon.finish(ag.label)
+        threads.append(threading.Thread(target=body, name=f"xsync-{inst.label}", daemon=True))
+        agents.append(ag)
     for t in threads:
         t.start()
     deadline = time.monotonic() + join_timeout
@@ -416,6 +699,10 @@ def _run_program(compiled, pid, grid, args, join_timeout):
             f"kernel '{k.name}' program {pid} did not finish within {join_timeout:.0f} s on the CPU "
             f"emulator (agents still computing, none blocked)",
             fix="use smaller shapes, or raise XSYNC_CPU_TIMEOUT"))
+    if mon.failure is None:
+        left = program.leftovers()
+        if left:
+            mon.failure = _leftover_error(k.name, k.file, left, scalars)
     if trace is not None:
         for ag in agents:
             prog.ops.extend(ag.ops)
@@ -432,7 +719,6 @@ def _run_program(compiled, pid, grid, args, join_timeout):
 # with the commit/signal that satisfied it. Off by default: without an active recorder
 # the launcher builds the plain Agent/Monitor above and no per-op code runs.
 _RECORDING = threading.local()
-_SYNC_CALL = re.compile(r"\bag\.(acquire|commit|wait_event|wait|release|signal|sync|arrive)\(")
 
 
 @dataclass
@@ -472,6 +758,7 @@ class SyncObjectInfo:
     src: list[str]              # producer labels (barrier: members)
     dst: list[str]              # consumer labels (barrier: members)
     stages: int = 0
+    channels: tuple = ()        # ((producer labels), (consumer labels)) per skeleton channel
 
 
 @dataclass
@@ -510,38 +797,29 @@ def record():
         _RECORDING.trace = prev
 
 
-def _partners(objects: dict, op: Op, endpoint: dict) -> list[tuple]:
+def _partners(objects: dict, op: Op) -> list[tuple]:
     """Keys (obj, class, label, seq) of the ops that let ``op`` complete.
 
-    The pairing rules are the runtime's: the k-th wait of consumer r follows the k-th
-    commit of its producer (every producer for a gather event); acquire j of a producer
-    follows release j - stages of each consumer it feeds; barrier meeting m of one member
-    follows arrival m of every other member."""
+    The pairing is the skeleton's channels: the k-th wait of a consumer follows the k-th
+    commit of its channel's producer (every producer for a gather event); acquire j of a
+    producer follows release j - stages of each consumer of its channel; barrier meeting m
+    of one member follows arrival m of every other member."""
     info = objects[op.obj]
-    me = endpoint[op.label]
-    paired = len(info.src) == len(info.dst) and len(info.src) > 1
-    if op.kind == "wait":
-        src = info.src[me] if paired else info.src[0]
-        return [(op.obj, "commit", src, op.seq)]
-    if op.kind == "evwait":
-        srcs = [info.src[me]] if paired else info.src
-        return [(op.obj, "signal", s, op.seq) for s in srcs]
-    if op.kind == "acquire":
-        if op.seq < info.stages:
-            return []
-        dsts = [info.dst[me]] if paired else info.dst
-        return [(op.obj, "release", d, op.seq - info.stages) for d in dsts]
     if op.kind == "sync":
         return [(op.obj, "arrival", m, op.seq) for m in info.src if m != op.label]
+    for prods, cons in info.channels:
+        if op.kind == "wait" and op.label in cons:
+            return [(op.obj, "commit", prods[0], op.seq)]
+        if op.kind == "evwait" and op.label in cons:
+            return [(op.obj, "signal", q, op.seq) for q in prods]
+        if op.kind == "acquire" and op.label in prods:
+            if op.seq < info.stages:
+                return []
+            return [(op.obj, "release", d, op.seq - info.stages) for d in cons]
     return []
 
 
 def _link(prog: ProgramTrace):
-    endpoint = {}
-    for info in prog.objects.values():
-        for side in (info.src, info.dst):
-            for i, lb in enumerate(side):
-                endpoint.setdefault(lb, i)
     index = {}
     for i, op in enumerate(prog.ops):
         if op.obj is None or op.kind == "work":
@@ -551,50 +829,10 @@ def _link(prog: ProgramTrace):
     for i, op in enumerate(prog.ops):
         if op.obj is None or op.kind not in ("wait", "evwait", "acquire", "sync") or op.stuck:
             continue
-        for key in _partners(prog.objects, op, endpoint):
+        for key in _partners(prog.objects, op):
             j = index.get(key)
             if j is not None:
                 prog.pairs.append((j, i))
-
-
-def _line_table(compiled) -> dict[int, tuple[int | None, tuple[str, ...]]]:
-    """Generated-source line -> (kernel line, enclosing loop variables) for each sync call."""
-    from xsync.lowering import ir
-    from xsync.lowering.slicing import slice_agent
-
-    def sync_ops(stmts):
-        for s in stmts:
-            if isinstance(s, ir.SyncOp):
-                yield s
-            elif isinstance(s, (ir.RoleBlock, ir.For)):
-                yield from sync_ops(s.body)
-            elif isinstance(s, ir.If):
-                yield from sync_ops(s.body)
-                yield from sync_ops(s.orelse)
-
-    per_agent = {a.name: [s.loc.line for s in sync_ops(slice_agent(compiled.kernel.body, a.roles))]
-                 for a in compiled.placement.agents}
-    table, agent, found, loops = {}, None, [], []
-    for no, text in enumerate(compiled.source.splitlines(), 1):
-        stripped = text.lstrip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        indent = len(text) - len(stripped)
-        while loops and loops[-1][0] >= indent:
-            loops.pop()
-        m = re.match(r"def agent_(\w+)\(", stripped)
-        if m and indent == 0:
-            agent, found, loops = m.group(1), [], []
-            continue
-        m = re.match(r"for (\w+) in ", stripped)
-        if m:
-            loops.append((indent, m.group(1)))
-        if agent is not None and _SYNC_CALL.search(stripped):
-            lines = per_agent.get(agent, [])
-            kline = lines[len(found)] if len(found) < len(lines) else None
-            found.append(no)
-            table[no] = (kline, tuple(v for _, v in loops))
-    return table
 
 
 class _RecordingMonitor(Monitor):
@@ -612,9 +850,9 @@ class _RecordingMonitor(Monitor):
 class _RecordingAgent(Agent):
     """Agent that logs its sync ops and the work between them (recording mode only)."""
 
-    def __init__(self, *args, trace: Trace, table: dict, program: int):
+    def __init__(self, *args, trace: Trace, program_index: int):
         super().__init__(*args)
-        self.trace, self.table, self.program = trace, table, program
+        self.trace, self.program_index = trace, program_index
         self.ops: list[Op] = []
         self.counts: dict[tuple[str, str], int] = {}
         self.t_last = trace.now()
@@ -632,19 +870,17 @@ class _RecordingAgent(Agent):
         if t > self.t_last:
             lines = {k: v for k, v in (("from", self.line_last), ("to", line)) if v is not None}
             self.ops.append(Op(self.label, "work", None, None, lines, self.t_last, t,
-                               program=self.program))
+                               program=self.program_index))
 
-    def _op(self, kind, obj, call):
-        frame = sys._getframe(2)
-        kline, loop_vars = self.table.get(frame.f_lineno, (None, ()))
-        loc = frame.f_locals
-        iteration = {v: loc[v] for v in loop_vars if v in loc}
+    def _op(self, kind, obj, line, at, call):
+        kline = line or None
+        iteration = dict(at or {})
         t0 = self.trace.now()
         self._work(t0, kline)
         cls = "arrival" if kind in ("sync", "arrive") else kind
         seq = self.counts.get((obj, cls), 0)
         self.counts[(obj, cls)] = seq + 1
-        op = Op(self.label, kind, obj, kline, iteration, t0, t0, seq, program=self.program)
+        op = Op(self.label, kind, obj, kline, iteration, t0, t0, seq, program=self.program_index)
         try:
             result = call()
         except BaseException:
@@ -664,38 +900,43 @@ class _RecordingAgent(Agent):
         self.t_last, self.line_last = op.t_end, kline
         return result
 
-    def acquire(self, pipe, line, at=None):
-        return self._op("acquire", pipe, lambda: Agent.acquire(self, pipe, line, at))
+    def acquire(self, pipe, line=0, at=None):
+        return self._op("acquire", pipe, line, at, lambda: Agent.acquire(self, pipe, line, at))
 
-    def commit(self, pipe):
-        return self._op("commit", pipe, lambda: Agent.commit(self, pipe))
+    def commit(self, pipe, line=0, at=None):
+        return self._op("commit", pipe, line, at, lambda: Agent.commit(self, pipe, line, at))
 
-    def wait(self, pipe, line, at=None):
-        return self._op("wait", pipe, lambda: Agent.wait(self, pipe, line, at))
+    def wait(self, pipe, line=0, at=None):
+        return self._op("wait", pipe, line, at, lambda: Agent.wait(self, pipe, line, at))
 
-    def release(self, pipe, line):
-        return self._op("release", pipe, lambda: Agent.release(self, pipe, line))
+    def release(self, pipe, line=0, at=None):
+        return self._op("release", pipe, line, at, lambda: Agent.release(self, pipe, line, at))
 
-    def signal(self, event):
-        return self._op("signal", event, lambda: Agent.signal(self, event))
+    def signal(self, event, line=0, at=None):
+        return self._op("signal", event, line, at, lambda: Agent.signal(self, event, line, at))
 
-    def wait_event(self, event, line, at=None):
-        return self._op("evwait", event, lambda: Agent.wait_event(self, event, line, at))
+    def wait_event(self, event, line=0, at=None):
+        return self._op("evwait", event, line, at, lambda: Agent.wait_event(self, event, line, at))
 
-    def sync(self, barrier, line, at=None):
-        return self._op("sync", barrier, lambda: Agent.sync(self, barrier, line, at))
+    def sync(self, barrier, line=0, at=None):
+        return self._op("sync", barrier, line, at, lambda: Agent.sync(self, barrier, line, at))
 
-    def arrive(self, barrier):
-        return self._op("arrive", barrier, lambda: Agent.arrive(self, barrier))
+    def arrive(self, barrier, line=0, at=None):
+        return self._op("arrive", barrier, line, at, lambda: Agent.arrive(self, barrier, line, at))
 
 
-def _object_infos(k, labels_of) -> dict[str, SyncObjectInfo]:
+def _object_infos(skel) -> dict[str, SyncObjectInfo]:
+    """Labels of each object's ends, from the skeleton (instance labels)."""
+    label = skel.endpoint_label
     out = {}
-    for p in k.pipes:
-        out[p.name] = SyncObjectInfo(p.name, "pipe", labels_of(p.src), labels_of(p.dst), p.stages)
-    for e in k.events:
-        out[e.name] = SyncObjectInfo(e.name, "event", labels_of(e.src), labels_of(e.dst))
-    for b in k.barriers:
-        members = [lb for r in b.members for lb in labels_of(r)]
-        out[b.name] = SyncObjectInfo(b.name, "barrier", members, members)
+    for link in skel.links:
+        chans = tuple((tuple(label(e) for e in ch.producers), tuple(label(e) for e in ch.consumers))
+                      for ch in link.channels)
+        src = list(dict.fromkeys(lb for p, _ in chans for lb in p))
+        dst = list(dict.fromkeys(lb for _, c in chans for lb in c))
+        out[link.obj] = SyncObjectInfo(link.obj, link.kind, src, dst, link.capacity if link.kind == "pipe" else 0,
+                                       chans)
+    for b in skel.barriers:
+        members = [skel.instances[m].label for m in b.members]
+        out[b.obj] = SyncObjectInfo(b.obj, "barrier", members, members)
     return out

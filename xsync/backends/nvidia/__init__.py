@@ -345,7 +345,7 @@ def occupancy_defaults(kernel: ir.KernelIR, placement: Placement, allocation, op
     torch.matmul in one run). Explicit register options or XSYNC_NV_* variables win."""
     if any(key in opts for key in ("maxnreg", "producer_regs", "consumer_regs")):
         return opts
-    warps = sorted(w for _, w in allocation.partitions)
+    warps = sorted(p.warps for p in allocation.partitions)
     smem = sum(p.stages * p.slot_bytes for p in kernel.pipes if placement.crosses(p))
     if warps == [1, 4] and smem <= TWO_CTA_SMEM_BYTES:
         return {**opts, "maxnreg": 128, "producer_regs": 24, "consumer_regs": 232}

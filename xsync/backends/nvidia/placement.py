@@ -3,12 +3,32 @@
 Copy roles share one producer warp (TMA issue needs one thread); matrix and vector
 roles with the same replica count share a consumer warpgroup per replica, so the
 S -> P hand-off of attention stays in registers behind an MMA wait.
+
+Target: an event is an mbarrier waited by parity, so its waiter tells apart one pending
+phase, not two; a named barrier counts the arrivals of one meeting, so a member may not
+arrive for meeting k + 1 while another has not arrived for meeting k; the mbarrier of an
+N -> 1 event counts arrivals, not who arrived, so no source may be two signals ahead of
+another. (Pipe slots have their own full/empty mbarriers and back-pressure: a slot's
+phase cannot run ahead.)
 """
-from xsync.lowering.placement import merge_by_replicas
+from xsync.errors import PhaseAliasingError
+from xsync.lowering.placement import Limit, Target, merge_by_replicas
+
+TARGET = Target(
+    "nvidia", event="an mbarrier (parity wait)", barrier="a named barrier (bar.sync / bar.arrive)",
+    event_limit=Limit(1, "phase aliasing", PhaseAliasingError,
+                      "its mbarrier flips parity twice and the parity wait cannot tell phase k "
+                      "from phase k+2", "phases"),
+    barrier_limit=Limit(1, "phase aliasing", PhaseAliasingError,
+                        "a hardware named barrier counts arrivals per meeting and would mix the "
+                        "two meetings"),
+    gather_limit=Limit(1, "phase aliasing", PhaseAliasingError,
+                       "the event's mbarrier counts arrivals, not who arrived, so two signals of "
+                       "one source complete a phase meant for all sources"))
 
 
 def place(kernel):
     copy = [r for r in kernel.roles if r.kind == "copy"]
     compute = [r for r in kernel.roles if r.kind != "copy"]
-    return (merge_by_replicas(copy, "producer", "producer warp (1 warp, TMA)")
-            + merge_by_replicas(compute, "consumer", "consumer warpgroup (4 warps, wgmma)"))
+    return (merge_by_replicas(copy, "producer", "producer warp (1 warp, TMA)", "producer")
+            + merge_by_replicas(compute, "consumer", "consumer warpgroup (4 warps, wgmma)", "consumer"))

@@ -949,46 +949,21 @@ class NvidiaRenderer(PythonRenderer):
                 use.descs[shape] = f"{use.name}_desc" + (f"_{shape[0]}x{shape[1]}" if many else "")
 
     def _assign_barriers(self):
+        # mbarrier groups as the allocation sized them (rings x stages, from the skeleton)
         k = 0
-        for p in self.kernel.pipes:
-            if not self.placement.crosses(p):
-                continue
-            pairs = self._paired(p)
-            n = p.stages * (pairs or 1)
-            for side in ("full", "empty"):
-                self.bar_base[f"{p.name}:{side}"] = k
-                self.bar_count[f"{p.name}:{side}"] = n
-                k += n
-        for e in self.kernel.events:
-            if not self.placement.crosses(e):
-                continue
-            n = self._paired(e) or 1
-            self.bar_base[f"{e.name}:event"] = k
-            self.bar_count[f"{e.name}:event"] = n
-            k += n
+        for g in self.allocation.mbarriers:
+            self.bar_base[f"{g.obj}:{g.side}"] = k
+            self.bar_count[f"{g.obj}:{g.side}"] = g.barriers
+            k += g.barriers
         self.num_bars = k
 
     def _paired(self, obj) -> int:
         """Replica count when obj links replica i to replica i (each pair has its own ring)."""
-        src, dst = self.kernel.role(obj.src), self.kernel.role(obj.dst)
-        return src.replicas if src.replicas == dst.replicas and src.replicas > 1 else 0
-
-    def arrive_count(self, obj: str, what: str) -> int:
-        """Arrive count of an mbarrier, as the allocation table states it."""
-        for r in self.allocation.rows:
-            if r.obj == obj and r.what == what:
-                m = re.search(r"count=(\d+)", r.resource)
-                if m:
-                    return int(m.group(1))
-        self.fail(f"the allocation has no '{what}' for '{obj}'", objects=(obj,))
+        link = self.allocation.skeleton.link(obj.name)
+        return link.rings if link.paired else 0
 
     def barrier_threads(self, b: ir.Barrier) -> int:
-        warps = 0
-        for label, w in self.allocation.partitions:
-            agent = self.placement.agents[[a.name for a in self.placement.agents].index(label.split("[")[0])]
-            if set(agent.roles) & set(b.members):
-                warps += w
-        return 32 * warps
+        return self.allocation.named_barrier(b.name).threads
 
     # ------------------------------------------------------------ layouts
     def layout_const(self, name: str, ctor: str, note: str) -> str:
@@ -1494,10 +1469,17 @@ class NvidiaRenderer(PythonRenderer):
                 self.bar_wait(obj, "event", idx, f"{cnt} & 1", "wait", cnt, line, f"xs.wait({obj.name})")
                 o.line(f"{cnt} += 1")
         else:
+            # member roles sharing this partition meet once per meeting (skeleton.points)
+            point = self.allocation.skeleton.renders(self.agent.name, s)
+            if point is None:
+                at = self.allocation.skeleton.point(self.agent.name, s).at.loc.line
+                o.line(f"# line {line}: {obj.name}.{s.verb}() -- met once for this partition at line {at}")
+                return
             bid = self.allocation.barrier_id(obj.name)
             n = self.barrier_threads(obj)
-            fn = "xs_named_barrier_sync" if s.verb == "sync" else "xs_named_barrier_arrive"
-            o.line(f"{fn}({bid}, {n})  # line {line}: {obj.name}.{s.verb}() -- named barrier {bid}, {n} threads")
+            fn = "xs_named_barrier_sync" if point.waits else "xs_named_barrier_arrive"
+            verb = "sync" if point.waits else "arrive"
+            o.line(f"{fn}({bid}, {n})  # line {line}: {obj.name}.{verb}() -- named barrier {bid}, {n} threads")
 
     def pipe_op(self, s: ir.SyncOp, pipe: ir.Pipe):
         o, line, name, st = self.out, s.loc.line, pipe.name, pipe.stages
@@ -1561,7 +1543,7 @@ class NvidiaRenderer(PythonRenderer):
         return PINGPONG_PLACEMENTS[0] if v else None
 
     def pingpong_threads(self, agent) -> int:
-        return 32 * sum(w for label, w in self.allocation.partitions if label.split("[")[0] == agent.name)
+        return 32 * sum(p.warps for p in self.allocation.partitions_of(agent.name))
 
     def sched_barrier(self, s: SchedBarrier):
         o = self.out
@@ -1598,8 +1580,8 @@ class NvidiaRenderer(PythonRenderer):
         opts = self.options
         prod = int(opts.get("producer_regs", 40))
         parts = self.allocation.partitions
-        n_consumers = sum(1 for label, _ in parts if not label.startswith("producer"))
-        prod_groups = math.ceil(sum(w for label, w in parts if label.startswith("producer")) / 4)
+        n_consumers = sum(1 for p in parts if not p.agent.startswith("producer"))
+        prod_groups = math.ceil(sum(p.warps for p in parts if p.agent.startswith("producer")) / 4)
         cons = opts.get("consumer_regs")
         if cons is None:
             cons = min(232, _round8((512 - prod_groups * prod) / max(1, n_consumers)))
@@ -1610,12 +1592,10 @@ class NvidiaRenderer(PythonRenderer):
         self.out = body_out = Emitter()
         prod_regs, cons_regs = self.regs()
         parts = []
-        for label, warps in self.allocation.partitions:
-            agent_name = label.split("[")[0]
-            agent = next(a for a in self.placement.agents if a.name == agent_name)
-            replica = int(label.split("[")[1][:-1]) if "[" in label else 0
-            regs = prod_regs if agent_name.startswith("producer") else cons_regs
-            parts.append((label, agent, replica, warps, regs))
+        for part in self.allocation.partitions:
+            agent = next(a for a in self.placement.agents if a.name == part.agent)
+            regs = prod_regs if part.agent.startswith("producer") else cons_regs
+            parts.append((part.label, agent, part.replica, part.warps, regs))
         if parts[0][3] != 4:
             self.fail("the default partition must be a 4-warp consumer warpgroup",
                       fix="give the kernel at least one matrix or vector role")
@@ -1652,7 +1632,7 @@ class NvidiaRenderer(PythonRenderer):
         # agent functions (render twice: the first pass learns 1-D layout preferences)
         agent_src = {}
         for agent in self.placement.agents:
-            warps = next(w for lb, w in self.allocation.partitions if lb.split("[")[0] == agent.name)
+            warps = self.allocation.partitions_of(agent.name)[0].warps
             self.warps = warps
             stmts = slice_agent(k.body, agent.roles)
             if self.options.get("fuse_mma", True):
@@ -1787,11 +1767,7 @@ class NvidiaRenderer(PythonRenderer):
                             self.wait_sites, agent_ids, self.num_bars, self.debug_hang, desc_layouts)
 
     def _init_count(self, obj, side):
-        if side == "full":
-            return self.arrive_count(obj, "full barriers")
-        if side == "empty":
-            return self.arrive_count(obj, "empty barriers")
-        return self.arrive_count(obj, "event barrier")
+        return self.allocation.mbarrier(obj, side).arrive_count
 
     def helpers(self, o: Emitter):
         o.line()

@@ -1,0 +1,1042 @@
+"""The verifier's corpus: kernels a user could plausibly write, one per case, named by the
+class of mistake the verifier once made on them (issue 11) or must keep making right.
+
+A line marked ``# BUG`` is where the diagnosis must point. ``tests/core/test_corpus.py``
+holds the expectation of each kernel (error class, wording, backends); kernels whose name
+ends in ``_fixed`` apply the fix the verifier's message proposes for the kernel of the same
+stem, and must verify.
+
+Classes:
+* late: accepted before, then hung or overflowed at larger trip counts;
+* correct: correct kernels that were rejected (every placement must accept them);
+* consistent: the counterexample must be one that can happen (related trip counts);
+* hint: the proposed fix must fix (the ``_fixed`` variants);
+* emulator: with the verifier off, the CPU emulator must report what the verifier would;
+* pairing: replica pairing corners (1 -> N, N -> N, N -> 1).
+"""
+import xsync as xs
+
+EX = dict(x=xs.float32, y=xs.float32, BLOCK=16, STAGES=2)
+GEMM = dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=32, BN=32, BK=16, STAGES=2)
+
+
+# ====================================================================== late
+@xs.kernel(example=EX)
+def late_skip_release_every_8th(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for j in range(n):
+        with load:
+            s = ring.acquire()  # BUG
+            s.t = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [j * BLOCK, 0], got.t)
+            if j % 8 != 7:
+                ring.release()
+
+
+@xs.kernel(example=EX)
+def late_skip_release_every_8th_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            if j % 8 != 7:
+                xs.store(y, [j * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def late_flag_overflow(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # matrix and vector roles: different cores on Ascend, one warpgroup on Hopper
+    mma = xs.role("mma", kind="matrix")
+    vec = xs.role("vec", kind="vector")
+    tick = xs.event(mma, vec)  # BUG
+    for i in range(n):
+        with mma:
+            xs.signal(tick)
+        with vec:
+            xs.wait(tick)
+
+
+@xs.kernel(example=EX)
+def late_flag_overflow_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    mma = xs.role("mma", kind="matrix")
+    vec = xs.role("vec", kind="vector")
+    tick = xs.event(mma, vec)
+    done = xs.event(vec, mma)          # back-pressure: one tick in flight at a time
+    for i in range(n):
+        with mma:
+            if i > 0:
+                xs.wait(done)
+            xs.signal(tick)
+        with vec:
+            xs.wait(tick)
+            if i < n - 1:
+                xs.signal(done)
+
+
+@xs.kernel(example=EX)
+def late_phase_aliasing(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")       # the Hopper producer warp
+    work = xs.role("work", kind="vector")     # a consumer warpgroup
+    tick = xs.event(load, work)  # BUG
+    for i in range(n):
+        with load:
+            xs.signal(tick)
+        with work:
+            xs.wait(tick)
+
+
+@xs.kernel(example=EX)
+def late_leak_after_threshold(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=4, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()  # BUG
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            if i < 5:
+                ring.release()
+
+
+@xs.kernel(example=EX)
+def late_gather_runs_ahead(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # two vector warpgroups signal one copy warp; nothing holds the fast one back, and an
+    # mbarrier counts arrivals, not who arrived
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector", replicas=2)
+    done = xs.event(work, load)  # BUG
+    for i in range(n):
+        with work:
+            xs.signal(done)
+        with load:
+            xs.wait(done)
+
+
+@xs.kernel(example=EX)
+def late_arrive_runs_ahead(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    team = xs.barrier(load, work)  # BUG
+    for i in range(n):
+        with load:
+            team.arrive()
+        with work:
+            team.sync()
+
+
+@xs.kernel(example=EX)
+def late_arrive_runs_ahead_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    team = xs.barrier(load, work)
+    for i in range(n):
+        with load:
+            team.sync()
+        with work:
+            team.sync()
+
+
+@xs.kernel(example=EX)
+def late_nested_inner_short(x, y, n, m, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for t in range(n):
+        with load:
+            for k in range(m):
+                s = ring.acquire()  # BUG
+                s.t = xs.load(x, [k * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+        with work:
+            for k in range(m - 1):
+                got = ring.wait()
+                xs.store(y, [k * BLOCK, 0], got.t)
+                ring.release()
+
+
+# Found by the differential test (tests/core/protogen.py) against a verifier that, like the
+# first one, tried run-time trip counts only up to stages + 2: each was accepted there and
+# fails on the emulator at a larger n.
+@xs.kernel(example=EX)
+def late_found_wait_skipped_every_8th(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # generated protocol 45: a release on the path where the wait was skipped (n >= 8)
+    r0 = xs.role("r0", kind="matrix", replicas=2)
+    r1 = xs.role("r1", kind="matrix")
+    p0 = xs.pipe(r1, r0, stages=1)
+    for i in range(n):
+        with r1:
+            p0.acquire()
+            p0.commit()
+        with r0:
+            if i % 8 != 7:
+                p0.wait()
+            p0.release()  # BUG
+
+
+@xs.kernel(example=EX)
+def late_found_barrier_after_threshold(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # generated protocol 87: from i = 10 on only one member meets the barrier (n >= 12)
+    r0 = xs.role("r0", kind="vector")
+    r1 = xs.role("r1", kind="vector")
+    e0 = xs.event(r1, r0)
+    e1 = xs.event(r0, r1)
+    b2 = xs.barrier()
+    if n > 2:
+        for i in range(n - 1):
+            with r1:
+                xs.signal(e0)
+                xs.wait(e1)
+                if i > 9:
+                    b2.sync()  # BUG
+            with r0:
+                xs.wait(e0)
+                xs.signal(e1)
+                if i > 9:
+                    if i < 9:
+                        b2.sync()
+
+
+@xs.kernel(example=EX)
+def late_found_arrive_stops_after_8(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # generated protocol 237: one member stops arriving after 8 meetings (n >= 17)
+    r1 = xs.role("r1", kind="copy", replicas=2)
+    r2 = xs.role("r2", kind="copy")
+    r3 = xs.role("r3", kind="vector", replicas=2)
+    b0 = xs.barrier(r2, r1, r3)
+    for i in range(xs.cdiv(n, 2)):
+        with r3:
+            b0.sync()
+        with r2:
+            if i < 8:
+                b0.arrive()  # BUG ascend
+        with r1:
+            b0.sync()  # BUG
+
+
+@xs.kernel(example=EX)
+def late_found_release_skipped_once(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # generated protocol 257: the 8th slot of p1 is never released (n >= 15)
+    r0 = xs.role("r0", kind="matrix")
+    r1 = xs.role("r1", kind="matrix")
+    r2 = xs.role("r2", kind="copy")
+    p0 = xs.pipe(r0, r1, stages=4)
+    p1 = xs.pipe(r0, r2, stages=2)  # BUG
+    p2 = xs.pipe(r1, r0, stages=1)
+    for i in range(xs.cdiv(n, 2)):
+        with r1:
+            p0.wait()  # BUG nvidia ascend (r1 and r0 share an agent there: wrong source order)
+            p0.release()
+            p2.acquire()
+            p2.commit()
+        with r2:
+            p1.wait()
+            if i != 7:
+                p1.release()
+        with r0:
+            p0.acquire()
+            p0.commit()
+            p1.acquire()
+            p1.commit()
+            p2.wait()
+            p2.release()
+
+
+# ====================================================================== correct
+@xs.kernel(example=EX)
+def correct_peeled_first_iteration(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    if n > 0:
+        with load:
+            s0 = ring.acquire()
+            s0.t = xs.load(x, [0, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            g0 = ring.wait()
+            xs.store(y, [0, 0], g0.t)
+            ring.release()
+    for i in range(1, n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def correct_cdiv_and_floor_agree(x, y, K, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # full blocks in the main loop, the partial one in a guarded tail
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    full = K // BLOCK
+    for k in range(full):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [k * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [k * BLOCK, 0], got.t)
+            ring.release()
+    if xs.cdiv(K, BLOCK) > full:
+        with load:
+            st = ring.acquire()
+            st.t = xs.load(x, [full * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            gt = ring.wait()
+            xs.store(y, [full * BLOCK, 0], gt.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def correct_replica_barrier_on_cube(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the Ascend cube runs both replicas of 'mma' one after the other: the barrier among
+    # them is met by program order there, and by the two warpgroups on Hopper
+    mma = xs.role("mma", kind="matrix", replicas=2)
+    soft = xs.role("soft", kind="vector", replicas=2)
+    s_pipe = xs.pipe(mma, soft, stages=1, s=xs.tile([BLOCK, BLOCK], xs.float32))
+    team = xs.barrier(mma)
+    for i in range(n):
+        with mma:
+            t = xs.load(x, [xs.replica_id() * BLOCK, 0], [BLOCK, BLOCK])
+            out = s_pipe.acquire()
+            out.s = xs.mma(t, t)
+            s_pipe.commit()
+            team.sync()
+        with soft:
+            got = s_pipe.wait()
+            xs.store(y, [xs.replica_id() * BLOCK, 0], got.s)
+            s_pipe.release()
+
+
+@xs.kernel(example=EX)
+def correct_barrier_of_roles_sharing_an_agent(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # mma and softmax share the Hopper consumer warpgroup; load and mma share the Ascend
+    # cube: each agent meets the barrier once per meeting
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    soft = xs.role("softmax", kind="vector")
+    tiles = xs.pipe(load, mma, stages=STAGES, a=xs.tile([BLOCK, BLOCK], xs.float32))
+    s_pipe = xs.pipe(mma, soft, stages=1, s=xs.tile([BLOCK, BLOCK], xs.float32))
+    team = xs.barrier(load, mma, soft)
+    for i in range(n):
+        with load:
+            sl = tiles.acquire()
+            sl.a = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            tiles.commit()
+            team.sync()
+        with mma:
+            g = tiles.wait()
+            o = s_pipe.acquire()
+            o.s = xs.mma_wait(xs.mma(g.a, g.a), pending=0)
+            s_pipe.commit()
+            tiles.release()
+            team.sync()
+        with soft:
+            got = s_pipe.wait()
+            xs.store(y, [i * BLOCK, 0], got.s)
+            s_pipe.release()
+            team.sync()
+
+
+@xs.kernel(example=EX)
+def correct_all_roles_barrier(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    soft = xs.role("softmax", kind="vector", replicas=2)
+    tiles = xs.pipe(load, mma, stages=STAGES, a=xs.tile([BLOCK, BLOCK], xs.float32))
+    s_pipe = xs.pipe(mma, soft, stages=1, s=xs.tile([BLOCK, BLOCK], xs.float32))
+    everyone = xs.barrier()
+    for i in range(n):
+        with load:
+            sl = tiles.acquire()
+            sl.a = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            tiles.commit()
+        with mma:
+            g = tiles.wait()
+            o = s_pipe.acquire()
+            o.s = xs.mma_wait(xs.mma(g.a, g.a), pending=0)
+            s_pipe.commit()
+            tiles.release()
+        with soft:
+            got = s_pipe.wait()
+            xs.store(y, [i * BLOCK + xs.replica_id() * BLOCK, 0], got.s)
+            s_pipe.release()
+        with load:
+            everyone.sync()
+        with mma:
+            everyone.sync()
+        with soft:
+            everyone.sync()
+
+
+@xs.kernel(example=GEMM)
+def correct_named_bound_with_prologue(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr,
+                                      BK: xs.constexpr, STAGES: xs.constexpr):
+    # the first K step is peeled under `if n_k > 0`; the main loop starts at 1
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES, a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+    n_k = xs.cdiv(K, BK)
+    with mma:
+        acc = xs.zeros([BM, BN], xs.float32)
+    if n_k > 0:
+        with load:
+            s0 = tiles.acquire()
+            s0.a = xs.load(a, [0, 0], [BM, BK])
+            s0.b = xs.load(b, [0, 0], [BK, BN])
+            tiles.commit()
+        with mma:
+            g0 = tiles.wait()
+            acc = xs.mma(g0.a, g0.b, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release()
+    for k in range(1, n_k):
+        with load:
+            s = tiles.acquire()
+            s.a = xs.load(a, [0, k * BK], [BM, BK])
+            s.b = xs.load(b, [k * BK, 0], [BK, BN])
+            tiles.commit()
+        with mma:
+            g = tiles.wait()
+            acc = xs.mma(g.a, g.b, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release()
+    with mma:
+        xs.store(c, [0, 0], acc)
+
+
+@xs.kernel(example=EX)
+def correct_periodic_both_sides(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for j in range(n):
+        if j % 8 == 7:          # every 8th block travels; the condition is replicated
+            with load:
+                s = ring.acquire()
+                s.t = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [j * BLOCK, 0], got.t)
+                ring.release()
+
+
+@xs.kernel(example=EX)
+def correct_nested_runtime_loops(x, y, n, m, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # n tiles of m K-steps each; after each tile the consumer hands a slot back to the
+    # producer (a pipe has back-pressure, so it stays correct for m = 0 too)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    done = xs.pipe(work, load, stages=1)
+    for t in range(n):
+        for k in range(m):
+            with load:
+                s = ring.acquire()
+                s.t = xs.load(x, [k * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [k * BLOCK, 0], got.t)
+                ring.release()
+        with work:
+            done.acquire()
+            done.commit()
+        with load:
+            done.wait()
+            done.release()
+
+
+@xs.kernel(example=EX)
+def correct_persistent_tiles(x, y, tiles_total, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # every agent walks the same tiles: pid, pid + programs, ...
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for tile in range(xs.program_id(0), tiles_total, xs.num_programs(0)):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [tile * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [tile * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=dict(x=xs.float32, y=xs.float32, cu=xs.int32, BLOCK=16, STAGES=2))
+def correct_sequence_lengths(x, y, cu, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # a variable-length batch: the trip count comes from two load_scalar values
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    b = xs.program_id(0)
+    start = xs.load_scalar(cu, b)
+    length = xs.load_scalar(cu, b + 1) - start
+    if length > 0:
+        for k in range(0, length, BLOCK):
+            with load:
+                s = ring.acquire()
+                s.t = xs.load(x, [start + k, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [start + k, 0], got.t)
+                ring.release()
+
+
+@xs.kernel(example=EX)
+def correct_credit_backpressure(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # two credits: the signaller runs at most two ticks ahead, whatever n
+    mma = xs.role("mma", kind="matrix")
+    vec = xs.role("vec", kind="vector")
+    tick = xs.event(mma, vec)
+    credit = xs.event(vec, mma)
+    with vec:
+        xs.signal(credit)
+        xs.signal(credit)
+    for i in range(n):
+        with mma:
+            xs.wait(credit)
+            xs.signal(tick)
+        with vec:
+            xs.wait(tick)
+            xs.signal(credit)
+    with mma:
+        xs.wait(credit)
+        xs.wait(credit)
+
+
+@xs.kernel(example=EX)
+def correct_broadcast_with_team(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # one producer, two consumer replicas that each release every slot and meet after it
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector", replicas=2)
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    team = xs.barrier(work)
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            if i % 2 == xs.replica_id():
+                xs.store(y, [i * BLOCK, 0], got.t)
+            ring.release()
+            team.sync()
+
+
+@xs.kernel(example=EX)
+def correct_deferred_release(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the consumer releases one slot late (it keeps the previous one), so it needs 2 stages
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=2, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            if i > 0:
+                ring.release()
+    if n > 0:
+        with work:
+            ring.release()
+
+
+# ====================================================================== consistent
+@xs.kernel(example=EX)
+def consistent_range_one_short(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
+    with load:
+        for i in range(n):
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+    with work:
+        for i in range(1, n):
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def consistent_cdiv_vs_floor(x, y, K, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
+    with load:
+        for k in range(xs.cdiv(K, BLOCK)):
+            s = ring.acquire()
+            s.t = xs.load(x, [k * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+    with work:
+        for k in range(K // BLOCK):
+            got = ring.wait()
+            xs.store(y, [k * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def consistent_producer_runs_longer(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the consumer releases everything it waits for; it just stops early: a hang in the
+    # producer's acquire, blamed on the trip counts, not on a missing release
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=1, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    with load:
+        for i in range(n + 2):
+            s = ring.acquire()  # BUG
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+    with work:
+        for i in range(n):
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def consistent_blames_the_waiter(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # 'c' finishes; only 'a' and 'b' are stuck (a waits for b's signal that b never sends)
+    a = xs.role("a", kind="copy")
+    b = xs.role("b", kind="vector")
+    c = xs.role("c", kind="matrix")
+    ab = xs.event(b, a)
+    bc = xs.event(c, b)
+    ready = xs.event(a, b)
+    with c:
+        xs.signal(bc)
+    with b:
+        xs.wait(bc)
+        xs.wait(ready)
+        xs.signal(ab)
+    with a:
+        xs.wait(ab)  # BUG
+        xs.signal(ready)
+
+
+@xs.kernel(example=EX)
+def consistent_leftover_not_release(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # one extra slot committed after the loop: a leftover, not a missing release
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=4, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            ring.release()
+    with load:
+        extra = ring.acquire()
+        extra.t = xs.load(x, [0, 0], [BLOCK, BLOCK])
+        ring.commit()
+
+
+# ====================================================================== hint
+@xs.kernel(example=dict(x=xs.float32, y=xs.float32, BLOCK=16, STAGES=2))
+def hint_per_role_loops_on_cube(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES, a=xs.tile([BLOCK, BLOCK], xs.float32))
+    with load:
+        for i in range(n):
+            sl = tiles.acquire()  # BUG
+            sl.a = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            tiles.commit()
+    with mma:
+        acc = xs.zeros([BLOCK, BLOCK], xs.float32)
+        for i in range(n):
+            g = tiles.wait()
+            acc = xs.mma(g.a, g.a, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release()
+        xs.store(y, [0, 0], acc)
+
+
+@xs.kernel(example=dict(x=xs.float32, y=xs.float32, BLOCK=16, STAGES=2))
+def hint_per_role_loops_on_cube_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES, a=xs.tile([BLOCK, BLOCK], xs.float32))
+    with mma:
+        acc = xs.zeros([BLOCK, BLOCK], xs.float32)
+    for i in range(n):
+        with load:
+            sl = tiles.acquire()
+            sl.a = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            tiles.commit()
+        with mma:
+            g = tiles.wait()
+            acc = xs.mma(g.a, g.a, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release()
+    with mma:
+        xs.store(y, [0, 0], acc)
+
+
+@xs.kernel(example=EX)
+def hint_too_few_stages(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the consumer keeps two slots before it releases the oldest: 2 stages are not enough
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=2, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()  # BUG
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            if i > 1:
+                ring.release()
+    with work:
+        if n > 0:
+            ring.release()
+        if n > 1:
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def hint_too_few_stages_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=3, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            if i > 1:
+                ring.release()
+    with work:
+        if n > 0:
+            ring.release()
+        if n > 1:
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def hint_handoff_order(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    mma = xs.role("mma", kind="matrix")
+    soft = xs.role("softmax", kind="vector")
+    s_pipe = xs.pipe(mma, soft, stages=2, s=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with soft:
+            got = s_pipe.wait()  # BUG
+            xs.store(y, [i * BLOCK, 0], got.s)
+            s_pipe.release()
+        with mma:
+            t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            out = s_pipe.acquire()
+            out.s = xs.mma(t, t)
+            s_pipe.commit()
+
+
+@xs.kernel(example=EX)
+def hint_handoff_order_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    mma = xs.role("mma", kind="matrix")
+    soft = xs.role("softmax", kind="vector")
+    s_pipe = xs.pipe(mma, soft, stages=2, s=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with mma:
+            t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            out = s_pipe.acquire()
+            out.s = xs.mma(t, t)
+            s_pipe.commit()
+        with soft:
+            got = s_pipe.wait()
+            xs.store(y, [i * BLOCK, 0], got.s)
+            s_pipe.release()
+
+
+@xs.kernel(example=EX)
+def hint_loop_bounds(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    with load:
+        for i in range(n):
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+    with work:
+        for i in range(n + 1):
+            got = ring.wait()  # BUG
+            xs.store(y, [i * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def hint_loop_bounds_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def hint_barrier_calls_do_not_pair(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # on Hopper mma and softmax share a warpgroup; their barrier calls sit in different loops
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    soft = xs.role("softmax", kind="vector")
+    team = xs.barrier(load, mma, soft)
+    with load:
+        for i in range(n):
+            team.sync()  # BUG ascend
+    with mma:
+        for i in range(n):
+            team.sync()  # BUG
+    with soft:
+        for i in range(n):
+            team.sync()
+
+
+@xs.kernel(example=EX)
+def hint_barrier_calls_do_not_pair_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    soft = xs.role("softmax", kind="vector")
+    team = xs.barrier(load, mma, soft)
+    for i in range(n):
+        with load:
+            team.sync()
+        with mma:
+            team.sync()
+        with soft:
+            team.sync()
+
+
+@xs.kernel(example=EX)
+def hint_arrive_waits_on_ascend(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # cube arrives and only then signals; the vector syncs and waits for the signal first:
+    # fine where arrive() does not wait, a deadlock on Ascend where it does
+    cube = xs.role("cube", kind="copy")
+    vec = xs.role("vec", kind="vector")
+    team = xs.barrier(cube, vec)
+    go = xs.event(cube, vec)  # BUG nvidia (arrive does not wait there: no back-pressure)
+    for i in range(n):
+        with vec:
+            xs.wait(go)
+            team.sync()
+        with cube:
+            team.arrive()  # BUG
+            xs.signal(go)
+
+
+@xs.kernel(example=EX)
+def hint_arrive_waits_on_ascend_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    cube = xs.role("cube", kind="copy")
+    vec = xs.role("vec", kind="vector")
+    team = xs.barrier(cube, vec)
+    go = xs.event(cube, vec)  # BUG nvidia (still no back-pressure on Hopper)
+    for i in range(n):
+        with vec:
+            xs.wait(go)
+            team.sync()
+        with cube:
+            xs.signal(go)
+            team.arrive()
+
+
+# ====================================================================== emulator
+@xs.kernel(example=EX)
+def emulator_release_without_slot(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            if i > 0:
+                ring.release()
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+    with work:
+        ring.release()  # BUG: with n = 0 nothing was waited
+
+
+@xs.kernel(example=EX)
+def emulator_incomplete_meeting(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    team = xs.barrier(load, work)  # BUG
+    for i in range(n):
+        with load:
+            team.arrive()  # BUG ascend
+        with work:
+            if i > 0:
+                team.arrive()
+
+
+# ====================================================================== pairing
+@xs.kernel(example=EX)
+def pairing_broadcast_one_replica_skips(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # 1 -> N: every replica must release every slot; replica 1 skips odd ones
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector", replicas=2)
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()  # BUG
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            if xs.replica_id() == 0 or i % 2 == 0:
+                ring.release()
+
+
+@xs.kernel(example=EX)
+def pairing_paired_replicas(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # N -> N: replica i feeds replica i (each pair has its own ring)
+    mma = xs.role("mma", kind="matrix", replicas=2)
+    soft = xs.role("soft", kind="vector", replicas=2)
+    ring = xs.pipe(mma, soft, stages=2, s=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with mma:
+            t = xs.load(x, [xs.replica_id() * BLOCK, 0], [BLOCK, BLOCK])
+            o = ring.acquire()
+            o.s = xs.mma(t, t)
+            ring.commit()
+        with soft:
+            got = ring.wait()
+            xs.store(y, [xs.replica_id() * BLOCK, 0], got.s)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def pairing_gather_needs_every_source(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # N -> 1: the waiter needs both replicas' signals; replica 1 signals one less
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector", replicas=2)
+    done = xs.event(work, load)
+    ack = xs.event(load, work)
+    for i in range(n):
+        with work:
+            if xs.replica_id() == 0 or i > 0:
+                xs.signal(done)
+        with load:
+            xs.wait(done)  # BUG
+            xs.signal(ack)
+        with work:
+            xs.wait(ack)
+
+
+@xs.kernel(example=EX)
+def pairing_gather_with_ack(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # N -> 1 done, 1 -> N ack: the sources stay in step, so the gather is safe on Hopper
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector", replicas=2)
+    done = xs.event(work, load)
+    ack = xs.event(load, work)
+    for i in range(n):
+        with work:
+            xs.signal(done)
+        with load:
+            xs.wait(done)
+            xs.signal(ack)
+        with work:
+            xs.wait(ack)
+
+
+@xs.kernel(example=EX)
+def pairing_paired_event_replica_short(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # N -> N event: replica 1 of 'mma' signals its partner one time less
+    mma = xs.role("mma", kind="matrix", replicas=2)
+    soft = xs.role("soft", kind="vector", replicas=2)
+    ev = xs.event(mma, soft)
+    for i in range(n):
+        with mma:
+            if xs.replica_id() == 0 or i > 0:  # BUG ascend
+                xs.signal(ev)
+        with soft:
+            xs.wait(ev)  # BUG
+
+
+@xs.kernel(example=EX)
+def pairing_paired_across_agents(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # N -> N between two agents on Hopper (two copy warps, two consumer warpgroups): each
+    # pair has its own ring, so the full/empty arrays hold rings x stages mbarriers
+    load = xs.role("load", kind="copy", replicas=2)
+    work = xs.role("work", kind="vector", replicas=2)
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [xs.replica_id() * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [xs.replica_id() * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def consistent_data_dependent_release(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # a release under a condition on tile data: not a function of the scalars, so the
+    # verifier tries both truth values (the same at every evaluation) and says so
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()  # BUG
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            if xs.max(xs.max(got.t, 1), 0) > 0:
+                ring.release()

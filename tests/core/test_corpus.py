@@ -1,0 +1,261 @@
+"""The verifier's corpus (tests/core/corpus.py): every kernel gets the right verdict on
+every placement -- error class, the line marked ``# BUG`` (``# BUG <backend>`` where the
+placement moves it), the scalar values and wording of the counterexample, a fix -- and
+every correct kernel is accepted on all three placements. A verdict that differs from the
+CPU's names the placement fact behind it. The hints the messages give are applied
+(``*_fixed`` kernels) and verified again; with the verifier off the CPU emulator reports
+what the verifier would."""
+import inspect
+import re
+
+import pytest
+import torch
+
+import xsync as xs
+from tests.core import corpus as C
+from xsync.errors import (CounterLimitError, DeadlockError, FlagOverflowError, LeftoverError,
+                          PhaseAliasingError, ProtocolError, SlotOrderError, StallError, XSyncError)
+from xsync.kernel import Kernel
+
+BACKENDS = ("cpu", "nvidia", "ascend")
+KERNELS = sorted(n for n, v in vars(C).items() if isinstance(v, Kernel))
+
+
+def same(cls, *needles):
+    return {b: (cls, needles) for b in BACKENDS}
+
+
+# name -> {backend: (error class, regexes the message must contain)}; a backend left out
+# accepts the kernel
+EXPECT = {
+    "late_skip_release_every_8th": same(
+        DeadlockError, r"with n = 17: loop at line \d+ `range\(0, n, 1\)` runs 17 time\(s\)",
+        r"\(j=16\): acquire on pipe 'ring'", r"'work' waits for 17 slot\(s\) of pipe 'ring' and releases 15"),
+    "late_flag_overflow": {"ascend": (FlagOverflowError, (
+        r"with n = 16", r"event 'tick' has 16 sets pending for vec \(vector\)", r"at most 15"))},
+    "late_phase_aliasing": {
+        "nvidia": (PhaseAliasingError, (r"with n = 2", r"2 phases pending for work \(consumer\)", r"parity")),
+        "ascend": (FlagOverflowError, (r"with n = 16", r"16 sets pending"))},
+    "late_leak_after_threshold": same(DeadlockError, r"with n = 10", r"'work' waits for 10 slot\(s\) of pipe 'ring' and releases 5"),
+    "late_gather_runs_ahead": {
+        "nvidia": (PhaseAliasingError, (r"event 'done'", r"work\[0\] \(consumer\[0\]\), work\[1\]")),
+        "ascend": (FlagOverflowError, (r"with n = 16", r"pending for load \(cube\)"))},
+    "late_arrive_runs_ahead": {"nvidia": (PhaseAliasingError, (
+        r"barrier 'team' \(producer\) arrives 2 meeting\(s\) ahead of consumer", r"use team.sync\(\)"))},
+    "late_found_wait_skipped_every_8th": same(
+        SlotOrderError, r"with n = 8: loop at line \d+ `range\(0, n, 1\)` runs 8 time\(s\)",
+        r"at iteration i=7", r"r0\[0\][^\n]* does 7 wait\(s\)"),
+    "late_found_barrier_after_threshold": {
+        "cpu": (DeadlockError, (r"with n = 12", r"\(i=10\): sync on barrier 'b2'", r"r0, which has finished")),
+        "nvidia": (ProtocolError, (r"roles 'r0' and 'r1' share agent 'consumer'",)),
+        "ascend": (ProtocolError, (r"roles 'r0' and 'r1' share agent 'vector'",))},
+    "late_found_arrive_stops_after_8": {
+        "cpu": (DeadlockError, (r"with n = 17", r"\(meeting 9\): waiting for r2, which has finished")),
+        "nvidia": (DeadlockError, (r"with n = 17", r"waiting for r2, which has finished")),
+        "ascend": (ProtocolError, (r"roles 'r1' and 'r2' share agent 'cube'",))},
+    "late_found_release_skipped_once": {
+        "cpu": (LeftoverError, (r"with n = 15", r"pipe 'p1': 1 slot\(s\) waited by r2 never released",
+                                r"the first one: line \d+ \(i=7\)")),
+        "nvidia": (DeadlockError, (r"placement: on the nvidia placement 'r0' and 'r1' share agent 'consumer'",)),
+        "ascend": (DeadlockError, (r"placement: on the ascend placement 'r0' and 'r1' share agent 'cube'",))},
+    "late_nested_inner_short": same(
+        DeadlockError, r"with m = 1, n = 3", r"`range\(0, \(m - 1\), 1\)` runs 0 time\(s\)",
+        r"\(t=2, k=0\): acquire", r"which has finished", r"'work' must release as many times as 'load'"),
+    "consistent_range_one_short": same(
+        LeftoverError, r"with n = 1: loop at line \d+ `range\(0, n, 1\)` runs 1 time\(s\); "
+                       r"loop at line \d+ `range\(1, n, 1\)` runs 0 time\(s\)",
+        r"1 committed slot\(s\) never waited by work"),
+    "consistent_cdiv_vs_floor": same(
+        LeftoverError, r"with K = 1: loop at line \d+ `range\(0, xs.cdiv\(K, BLOCK\), 1\)` runs 1 "
+                       r"time\(s\); loop at line \d+ `range\(0, \(K // BLOCK\), 1\)` runs 0 time\(s\)"),
+    "consistent_producer_runs_longer": same(
+        DeadlockError, r"released by work[^\n]*which has finished",
+        r"'work' must release as many times as 'load' acquires"),
+    "consistent_blames_the_waiter": {
+        "cpu": (DeadlockError, (r"cpu placement: a, b wait\(s\) forever", r"\n\s+c\s+finished")),
+        "nvidia": (DeadlockError, (r"producer, consumer wait\(s\) forever",)),
+        "ascend": (DeadlockError, (r"cube, vector wait\(s\) forever",))},
+    "consistent_data_dependent_release": same(
+        DeadlockError, r"condition `xs.max\(xs.max\(got.t, 1\), 0\) > 0` \(line \d+\) is False "
+                       r"\(not computable from the scalars"),
+    "consistent_leftover_not_release": same(LeftoverError, r"1 committed slot\(s\) never waited by work"),
+    "hint_per_role_loops_on_cube": {"ascend": (DeadlockError, (
+        r"share agent 'cube'", r"stages do not help", r"one shared loop",
+        r"placement: on the ascend placement 'load' and 'mma' share agent 'cube'"))},
+    "hint_too_few_stages": same(DeadlockError, r"raise stages to at least 3 \(now 2\)"),
+    "hint_handoff_order": {"nvidia": (DeadlockError, (
+        r"'mma' and 'softmax' share agent 'consumer'", r"one shared loop"))},
+    "hint_loop_bounds": same(DeadlockError, r"with n = 0", r"'load' must commit as many times as 'work' waits"),
+    "hint_barrier_calls_do_not_pair": {
+        "nvidia": (ProtocolError, (r"roles 'mma' and 'softmax' share agent 'consumer' on the nvidia "
+                                   r"placement", r"same point of the same loop")),
+        "ascend": (ProtocolError, (r"roles 'load' and 'mma' share agent 'cube' on the ascend",))},
+    "hint_arrive_waits_on_ascend": {
+        "nvidia": (PhaseAliasingError, (r"event 'go'",)),
+        "ascend": (DeadlockError, (r"no arrive-only form", r"call team.arrive\(\) after the signals"))},
+    "hint_arrive_waits_on_ascend_fixed": {"nvidia": (PhaseAliasingError, (r"event 'go'",))},
+    "emulator_release_without_slot": same(SlotOrderError, r"with n = 0", r"release on pipe 'ring' without a slot"),
+    "emulator_incomplete_meeting": {
+        "cpu": (LeftoverError, (r"meeting 1 is left incomplete: load arrived 1 time\(s\), work 0",)),
+        "nvidia": (PhaseAliasingError, (r"barrier 'team'",)),
+        "ascend": (DeadlockError, (r"no arrive-only form",))},
+    "pairing_broadcast_one_replica_skips": same(DeadlockError, r"'work\[1\]' waits for \d+ slot\(s\) of pipe 'ring' and releases"),
+    "pairing_gather_needs_every_source": same(DeadlockError, r"'work\[1\]' must signal as many times as 'load'"),
+    "pairing_paired_event_replica_short": {
+        "cpu": (DeadlockError, (r"soft\[1\] wait\(s\) forever", r"'mma\[1\]' must signal")),
+        "nvidia": (DeadlockError, (r"consumer\[1\] wait\(s\) forever", r"'mma\[1\]' must signal")),
+        "ascend": (ProtocolError, (r"runs the replicas of 'mma' one after another",))},
+}
+
+
+def marker_line(kernel, backend) -> int:
+    lines, start = inspect.getsourcelines(kernel.fn)
+    found = {}
+    for k, text in enumerate(lines):
+        m = re.search(r"# BUG((?: (?:cpu|nvidia|ascend)\b)*)", text)
+        if m:
+            for b in m.group(1).split() or [None]:
+                found.setdefault(b, start + k)
+    return found.get(backend, found.get(None))
+
+
+def verdict(kernel, backend):
+    try:
+        kernel.lower(backend)
+        return None
+    except XSyncError as err:
+        return err
+
+
+def test_corpus_covers_every_class():
+    assert len(KERNELS) >= 40, len(KERNELS)
+    for cls in ("late", "correct", "consistent", "hint", "emulator", "pairing"):
+        assert sum(n.startswith(cls + "_") for n in KERNELS) >= 2, cls
+    assert set(EXPECT) <= set(KERNELS)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", KERNELS)
+def test_corpus_verdict(name, backend):
+    kernel = getattr(C, name)
+    err = verdict(kernel, backend)
+    expected = EXPECT.get(name, {}).get(backend)
+    if expected is None:
+        assert err is None, f"{name} must verify on {backend}:\n{err}"
+        return
+    cls, needles = expected
+    assert err is not None, f"{name} must be rejected on {backend} with {cls.__name__}"
+    msg = str(err)
+    assert type(err) is cls, f"{type(err).__name__} instead of {cls.__name__}:\n{msg}"
+    assert err.loc.file.endswith("corpus.py") and err.loc.line == marker_line(kernel, backend), \
+        f"expected line {marker_line(kernel, backend)}:\n{msg}"
+    for needle in needles:
+        assert re.search(needle, msg), f"{needle!r} not in:\n{msg}"
+    assert err.fix
+    # the same source gets the same verdict everywhere, unless the message says why not
+    cpu = EXPECT.get(name, {}).get("cpu")
+    if backend != "cpu" and (cpu is None or cpu[0] is not cls):
+        assert isinstance(err, CounterLimitError) or "placement" in msg, msg
+
+
+# (kernel, backend, words of the fix, the kernel with the fix applied)
+HINTS = [
+    ("late_skip_release_every_8th", "cpu", "call ring.release() after every ring.wait()",
+     "late_skip_release_every_8th_fixed"),
+    ("late_flag_overflow", "ascend", "add back-pressure", "late_flag_overflow_fixed"),
+    ("late_arrive_runs_ahead", "nvidia", "use team.sync() (which waits) instead of arrive()",
+     "late_arrive_runs_ahead_fixed"),
+    ("hint_per_role_loops_on_cube", "ascend", "put both roles' steps in one shared loop",
+     "hint_per_role_loops_on_cube_fixed"),
+    ("hint_too_few_stages", "cpu", "raise stages to at least 3", "hint_too_few_stages_fixed"),
+    ("hint_handoff_order", "nvidia", "`for ...: with mma: ... s_pipe.commit()` then `with softmax:",
+     "hint_handoff_order_fixed"),
+    ("hint_loop_bounds", "cpu", "compute the bound once in unannotated code and loop over it in both",
+     "hint_loop_bounds_fixed"),
+    ("hint_barrier_calls_do_not_pair", "nvidia", "at the same point of the same loop",
+     "hint_barrier_calls_do_not_pair_fixed"),
+    ("hint_arrive_waits_on_ascend", "ascend", "call team.arrive() after the signals and commits",
+     "hint_arrive_waits_on_ascend_fixed"),
+]
+
+
+@pytest.mark.parametrize("name,backend,words,fixed", HINTS, ids=[h[0] for h in HINTS])
+def test_fix_hints_fix(name, backend, words, fixed):
+    err = verdict(getattr(C, name), backend)
+    assert err is not None and words in err.fix, err
+    report = getattr(C, fixed).lower(backend).report
+    assert report.complete and report.assignments > 0
+
+
+def test_stages_hint_is_not_given_where_stages_do_not_help():
+    """Per-role loops over a pipe inside one Ascend core: the message is the same at any
+    number of stages, and it does not tell the user to raise them."""
+    k = C.hint_per_role_loops_on_cube
+    fixes = set()
+    for stages in (2, 4):
+        with pytest.raises(DeadlockError) as info:
+            k.lower("ascend", dict(BLOCK=16, STAGES=stages))
+        assert "raise stages" not in info.value.fix
+        fixes.add(info.value.fix)
+    assert len(fixes) == 1
+
+
+def test_flagship_kernels_verify_on_every_placement():
+    from xsync.kernels.flash_attn import attention_fwd
+    from xsync.kernels.gemm import gemm
+    from xsync.kernels.gemm_softmax import gemm_softmax
+    for kernel in (attention_fwd, gemm, gemm_softmax):
+        for backend in BACKENDS:
+            report = kernel.lower(backend).report
+            assert report.complete, report.summary()
+            assert "every value of" in report.summary()
+
+
+# ---------------------------------------------------------------- the emulator
+def _args(n):
+    return torch.randn(max(1, n) * 16 + 64, 16), torch.zeros(max(1, n) * 16 + 64, 16)
+
+
+# (kernel, n, error class, regexes naming role, object, line, iteration)
+EMULATED = [
+    ("late_skip_release_every_8th", 8, LeftoverError,
+     (r"slot 7 waited by work was never released", r"line \d+ \(j=7\)", r"with n = 8")),
+    ("late_skip_release_every_8th", 20, StallError, (r"acquire on pipe 'ring'", r"\(j=16\)")),
+    ("consistent_leftover_not_release", 2, LeftoverError,
+     (r"slot 2 committed by load was never waited by work",)),
+    ("consistent_range_one_short", 3, LeftoverError, (r"committed by load was never waited by work",
+                                                     r"\(i=2\)")),
+    ("emulator_release_without_slot", 0, SlotOrderError,
+     (r"release on pipe 'ring' by work without a slot from wait",)),
+    ("emulator_incomplete_meeting", 3, LeftoverError,
+     (r"barrier 'team': meeting 3 is left incomplete \(load arrived, work did not\)", r"\(i=2\)")),
+    ("late_flag_overflow", 4, None, ()),       # a counting semaphore: fine on the CPU
+]
+
+
+@pytest.mark.parametrize("mode", ["threads", "cooperative"])
+@pytest.mark.parametrize("name,n,cls,needles", EMULATED, ids=[f"{e[0]}-{e[1]}" for e in EMULATED])
+def test_emulator_reports_what_the_verifier_would(name, n, cls, needles, mode):
+    kernel = getattr(C, name)
+    x, y = _args(n)
+    with xs.options(verify=False, cpu_mode=mode):
+        if cls is None:
+            kernel[(1,)](x, y, n, BLOCK=16, STAGES=2, backend="cpu")
+            return
+        with pytest.raises(cls) as info:
+            kernel[(1,)](x, y, n, BLOCK=16, STAGES=2, backend="cpu")
+    msg = str(info.value)
+    assert info.value.loc.file.endswith("corpus.py"), msg
+    for needle in needles:
+        assert re.search(needle, msg), f"{needle!r} not in:\n{msg}"
+
+
+@pytest.mark.parametrize("name", [n for n in KERNELS if not EXPECT.get(n, {}).get("cpu")
+                                  and n not in ("correct_named_bound_with_prologue",
+                                                "correct_sequence_lengths", "correct_persistent_tiles")])
+def test_accepted_kernels_run_clean_on_the_emulator(name):
+    kernel = getattr(C, name)
+    params = [p for p in inspect.signature(kernel.fn).parameters if p not in ("x", "y", "BLOCK", "STAGES")]
+    for n in (0, 1, 3, 9):
+        x, y = _args(n)
+        kernel[(1,)](x, y, *([n] * len(params)), BLOCK=16, STAGES=2, backend="cpu")

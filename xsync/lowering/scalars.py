@@ -1,0 +1,1101 @@
+"""Run-time scalars: which values of a kernel's free scalars the verifier tries, and the
+programs it unrolls for each.
+
+A kernel's trip counts and conditions are functions of its *free scalars*: scalar
+parameters (``n``, ``K``), ``xs.load_scalar`` results (sequence offsets), and
+``xs.program_id`` / ``xs.num_programs`` (0 <= id < programs). Every loop bound and branch
+condition is evaluated from them, with the kernel's own assignments in program order, so
+related loops stay consistent: ``range(0, n)`` and ``range(1, n)`` under ``if n > 0``,
+``cdiv(K, BK)`` and ``K // BK``.
+
+Which values (``Scalars.assignments``)
+-------------------------------------
+1. Symbolic pass: every bound and condition is written over the free scalars (assignments
+   inlined; the loop counters stay symbols). Its *observations* are what the protocol can
+   depend on: the trip count of every loop whose bounds do not involve a loop counter, the
+   truth of every such condition, and, for bounds and conditions that involve a loop
+   counter (``if i == n - 1``), the values of their counter-free parts (``n - 1``).
+   Two scalar assignments with equal observations unroll to the same programs.
+2. Candidate values per free scalar x: with u the least common multiple of the divisors,
+   moduli and loop steps it meets, x = q * u + r for q = 0 .. Q and r in the residues
+   where some floor division, modulus or comparison of x changes (0, 1, u - 1, and the
+   residues of the constants it is compared with or offset by, +-1), plus -1 and every
+   compared constant +-1. Q grows until every loop depending on x reaches its trip-count
+   bound (``Scalars.loop_bounds``; see ``xsync.lowering.verify`` for why that bound
+   suffices). A named scalar whose inputs appear nowhere else (``q_len = end - start``)
+   is enumerated itself: over the integers when it adds or subtracts a free scalar, else
+   over the values its definition takes.
+3. Assignments = the product of the candidate sets (program ids: every id < programs for
+   1..4 programs), deduplicated by observations.
+
+The candidates are exact for bounds and conditions linear in the scalars with constant
+divisors, moduli and steps; for a product of two run-time scalars, or a division by one,
+they are a sample around the constants involved.
+
+What is not covered: a bound or condition computed from tensor data other than
+``xs.load_scalar`` (``xs.max(...)`` of a tile) is *opaque*: it gets its own free value
+(a trip count, a truth value) per source expression, the same at every evaluation.
+Scalars follow Python's integer semantics (floor division), as the CPU emulator does.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from xsync.lowering import ir
+from xsync.lowering.protocol import Act, Branch, Let, Loop, Skeleton, text
+
+TRIP_CAP = 512        # no loop bound beyond this many iterations is tried
+Q_CAP = 64            # candidate multiples of a scalar's unit
+PERIOD_CAP = 64
+
+
+# ---------------------------------------------------------------- symbolic forms
+@dataclass(frozen=True)
+class Atom:
+    key: str        # "n", "xs.program_id(0)", "xs.load_scalar(cu_q, b)"
+    kind: str       # "int" (free integer) | "pid" | "np" (program ids)
+
+
+@dataclass(frozen=True)
+class LoopVar:
+    var: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Named:
+    """The value of a kernel assignment (kept to find scalars to enumerate by name)."""
+
+    name: str
+    line: int
+    value: object
+
+
+@dataclass(frozen=True)
+class CutVar:
+    """A named scalar enumerated itself (its inputs appear nowhere else)."""
+
+    name: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Select:
+    cond: object
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class Opaque:
+    key: str
+
+
+DYN = "dyn"          # a value carried across loop iterations
+
+
+def _children(x):
+    if isinstance(x, (ir.BinOp, ir.Compare)):
+        return (x.left, x.right)
+    if isinstance(x, ir.UnaryOp):
+        return (x.operand,)
+    if isinstance(x, ir.BoolOp):
+        return x.values
+    if isinstance(x, ir.Call):
+        return x.args
+    if isinstance(x, Named):
+        return (x.value,)
+    if isinstance(x, Select):
+        return (x.cond, x.a, x.b)
+    if isinstance(x, tuple):
+        return x
+    return ()
+
+
+def _nodes(x):
+    yield x
+    for c in _children(x):
+        yield from _nodes(c)
+
+
+def _has(x, pred) -> bool:
+    return any(pred(n) for n in _nodes(x))
+
+
+def _dynamic(x) -> bool:
+    return _has(x, lambda n: isinstance(n, LoopVar) or n is DYN or isinstance(n, Opaque))
+
+
+def _free(x) -> set:
+    return {n for n in _nodes(x) if isinstance(n, (Atom, CutVar, Opaque))}
+
+
+def _subst(x, fn):
+    """Rebuild ``x`` bottom-up with ``fn(node)`` (None: keep)."""
+    r = fn(x)
+    if r is not None:
+        return r
+    if isinstance(x, ir.BinOp):
+        return ir.BinOp(x.op, _subst(x.left, fn), _subst(x.right, fn))
+    if isinstance(x, ir.Compare):
+        return ir.Compare(x.op, _subst(x.left, fn), _subst(x.right, fn))
+    if isinstance(x, ir.UnaryOp):
+        return ir.UnaryOp(x.op, _subst(x.operand, fn))
+    if isinstance(x, ir.BoolOp):
+        return ir.BoolOp(x.op, tuple(_subst(v, fn) for v in x.values))
+    if isinstance(x, ir.Call):
+        return ir.Call(x.op, tuple(_subst(a, fn) for a in x.args))
+    if isinstance(x, Named):
+        return Named(x.name, x.line, _subst(x.value, fn))
+    if isinstance(x, Select):
+        return Select(_subst(x.cond, fn), _subst(x.a, fn), _subst(x.b, fn))
+    if isinstance(x, tuple):
+        return tuple(_subst(v, fn) for v in x)
+    return x
+
+
+# ---------------------------------------------------------------- code generation
+def _py(x, var) -> str:
+    """Python source of a symbolic form; ``var(node)`` names atoms / cut vars / named values."""
+    if isinstance(x, ir.Const):
+        return repr(x.value)
+    if isinstance(x, (Atom, CutVar, Opaque, Named)):
+        return var(x)
+    if isinstance(x, ir.BinOp):
+        return f"({_py(x.left, var)} {x.op} {_py(x.right, var)})"
+    if isinstance(x, ir.Compare):
+        return f"({_py(x.left, var)} {x.op} {_py(x.right, var)})"
+    if isinstance(x, ir.UnaryOp):
+        return f"({x.op} {_py(x.operand, var)})" if x.op == "not" else f"({x.op}{_py(x.operand, var)})"
+    if isinstance(x, ir.BoolOp):
+        return "(" + f" {x.op} ".join(_py(v, var) for v in x.values) + ")"
+    if isinstance(x, ir.Call):
+        a = [_py(v, var) for v in x.args]
+        if x.op == "cdiv":
+            return f"(-((-{a[0]}) // {a[1]}))"
+        if x.op in ("minimum", "maximum"):
+            return f"{'min' if x.op == 'minimum' else 'max'}({a[0]}, {a[1]})"
+        if x.op == "where":
+            return f"({a[1]} if {a[0]} else {a[2]})"
+    if isinstance(x, Select):
+        return f"({_py(x.a, var)} if {_py(x.cond, var)} else {_py(x.b, var)})"
+    raise TypeError(f"no scalar code for {x!r}")
+
+
+_EVALUATORS: dict = {}      # generated code -> compiled evaluator (process-wide cache)
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def trip(start, stop, step) -> int:
+    """Iterations of range(start, stop, step)."""
+    return max(0, -((start - stop) // step))
+
+
+# ---------------------------------------------------------------- executable programs
+@dataclass(frozen=True)
+class Step:
+    """One unrolled action with the loop iterations that led to it (for messages)."""
+
+    action: Act
+    iters: tuple[tuple[str, int], ...]
+
+
+@dataclass
+class _XLet:
+    targets: tuple
+    fns: tuple           # one evaluator per target (tuple unpacking) or a single one
+    line: int
+    opaque: bool = False
+
+
+@dataclass
+class _XLoop:
+    var: str
+    bounds: object       # evaluator -> (start, stop, step), or None when opaque
+    opaque: str | None
+    body: list
+    line: int
+
+
+@dataclass
+class _XBranch:
+    cond: object
+    opaque: str | None
+    body: list
+    orelse: list
+    line: int
+
+
+@dataclass(frozen=True)
+class Observation:
+    kind: str            # "trip" | "cond" | "raw"
+    form: object         # symbolic form (trip: (start, stop, step))
+    guard: tuple         # ((cond form, polarity), ...) of enclosing counter-free branches
+    loop_line: int = 0   # trip: the loop
+    uses_var: bool = False
+
+
+@dataclass
+class LoopFacts:
+    """What the body of one loop does with its counter (for the trip-count bound)."""
+
+    line: int
+    key: str
+    period: int = 1
+    threshold: int = 0
+    periodic: bool = True      # False: a bound/condition grows with the counter
+    why: str = ""              # why not periodic
+    objects: set = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Values of the free scalars for one verification run."""
+
+    values: tuple[tuple[str, object], ...]      # atom key / cut name / opaque key -> value
+    overrides: tuple[tuple[tuple[str, int], object], ...] = ()   # (name, line) -> value
+
+    def get(self, key, default=None):
+        return dict(self.values).get(key, default)
+
+
+class Scalars:
+    """The scalar side of one skeleton (see the module docstring)."""
+
+    def __init__(self, kernel: ir.KernelIR, skel: Skeleton):
+        self.kernel, self.skel = kernel, skel
+        self.consts = dict(kernel.constexpr_values)
+        self.params = {p.name: p.kind for p in kernel.params}
+        self.observations: dict[Observation, None] = {}
+        self.loops: dict[int, LoopFacts] = {}
+        self.opaque: dict[str, str] = {}      # key -> "bool" | "trip"
+        self.programs = []
+        self.acts: list[Act] = []                 # action index -> action
+        self.act_inst: list[int] = []             # action index -> instance
+        self._carried = False      # some bound or condition reads a value carried across iterations
+        self._atoms: set = set()   # every free scalar any assignment, bound or condition reads
+        for inst in skel.instances:
+            self._inst = inst
+            self._opaque_names: set[str] = set()
+            self.programs.append(self._compile_block(skel.programs[inst.index]))
+            self._static_pass(skel.programs[inst.index], {}, (), [])
+        if self._carried:
+            # a carried value can depend on any scalar: observe them all by value
+            for a in sorted(self._atoms, key=lambda a: a.key):
+                self.observations[Observation("raw", a, ())] = None
+        self._cuts()
+
+    # ------------------------------------------------------------ expressions
+    def _sym(self, e, env):
+        """Symbolic form of IR expression ``e`` (names through ``env``)."""
+        out = self._sym1(e, env)
+        if isinstance(out, Atom):
+            self._atoms.add(out)
+        return out
+
+    def _sym1(self, e, env):
+        if isinstance(e, ir.Const):
+            return e
+        if isinstance(e, ir.Name):
+            n = e.id
+            if n in env:
+                return env[n]
+            if n in self.consts:
+                v = self.consts[n]
+                return ir.Const(v)
+            if self.params.get(n) == "scalar":
+                return Atom(n, "int")
+            return Opaque(f"value `{n}`")
+        if isinstance(e, ir.BinOp):
+            left, right = self._sym(e.left, env), self._sym(e.right, env)
+            if isinstance(left, ir.Const) and isinstance(right, ir.Const):
+                try:
+                    return ir.Const(eval(f"a {e.op} b", {}, {"a": left.value, "b": right.value}))
+                except Exception:  # noqa: BLE001 - division by zero etc.: leave symbolic
+                    pass
+            return ir.BinOp(e.op, left, right)
+        if isinstance(e, ir.Compare):
+            return ir.Compare(e.op, self._sym(e.left, env), self._sym(e.right, env))
+        if isinstance(e, ir.UnaryOp):
+            v = self._sym(e.operand, env)
+            if isinstance(v, ir.Const) and e.op == "-":
+                return ir.Const(-v.value)
+            return ir.UnaryOp(e.op, v)
+        if isinstance(e, ir.BoolOp):
+            return ir.BoolOp(e.op, tuple(self._sym(v, env) for v in e.values))
+        if isinstance(e, ir.Call):
+            if e.op in ("cdiv", "minimum", "maximum", "where"):
+                return ir.Call(e.op, tuple(self._sym(a, env) for a in e.args))
+            if e.op in ("program_id", "num_programs") and isinstance(e.args[0], ir.Const):
+                return Atom(f"xs.{e.op}({e.args[0].value})", "pid" if e.op == "program_id" else "np")
+            if e.op == "load_scalar":
+                return Atom(text(e), "int")
+            if e.op == "replica_id":
+                return ir.Const(self._inst.replica)
+        return Opaque(f"`{text(e)}`")
+
+    def _evaluator(self, e, env_names):
+        """A compiled evaluator ``f(E) -> value`` of IR expression ``e``, or None if opaque
+        (instances share the evaluators of the code they replicate)."""
+        code = self._code(e)
+        if code is None:
+            return None
+        fn = _EVALUATORS.get(code)
+        if fn is None:
+            fn = _EVALUATORS[code] = eval(f"lambda E: {code}", {"_cdiv": _cdiv})  # noqa: S307
+        return fn
+
+    def _code(self, e):
+        if isinstance(e, ir.Const):
+            return repr(e.value)
+        if isinstance(e, ir.Name):
+            if e.id in self.consts:
+                return repr(self.consts[e.id])
+            if self.params.get(e.id) == "tensor" or e.id in self._opaque_names:
+                return None
+            return f"E[{e.id!r}]"
+        if isinstance(e, (ir.BinOp, ir.Compare)):
+            a, b = self._code(e.left), self._code(e.right)
+            return None if a is None or b is None else f"({a} {e.op} {b})"
+        if isinstance(e, ir.UnaryOp):
+            a = self._code(e.operand)
+            return None if a is None else (f"(not {a})" if e.op == "not" else f"({e.op}{a})")
+        if isinstance(e, ir.BoolOp):
+            parts = [self._code(v) for v in e.values]
+            return None if None in parts else "(" + f" {e.op} ".join(parts) + ")"
+        if isinstance(e, ir.TupleExpr):
+            parts = [self._code(v) for v in e.items]
+            return None if None in parts else "(" + "".join(p + ", " for p in parts) + ")"
+        if isinstance(e, ir.Call):
+            if e.op in ("program_id", "num_programs", "load_scalar"):
+                return f"E[{text(e)!r}]"
+            if e.op == "replica_id":
+                return repr(self._inst.replica)
+            parts = [self._code(a) for a in e.args]
+            if None in parts:
+                return None
+            if e.op == "cdiv":
+                return f"_cdiv({parts[0]}, {parts[1]})"
+            if e.op in ("minimum", "maximum"):
+                return f"{'min' if e.op == 'minimum' else 'max'}({parts[0]}, {parts[1]})"
+            if e.op == "where":
+                return f"({parts[1]} if {parts[0]} else {parts[2]})"
+        return None
+
+    # ------------------------------------------------------------ compile programs
+    def _compile_block(self, nodes) -> list:
+        out = []
+        for n in nodes:
+            if isinstance(n, Act):
+                self.acts.append(n)
+                self.act_inst.append(self._inst.index)
+                out.append(len(self.acts) - 1)     # actions are unrolled as indices
+            elif isinstance(n, Let):
+                if len(n.targets) == 1:
+                    fns = (self._evaluator(n.value, None),)
+                else:
+                    items = n.value.items if isinstance(n.value, ir.TupleExpr) else ()
+                    fns = tuple(self._evaluator(v, None) for v in items) or (None,) * len(n.targets)
+                for t, f in zip(n.targets, fns):
+                    # a value computed from tile data: what reads it is opaque (its own free value)
+                    if f is None:
+                        self._opaque_names.add(t)
+                    else:
+                        self._opaque_names.discard(t)
+                out.append(_XLet(n.targets, fns, n.loc.line, None in fns))
+            elif isinstance(n, Loop):
+                f = self._evaluator(ir.TupleExpr((n.start, n.stop, n.step)), None)
+                key = None
+                if f is None:
+                    key = f"trip count of `{n.key}` (line {n.loc.line})"
+                    self.opaque[key] = "trip"
+                out.append(_XLoop(n.var, f, key, self._compile_block(n.body), n.loc.line))
+            elif isinstance(n, Branch):
+                f = self._evaluator(n.cond, None)
+                key = None
+                if f is None:
+                    key = f"condition `{text(n.cond)}` (line {n.loc.line})"
+                    self.opaque[key] = "bool"
+                out.append(_XBranch(f, key, self._compile_block(n.body),
+                                    self._compile_block(n.orelse), n.loc.line))
+        return out
+
+    # ------------------------------------------------------------ symbolic pass
+    def _static_pass(self, nodes, env, guard, loops):
+        """Observations and per-loop facts, walking the program in order.
+
+        env: name -> symbolic value; loops: the enclosing loops (innermost last)."""
+        for n in nodes:
+            if isinstance(n, Act):
+                for lp in loops:
+                    self.loops[lp.loc.line].objects.add(n.obj)
+            elif isinstance(n, Let):
+                if len(n.targets) == 1:
+                    values = [self._sym(n.value, env)]
+                elif isinstance(n.value, ir.TupleExpr):
+                    values = [self._sym(v, env) for v in n.value.items]
+                else:
+                    values = [Opaque(f"`{text(n.value)}`")] * len(n.targets)
+                for t, v in zip(n.targets, values):
+                    if loops:
+                        self._dynamic_form(v, guard, loops)
+                        env[t] = v if not _has(v, lambda x: x is DYN) else DYN
+                    else:
+                        env[t] = v if isinstance(v, (ir.Const, Opaque)) else Named(t, n.loc.line, v)
+            elif isinstance(n, Loop):
+                forms = tuple(self._sym(x, env) for x in (n.start, n.stop, n.step))
+                self.loops.setdefault(n.loc.line, LoopFacts(n.loc.line, n.key))
+                for lp in loops:
+                    self._counter_use(forms, lp, bound_of=n)
+                if any(_has(f, lambda x: x is DYN) for f in forms):
+                    facts = self.loops[n.loc.line]
+                    facts.periodic = False
+                    facts.why = "its trip count is a value carried across the iterations of a loop"
+                if any(_has(f, lambda x: isinstance(x, Opaque)) for f in forms):
+                    pass   # an opaque trip count: enumerated on its own
+                elif not any(_dynamic(f) for f in forms):
+                    uses = _reads_var(n.body, n.var)
+                    self.observations[Observation("trip", forms, guard, n.loc.line, uses)] = None
+                else:
+                    self._dynamic_form(forms, guard, loops)
+                # names assigned in the body are per-iteration values: unknown before their
+                # assignment in an iteration, and after the loop
+                assigned = _assigned(n.body)
+                inner = dict(env)
+                for t in assigned:
+                    inner[t] = DYN
+                inner[n.var] = LoopVar(n.var, n.loc.line)
+                self._static_pass(n.body, inner, guard, loops + [n])
+                for t in assigned:
+                    env[t] = DYN
+                env.pop(n.var, None)
+            elif isinstance(n, Branch):
+                form = self._sym(n.cond, env)
+                for lp in loops:
+                    self._counter_use((form,), lp)
+                if _has(form, lambda x: isinstance(x, Opaque)):
+                    self._static_pass(n.body, env, guard, loops)
+                    self._static_pass(n.orelse, env, guard, loops)
+                    continue
+                if isinstance(form, ir.Const):       # a compile-time condition: one arm
+                    self._static_pass(n.body if form.value else n.orelse, env, guard, loops)
+                    continue
+                if not _dynamic(form):
+                    self.observations[Observation("cond", form, guard)] = None
+                    then_env, else_env = dict(env), dict(env)
+                    self._static_pass(n.body, then_env, guard + ((form, True),), loops)
+                    self._static_pass(n.orelse, else_env, guard + ((form, False),), loops)
+                    for t in set(then_env) | set(else_env):
+                        a, b = then_env.get(t, DYN), else_env.get(t, DYN)
+                        env[t] = a if a == b else (DYN if DYN in (a, b) else Select(form, a, b))
+                else:
+                    self._dynamic_form(form, guard, loops)
+                    self._static_pass(n.body, env, guard, loops)
+                    self._static_pass(n.orelse, env, guard, loops)
+
+    def _dynamic_form(self, form, guard, loops):
+        """Counter-dependent bounds/conditions: observe their counter-free parts."""
+        if _has(form, lambda x: x is DYN):
+            self._carried = True
+        for part in _static_parts(form):
+            self.observations[Observation("raw", part, guard)] = None
+
+    def _counter_use(self, forms, loop: Loop, bound_of: Loop | None = None):
+        """Record how the body of ``loop`` depends on its counter: the period (moduli of the
+        counter) and the threshold (constants it is compared with) after which the body
+        repeats; a nested bound that grows with the counter, or a value carried across
+        iterations, makes the body not periodic."""
+        facts = self.loops.setdefault(loop.loc.line, LoopFacts(loop.loc.line, loop.key))
+        mine = lambda x: isinstance(x, LoopVar) and x.var == loop.var and x.line == loop.loc.line  # noqa: E731
+        step = self._sym(loop.step, {})
+        step = step.value if isinstance(step, ir.Const) and isinstance(step.value, int) and step.value else None
+        start = self._sym(loop.start, {})
+        start = abs(start.value) if isinstance(start, ir.Const) and isinstance(start.value, int) else 0
+        for f in forms:
+            if _has(f, lambda x: x is DYN) and facts.periodic:
+                facts.periodic = False
+                facts.why = "a bound or condition in its body reads a value carried across iterations"
+            if not _has(f, mine):
+                continue
+            if bound_of is not None and _linear_in(f, mine):
+                facts.periodic = False
+                facts.why = (f"the bound of the loop at line {bound_of.loc.line} grows with its "
+                             f"counter `{loop.var}`")
+            for node in _nodes(f):
+                m = None
+                if isinstance(node, ir.BinOp) and node.op in ("%", "//") and _has(node.left, mine) \
+                        and isinstance(node.right, ir.Const) and isinstance(node.right.value, int):
+                    m = node.right.value
+                elif isinstance(node, ir.Call) and node.op == "cdiv" and _has(node.args[0], mine) \
+                        and isinstance(node.args[1], ir.Const) and isinstance(node.args[1].value, int):
+                    m = node.args[1].value
+                if m is not None and abs(m) > 1:
+                    m = abs(m)
+                    p = m // math.gcd(m, step) if step else m
+                    facts.period = facts.period * p // math.gcd(facts.period, p)
+                    if facts.period > PERIOD_CAP:
+                        facts.period, facts.periodic = PERIOD_CAP, False
+                        facts.why = f"the period of its conditions exceeds {PERIOD_CAP} iterations"
+            for node in _nodes(f):
+                linear = None
+                if isinstance(node, ir.Compare):
+                    linear = (node.left, node.right)
+                elif isinstance(node, ir.Call) and node.op in ("minimum", "maximum"):
+                    linear = tuple(node.args)
+                if linear and any(_linear_in(x, mine) for x in linear):
+                    consts = [abs(c.value) for x in linear for c in _nodes(x)
+                              if isinstance(c, ir.Const) and isinstance(c.value, (int, float))
+                              and not isinstance(c.value, bool)]
+                    k = (max(consts, default=0) + start) / (abs(step) if step else 1)
+                    facts.threshold = max(facts.threshold, min(TRIP_CAP, int(math.ceil(k)) + 1))
+
+    def outside_actions(self, line: int, objects: set) -> int:
+        """Actions on ``objects`` outside the loop at ``line``, over all instances (loops of
+        known trip count counted that many times, run-time loops once)."""
+        def count(nodes, inside, mult):
+            total = 0
+            for n in nodes:
+                if isinstance(n, Act):
+                    total += 0 if inside or n.obj not in objects else mult
+                elif isinstance(n, Loop):
+                    k = self._const_trip(n)
+                    total += count(n.body, inside or n.loc.line == line,
+                                   mult * (k if k is not None else 1))
+                elif isinstance(n, Branch):
+                    total += max(count(n.body, inside, mult), count(n.orelse, inside, mult))
+            return total
+        return sum(count(p, False, 1) for p in self.skel.programs)
+
+    def _const_trip(self, n: Loop):
+        forms = [self._sym(x, {}) for x in (n.start, n.stop, n.step)]
+        if all(isinstance(f, ir.Const) and isinstance(f.value, int) for f in forms) and forms[2].value:
+            return min(TRIP_CAP, trip(*(f.value for f in forms)))
+        return None
+
+    # ------------------------------------------------------------ cut variables
+    def _cuts(self):
+        """Named scalars whose inputs appear nowhere else are enumerated by name."""
+        self.cut: dict[tuple[str, int], object] = {}   # (name, line) -> definition
+        forms = self._all_forms()
+        while True:
+            named = sorted({n for f in forms for n in _nodes(f) if isinstance(n, Named)},
+                           key=lambda n: -_size(n))
+            chosen = None
+            for nm in named:
+                inside = _free(nm.value)
+                if not inside or not all(isinstance(a, (Atom, CutVar)) for a in inside):
+                    continue
+                if not all(_private(f, nm, inside) for f in forms):
+                    continue
+                kinds = {a.kind for a in inside if isinstance(a, Atom)}
+                if _surjective(nm.value) or (kinds <= {"pid", "np"} and not any(isinstance(a, CutVar) for a in inside)):
+                    chosen = nm
+                    break
+            if chosen is None:
+                break
+            self.cut[(chosen.name, chosen.line)] = chosen.value
+            repl = CutVar(chosen.name, chosen.line)
+            sub = lambda x, c=chosen, r=repl: r if x == c else None  # noqa: E731
+            self.observations = {Observation(o.kind, _subst(o.form, sub), _subst(o.guard, sub),
+                                             o.loop_line, o.uses_var): None
+                                 for o in self.observations}
+            forms = self._all_forms()
+
+    def _all_forms(self):
+        out = []
+        for o in self.observations:
+            out.append(o.form)
+            out.extend(g for g, _ in o.guard)
+        return out
+
+    # ------------------------------------------------------------ enumeration
+    def free(self) -> list:
+        """Free scalars the observations read (atoms and cut names), in a stable order."""
+        found = {}
+        for f in self._all_forms():
+            for n in _nodes(f):
+                if isinstance(n, (Atom, CutVar)):
+                    found[n] = None
+        return sorted(found, key=lambda a: (isinstance(a, CutVar), getattr(a, "key", getattr(a, "name", ""))))
+
+    def _unit_and_constants(self, var):
+        divisors, consts = set(), set()
+        for o in self.observations:
+            parts = [o.form] + [g for g, _ in o.guard]
+            for f in parts:
+                if var not in _free(f):
+                    continue
+                for node in _nodes(f):
+                    if isinstance(node, ir.BinOp) and node.op in ("//", "%") and \
+                            isinstance(node.right, ir.Const) and isinstance(node.right.value, int) \
+                            and node.right.value > 1 and var in _free(node.left):
+                        divisors.add(node.right.value)
+                    if isinstance(node, ir.Call) and node.op == "cdiv" and \
+                            isinstance(node.args[1], ir.Const) and isinstance(node.args[1].value, int) \
+                            and var in _free(node.args[0]):
+                        divisors.add(abs(node.args[1].value))
+                    if isinstance(node, ir.Const) and isinstance(node.value, int) and \
+                            not isinstance(node.value, bool) and abs(node.value) <= 1 << 20:
+                        consts.add(node.value)
+            if o.kind == "trip" and any(var in _free(x) for x in o.form[:2]) and \
+                    isinstance(o.form[2], ir.Const) and isinstance(o.form[2].value, int) \
+                    and abs(o.form[2].value) > 1:
+                divisors.add(abs(o.form[2].value))
+        unit = 1
+        for d in divisors:
+            unit = unit * d // math.gcd(unit, d)
+        if unit > 4096:
+            unit = max(divisors)
+        return unit, divisors, consts
+
+    def candidates(self, var, reach: int) -> list[int]:
+        """Candidate values of a free integer scalar (see the module docstring)."""
+        unit, divisors, consts = self._unit_and_constants(var)
+        # residue 0 and 1 tell a multiple of the unit from a non-multiple (x // u against
+        # cdiv(x, u)); a constant c offsets those breakpoints to -c and c (and +-1 around them);
+        # a smaller divisor m adds its own multiples
+        residues = {0, 1 % unit}
+        for c in consts:
+            if c % unit:
+                for d in (-1, 0, 1):
+                    residues.add((c + d) % unit)
+                    residues.add((-c + d) % unit)
+        for m in divisors:
+            if m < unit and unit // m <= 16:
+                for k in range(1, unit // m):
+                    for d in (-1, 0, 1):
+                        residues.add((k * m + d) % unit)
+        if len(residues) > 48:
+            residues = set(sorted(residues)[:: max(1, len(residues) // 48)]) | {0, 1 % unit, unit - 1}
+        q_max = min(Q_CAP, -(-reach // max(1, unit))) if unit > 1 else 0
+        values = {-1} | {q * unit + r for q in range(q_max + 1) for r in residues}
+        if unit == 1:
+            values |= set(range(0, min(reach, TRIP_CAP) + 2))
+        for c in consts:
+            values |= {c - 1, c, c + 1}
+        # non-negative values first: the first value giving an observation represents it
+        return sorted(values, key=lambda v: (v < 0, v))
+
+    def unit(self, var) -> int:
+        return self._unit_and_constants(var)[0]
+
+    def enumerate(self, bounds: dict[int, int], limit: int = 200_000):
+        """Distinct observations -> (Assignment, observation values), smallest first; None
+        when the product of the candidate sets exceeds ``limit``.
+
+        ``bounds``: loop line -> the trip count every loop must reach (when it can)."""
+        free = self.free()
+        # scalars that branch conditions read go first: the loops over the others are then
+        # skipped wherever those conditions rule the rest out
+        in_guards = {v for o in self.observations for g, _ in o.guard for v in _free(g)}
+        free.sort(key=lambda v: v not in in_guards)
+        trips = [o for o in self.observations if o.kind == "trip" and _free(o.form)]
+        scale = 1
+        while True:
+            dims, names = [], []
+            pid_axes = sorted({a.key[a.key.index("("):] for a in free
+                               if isinstance(a, Atom) and a.kind in ("pid", "np")})
+            for axis in pid_axes:
+                names.append(("pid", axis))
+                dims.append([(p, n) for n in range(1, 5) for p in range(n)])
+            for v in free:
+                if isinstance(v, Atom) and v.kind in ("pid", "np"):
+                    continue
+                names.append(v)
+                if isinstance(v, CutVar) and not _surjective(self.cut[(v.name, v.line)]):
+                    dims.append(self._image(v))
+                else:
+                    dims.append(self.candidates(v, self._reach(v, trips, bounds) * scale))
+            for key, kind in sorted(self.opaque.items()):
+                names.append(Opaque(key))
+                dims.append([False, True] if kind == "bool" else
+                            list(range(0, max(bounds.values(), default=8) + 2)))
+            found = self._enumerate(names, dims, limit)
+            if found is None:
+                return None, names
+            # every loop reaches its bound, where the scalars allow it
+            short = [o for o in trips if o.loop_line in bounds and
+                     max(_trip_of(k[1].get(o)) for k in found) < bounds[o.loop_line]]
+            if not short or scale >= 8:
+                return found, names
+            scale *= 2
+
+    def _reach(self, var, trips, bounds) -> int:
+        """A value of ``var`` by which every loop it bounds has run its bound."""
+        unit = self.unit(var)
+        out = 4
+        for o in trips:
+            if not any(var in _free(x) for x in o.form[:2]):
+                continue
+            step = o.form[2].value if isinstance(o.form[2], ir.Const) and isinstance(o.form[2].value, int) else 1
+            consts = [abs(c.value) for x in o.form[:2] for c in _nodes(x)
+                      if isinstance(c, ir.Const) and isinstance(c.value, int) and not isinstance(c.value, bool)]
+            n = bounds.get(o.loop_line, 8)
+            out = max(out, n * max(abs(step) or 1, unit) + max(consts, default=0))
+        return out
+
+    def _image(self, cv: CutVar) -> list:
+        definition = self.cut[(cv.name, cv.line)]
+        atoms = sorted(_free(definition), key=lambda a: a.key)
+        axes = sorted({a.key[a.key.index("("):] for a in atoms})
+        out = set()
+        for combo in itertools.product(*[[(p, n) for n in range(1, 5) for p in range(n)] for _ in axes]):
+            env = {}
+            for axis, (p, n) in zip(axes, combo):
+                env[f"xs.program_id{axis}"] = p
+                env[f"xs.num_programs{axis}"] = n
+            try:
+                out.add(eval(_py(definition, lambda x: repr(env.get(x.key, 0))), {}))  # noqa: S307
+            except Exception:  # noqa: BLE001
+                pass
+        return sorted(out)
+
+    def _enumerate(self, names, dims, limit):
+        """Run the observation function over the product of ``dims``: nested loops, each
+        observation computed at the depth of the last scalar it reads, and the deeper loops
+        skipped when every deeper observation sits under a branch not taken."""
+        obs = self.obs_list = list(self.observations)
+        self.obs_index = {o: k for k, o in enumerate(obs)}
+        size = 1
+        for d in dims:
+            size *= max(1, len(d))
+        if size > limit:
+            return None
+        index = {}
+        for i, n in enumerate(names):
+            if isinstance(n, tuple):
+                index[f"xs.program_id{n[1]}"] = (i, f"v{i}[0]")
+                index[f"xs.num_programs{n[1]}"] = (i, f"v{i}[1]")
+            elif isinstance(n, Atom):
+                index[n.key] = (i, f"v{i}")
+            elif isinstance(n, CutVar):
+                index[("cut", n.name, n.line)] = (i, f"v{i}")
+            else:
+                index[("opaque", n.key)] = (i, f"v{i}")
+
+        def slot(x):
+            if isinstance(x, Atom):
+                return index[x.key]
+            if isinstance(x, CutVar):
+                return index[("cut", x.name, x.line)]
+            return index.get(("opaque", x.key), (-1, "None"))
+
+        def var(x):
+            if isinstance(x, Named):
+                return _py(x.value, var)
+            return slot(x)[1]
+
+        def depth(forms) -> int:
+            return max((slot(v)[0] for f in forms for v in _free(f)), default=-1)
+
+        levels: dict[int, list[str]] = {}
+        risky: dict[int, bool] = {}     # a level divides by a scalar (or steps by one)
+        guard_depth, obs_depth = [], []
+        for k, o in enumerate(obs):
+            guards = [g for g, _ in o.guard]
+            forms = list(o.form) if o.kind == "trip" else [o.form]
+            d = depth(forms + guards)
+            if (o.kind == "trip" and not isinstance(o.form[2], ir.Const)) or any(
+                    _divides_by_scalar(f) for f in forms + guards):
+                risky[d] = True
+            obs_depth.append(d)
+            guard_depth.append(depth(guards))
+            guard = " and ".join(f"({_py(g, var)})" if pol else f"(not {_py(g, var)})"
+                                 for g, pol in o.guard) or "True"
+            if o.kind == "trip":
+                s0, s1, s2 = (_py(x, var) for x in o.form)
+                t = f"max(0, -((({s0}) - ({s1})) // ({s2})))"
+                value = f"({t}, {s0}, {s2})" if o.uses_var else t
+            elif o.kind == "cond":
+                value = f"bool({_py(o.form, var)})"
+            else:
+                value = _py(o.form, var)
+            levels.setdefault(d, []).append(f"o{k} = ({value}) if ({guard}) else None")
+        n = len(dims)
+        keys = ", ".join(f"o{k}" for k in range(len(obs)))
+        keys = f"({keys}{',' if len(obs) == 1 else ''})"
+        out = ["def _run(D, out):"]
+        pad = "    "
+        out += [pad + ln for ln in levels.get(-1, [])]
+
+        def emit(level, pad):
+            # all observations of depth <= level are computed here
+            deeper = [k for k in range(len(obs)) if obs_depth[k] > level]
+            if level == n - 1 or not deeper:
+                rest = ", ".join(f"v{j}" if j <= level else f"D[{j}][0]" for j in range(n))
+                rest = f"({rest}{',' if n == 1 else ''})"
+                for k in deeper:
+                    out.append(pad + f"o{k} = None")
+                out.append(pad + f"key = {keys}")
+                out.append(pad + f"if key not in out: out[key] = {rest}")
+                return
+            if level >= 0 and all(guard_depth[k] <= level and obs[k].guard for k in deeper):
+                live = " or ".join(
+                    "(" + (" and ".join(f"({_py(g, var)})" if pol else f"(not {_py(g, var)})"
+                                        for g, pol in obs[k].guard)) + ")" for k in deeper)
+                out.append(pad + f"if not ({live}):")
+                rest = ", ".join(f"v{j}" if j <= level else f"D[{j}][0]" for j in range(n))
+                rest = f"({rest}{',' if n == 1 else ''})"
+                for k in deeper:
+                    out.append(pad + f"    o{k} = None")
+                out.append(pad + f"    key = {keys}")
+                out.append(pad + f"    if key not in out: out[key] = {rest}")
+                out.append(pad + "    continue")
+            j = level + 1
+            out.append(pad + f"for v{j} in D[{j}]:")
+            inner = pad + "    "
+            if levels.get(j) and risky.get(j):
+                out.append(inner + "try:")
+                for ln in levels[j]:
+                    out.append(inner + "    " + ln)
+                out.append(inner + "except (ZeroDivisionError, ValueError):")
+                out.append(inner + "    continue")
+            else:
+                out.extend(inner + ln for ln in levels.get(j, []))
+            emit(j, inner)
+
+        if n == 0:
+            out.append(pad + f"key = {keys}")
+            out.append(pad + "out[key] = ()")
+        else:
+            emit(-1, pad)
+        ns: dict = {}
+        exec(compile("\n".join(out) + "\n", "<xsync scalars>", "exec"), ns)  # noqa: S102
+        found: dict = {}
+        ns["_run"](dims, found)
+        result = [(self._assignment(names, combo), ObsValues(self, key)) for key, combo in found.items()]
+        result.sort(key=lambda item: _magnitude(obs, item[1].values))
+        return result
+
+    def _assignment(self, names, combo) -> Assignment:
+        values, overrides = [], []
+        for n, v in zip(names, combo):
+            if isinstance(n, tuple):
+                axis = n[1]
+                values += [(f"xs.program_id{axis}", v[0]), (f"xs.num_programs{axis}", v[1])]
+            elif isinstance(n, Atom):
+                values.append((n.key, v))
+            elif isinstance(n, CutVar):
+                values.append((n.name, v))
+                overrides.append(((n.name, n.line), v))
+            else:
+                values.append((n.key, v))
+        return Assignment(tuple(values), tuple(overrides))
+
+    def pumped(self, a: Assignment, var, delta: int) -> Assignment:
+        """``a`` with one free scalar moved by ``delta``."""
+        key = var.key if isinstance(var, Atom) else var.name
+        values = tuple((k, v + delta if k == key else v) for k, v in a.values)
+        overrides = tuple(((n, ln), v + delta if n == key else v) for (n, ln), v in a.overrides)
+        return Assignment(values, overrides)
+
+    # ------------------------------------------------------------ unrolling
+    def unroll(self, a: Assignment, iters: bool = False) -> list[list]:
+        """Each instance's sync actions under assignment ``a``: action indices (``self.acts``),
+        or Steps with their loop iterations when ``iters``."""
+        values, overrides = dict(a.values), dict(a.overrides)
+        out = []
+        for prog in self.programs:
+            steps: list = []
+            env = dict(values)
+            if iters:
+                _run(prog, env, (), steps, values, overrides, self.acts)
+            else:
+                _run_fast(prog, env, steps, values, overrides)
+            out.append(steps)
+        return out
+
+    def describe(self, a: Assignment, keys=None) -> str:
+        """``n = 3, K = 130`` for the free scalars the observations read."""
+        parts = []
+        for k, v in a.values:
+            if keys is not None and k not in keys:
+                continue
+            parts.append(f"{k} = {v}")
+        return ", ".join(parts)
+
+
+def _run_fast(prog, env, steps, values, overrides):
+    for n in prog:
+        if n.__class__ is int:
+            steps.append(n)
+        elif isinstance(n, _XLet):
+            for t, f in zip(n.targets, n.fns):
+                if (t, n.line) in overrides:
+                    env[t] = overrides[(t, n.line)]
+                elif f is not None:
+                    try:
+                        env[t] = f(env)
+                    except (KeyError, TypeError, ZeroDivisionError, ValueError):
+                        env.pop(t, None)
+        elif isinstance(n, _XLoop):
+            if n.opaque:
+                start, count, step = 0, values[n.opaque], 1
+            else:
+                start, stop, step = n.bounds(env)
+                count = trip(start, stop, step)
+            body, var = n.body, n.var
+            if len(body) == 1 and body[0].__class__ is int:
+                steps.extend(body * count)      # a loop of one action
+                if count:
+                    env[var] = start + (count - 1) * step
+                continue
+            for i in range(count):
+                env[var] = start + i * step
+                _run_fast(body, env, steps, values, overrides)
+        elif isinstance(n, _XBranch):
+            value = values[n.opaque] if n.opaque else n.cond(env)
+            _run_fast(n.body if value else n.orelse, env, steps, values, overrides)
+
+
+def _run(prog, env, iters, steps, values, overrides, acts):
+    for n in prog:
+        if n.__class__ is int:
+            steps.append(Step(acts[n], iters))
+        elif isinstance(n, _XLet):
+            for t, f in zip(n.targets, n.fns):
+                if (t, n.line) in overrides:
+                    env[t] = overrides[(t, n.line)]
+                elif f is not None:
+                    try:
+                        env[t] = f(env)
+                    except (KeyError, TypeError, ZeroDivisionError, ValueError):
+                        env.pop(t, None)
+        elif isinstance(n, _XLoop):
+            if n.opaque:
+                start, count, step = 0, values[n.opaque], 1
+            else:
+                start, stop, step = n.bounds(env)
+                count = trip(start, stop, step)
+            for i in range(count):
+                v = start + i * step
+                env[n.var] = v
+                _run(n.body, env, iters + ((n.var, v),), steps, values, overrides, acts)
+        elif isinstance(n, _XBranch):
+            value = values[n.opaque] if n.opaque else n.cond(env)
+            _run(n.body if value else n.orelse, env, iters, steps, values, overrides, acts)
+
+
+# ---------------------------------------------------------------- helpers
+def _assigned(nodes) -> set:
+    out = set()
+    for n in nodes:
+        if isinstance(n, Let):
+            out |= set(n.targets)
+        elif isinstance(n, Loop):
+            out |= _assigned(n.body) | {n.var}
+        elif isinstance(n, Branch):
+            out |= _assigned(n.body) | _assigned(n.orelse)
+    return out
+
+
+def _reads_var(nodes, var) -> bool:
+    for n in nodes:
+        if isinstance(n, Let) and var in ir.expr_names(n.value):
+            return True
+        if isinstance(n, Loop):
+            if any(var in ir.expr_names(x) for x in (n.start, n.stop, n.step)) or _reads_var(n.body, var):
+                return True
+        if isinstance(n, Branch):
+            if var in ir.expr_names(n.cond) or _reads_var(n.body, var) or _reads_var(n.orelse, var):
+                return True
+    return False
+
+
+def _static_parts(form) -> list:
+    """Maximal counter-free sub-forms of ``form`` that read a free scalar."""
+    if not _dynamic(form):
+        return [form] if _free(form) else []
+    out = []
+    for c in _children(form):
+        out += _static_parts(c)
+    return out
+
+
+def _divides_by_scalar(form) -> bool:
+    for n in _nodes(form):
+        if isinstance(n, ir.BinOp) and n.op in ("//", "%", "/") and not isinstance(n.right, ir.Const):
+            return True
+        if isinstance(n, ir.Call) and n.op == "cdiv" and not isinstance(n.args[1], ir.Const):
+            return True
+    return False
+
+
+def _linear_in(x, mine) -> bool:
+    """Whether the counter occurs in ``x`` outside every modulus (so ``x`` grows with it)."""
+    if mine(x):
+        return True
+    if isinstance(x, ir.BinOp) and x.op == "%":
+        return False
+    return any(_linear_in(c, mine) for c in _children(x))
+
+
+def _private(form, nm: Named, inside) -> bool:
+    """Every occurrence of ``inside`` in ``form`` lies within an occurrence of ``nm``."""
+    if form == nm:
+        return True
+    if isinstance(form, (Atom, CutVar)):
+        return form not in inside
+    return all(_private(c, nm, inside) for c in _children(form))
+
+
+def _surjective(value) -> bool:
+    """``value`` adds or subtracts a free integer scalar occurring once: it takes every integer."""
+    counts: dict = {}
+    for n in _nodes(value):
+        if isinstance(n, (Atom, CutVar)):
+            counts[n] = counts.get(n, 0) + 1
+
+    def walk(x):
+        if isinstance(x, Named):
+            return walk(x.value)
+        if isinstance(x, Atom) and x.kind == "int" and counts.get(x) == 1:
+            return True
+        if isinstance(x, CutVar) and counts.get(x) == 1:
+            return True
+        if isinstance(x, ir.BinOp) and x.op in ("+", "-"):
+            return walk(x.left) or walk(x.right)
+        if isinstance(x, ir.UnaryOp) and x.op == "-":
+            return walk(x.operand)
+        return False
+    return walk(value)
+
+
+def _size(x) -> int:
+    return sum(1 for _ in _nodes(x))
+
+
+def _trip_of(v) -> int:
+    if v is None:
+        return 0
+    return v[0] if isinstance(v, tuple) else v
+
+
+def _magnitude(obs, values) -> tuple:
+    """Order assignments: fewer / shorter loops first (smallest counterexamples)."""
+    total, biggest = 0, 0
+    for o, v in zip(obs, values):
+        if o.kind == "trip" and v is not None:
+            t = v[0] if isinstance(v, tuple) else v
+            total += t
+            biggest = max(biggest, t)
+    return (biggest, total)
+
+
+class ObsValues:
+    """The observation values of one assignment (a mapping Observation -> value)."""
+
+    def __init__(self, sc: "Scalars", values: tuple):
+        self.sc, self.values = sc, values
+
+    def items(self):
+        return zip(self.sc.obs_list, self.values)
+
+    def get(self, o, default=None):
+        k = self.sc.obs_index.get(o)
+        return default if k is None else self.values[k]
