@@ -17,7 +17,7 @@ from xsync.config import ConfigError, options  # noqa: F401
 from xsync.errors import (  # noqa: F401
     AllocationError, BackendError, CounterLimitError, DeadlockError, FlagOverflowError,
     KernelSourceError, LaunchError, LeftoverError, PhaseAliasingError, ProtocolError,
-    SimulationError, SlotOrderError, StallError, XSyncError,
+    SimulationError, SlotOrderError, StallError, VerifierLimitError, XSyncError,
 )
 
 __version__ = "0.1.0"

@@ -82,6 +82,11 @@ class FlagOverflowError(CounterLimitError):
     """Ascend: more sets pending on one cross-core flag than it counts (15)."""
 
 
+class VerifierLimitError(XSyncError):
+    """The verifier cannot cover the kernel's scalar values within its budget (nothing is
+    accepted unchecked)."""
+
+
 class AllocationError(XSyncError):
     """A hardware budget (event IDs, named barriers, shared memory) is exceeded."""
 

@@ -1040,3 +1040,106 @@ def consistent_data_dependent_release(x, y, n, BLOCK: xs.constexpr, STAGES: xs.c
             xs.store(y, [i * BLOCK, 0], got.t)
             if xs.max(xs.max(got.t, 1), 0) > 0:
                 ring.release()
+
+
+# ====================================================================== episode
+# Persistent tile loops (the attention kernel's shape): the body's trip counts grow with the
+# tile counter, so the verifier checks such a loop iteration by iteration
+# (xsync.lowering.scalars.episode_loops) and falls back to the general check when an
+# iteration hands slots to the next.
+PERSISTENT = dict(x=xs.float32, y=xs.float32, cu=xs.int32, BLOCK=16, STAGES=2)
+
+
+@xs.kernel(example=PERSISTENT)
+def episode_tiles_grow(x, y, cu, tiles, rows, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # longest tile first: tile t runs over (rows_blocks - t // 2) key blocks
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    done = xs.pipe(work, load, stages=1, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    row_blocks = xs.cdiv(rows, BLOCK)
+    for tile in range(xs.program_id(0), tiles, xs.num_programs(0)):
+        seq = tile % 3
+        start = xs.load_scalar(cu, seq)
+        length = xs.load_scalar(cu, seq + 1) - start
+        hi = xs.minimum(length, (row_blocks - tile // 3) * BLOCK)
+        for k in range(0, hi, BLOCK):
+            with load:
+                s = ring.acquire()
+                s.t = xs.load(x, [start + k, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                out = done.acquire()
+                out.t = got.t
+                done.commit()
+                ring.release()
+            with load:
+                back = done.wait()
+                xs.store(y, [start + k, 0], back.t)
+                done.release()
+
+
+@xs.kernel(example=EX)
+def episode_skip_for_one_tile(x, y, tiles, rows, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the producer skips the first commit of every 4th tile's block: a hang for tile 3 only
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for tile in range(xs.program_id(0), tiles, xs.num_programs(0)):
+        kind = tile % 4
+        hi = (xs.cdiv(rows, BLOCK) - tile // 4) * BLOCK
+        for k in range(0, hi, BLOCK):
+            with load:
+                s = ring.acquire()
+                s.t = xs.load(x, [k, 0], [BLOCK, BLOCK])
+                if kind != 3 or k > 0:
+                    ring.commit()
+            with work:
+                got = ring.wait()  # BUG
+                xs.store(y, [k, 0], got.t)
+                ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_signal_runs_ahead(x, y, tiles, rows, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # one signal per tile and no way back: the signaller runs ahead across tiles (an Ascend
+    # flag counts 15, a Hopper mbarrier tells two phases apart)
+    mma = xs.role("mma", kind="matrix")
+    vec = xs.role("vec", kind="vector")
+    tick = xs.event(mma, vec)  # BUG
+    for tile in range(xs.program_id(0), tiles, xs.num_programs(0)):
+        hi = (xs.cdiv(rows, BLOCK) - tile) * BLOCK
+        for k in range(0, hi, BLOCK):
+            with vec:
+                xs.store(y, [k, 0], xs.zeros([BLOCK, BLOCK], xs.float32))
+        with mma:
+            xs.signal(tick)
+        with vec:
+            xs.wait(tick)
+
+
+@xs.kernel(example=EX)
+def episode_handoff_to_next_tile(x, y, tiles, rows, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # correct: each tile's last block is consumed in the next tile (a software-pipelined
+    # hand-off across tiles); the last tile drains it. No iteration ends empty, so the
+    # per-iteration check fails and the general one decides.
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    first = xs.program_id(0)
+    step = xs.num_programs(0)
+    for tile in range(first, tiles, step):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [tile * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            if tile > first:
+                got = ring.wait()
+                xs.store(y, [tile * BLOCK, 0], got.t)
+                ring.release()
+            if tile + step >= tiles:
+                got = ring.wait()
+                xs.store(y, [tile * BLOCK, 0], got.t)
+                ring.release()

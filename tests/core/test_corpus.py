@@ -31,6 +31,8 @@ EXPECT = {
     "late_skip_release_every_8th": same(
         DeadlockError, r"with n = 17: loop at line \d+ `range\(0, n, 1\)` runs 17 time\(s\)",
         r"\(j=16\): acquire on pipe 'ring'", r"'work' waits for 17 slot\(s\) of pipe 'ring' and releases 15"),
+    "episode_skip_for_one_tile": same(DeadlockError, r"\(tile=3, k=0\): wait on pipe 'ring'"),
+    "episode_signal_runs_ahead": {"ascend": (FlagOverflowError, (r"16 sets pending for vec",))},
     "late_flag_overflow": {"ascend": (FlagOverflowError, (
         r"with n = 16", r"event 'tick' has 16 sets pending for vec \(vector\)", r"at most 15"))},
     "late_phase_aliasing": {
@@ -129,7 +131,7 @@ def verdict(kernel, backend):
 
 def test_corpus_covers_every_class():
     assert len(KERNELS) >= 40, len(KERNELS)
-    for cls in ("late", "correct", "consistent", "hint", "emulator", "pairing"):
+    for cls in ("late", "correct", "consistent", "hint", "emulator", "pairing", "episode"):
         assert sum(n.startswith(cls + "_") for n in KERNELS) >= 2, cls
     assert set(EXPECT) <= set(KERNELS)
 
@@ -209,6 +211,13 @@ def test_flagship_kernels_verify_on_every_placement():
             report = kernel.lower(backend).report
             assert report.complete, report.summary()
             assert "every value of" in report.summary()
+    # the persistent tile loop is checked tile by tile, causal or not
+    for causal in (0, 1):
+        cx, dtypes = attention_fwd.specialization()
+        for backend in BACKENDS:
+            report = attention_fwd.lower(backend, dict(cx, CAUSAL=causal), dtypes).report
+            assert report.complete and report.episodes, report.summary()
+            assert "its iterations are independent" in report.summary()
 
 
 # ---------------------------------------------------------------- the emulator
@@ -252,7 +261,8 @@ def test_emulator_reports_what_the_verifier_would(name, n, cls, needles, mode):
 
 @pytest.mark.parametrize("name", [n for n in KERNELS if not EXPECT.get(n, {}).get("cpu")
                                   and n not in ("correct_named_bound_with_prologue",
-                                                "correct_sequence_lengths", "correct_persistent_tiles")])
+                                                "correct_sequence_lengths", "correct_persistent_tiles",
+                                                "episode_tiles_grow")])
 def test_accepted_kernels_run_clean_on_the_emulator(name):
     kernel = getattr(C, name)
     params = [p for p in inspect.signature(kernel.fn).parameters if p not in ("x", "y", "BLOCK", "STAGES")]

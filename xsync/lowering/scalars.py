@@ -47,6 +47,7 @@ from xsync.lowering import ir
 from xsync.lowering.protocol import Act, Branch, Let, Loop, Skeleton, text
 
 TRIP_CAP = 512        # no loop bound beyond this many iterations is tried
+EPISODE_TRIPS = 3     # iterations of an episode loop checked (see episode_loops)
 Q_CAP = 64            # candidate multiples of a scalar's unit
 PERIOD_CAP = 64
 
@@ -267,7 +268,7 @@ class Assignment:
 class Scalars:
     """The scalar side of one skeleton (see the module docstring)."""
 
-    def __init__(self, kernel: ir.KernelIR, skel: Skeleton):
+    def __init__(self, kernel: ir.KernelIR, skel: Skeleton, episodes: bool = False):
         self.kernel, self.skel = kernel, skel
         self.consts = dict(kernel.constexpr_values)
         self.params = {p.name: p.kind for p in kernel.params}
@@ -279,11 +280,27 @@ class Scalars:
         self.act_inst: list[int] = []             # action index -> instance
         self._carried = False      # some bound or condition reads a value carried across iterations
         self._atoms: set = set()   # every free scalar any assignment, bound or condition reads
+        # episodes: check each episode loop iteration by iteration (see episode_loops)
+        self.episodes = episode_loops(skel) if episodes else {}
+        # episode loops: (name, line) of the counter and the values computed from it -> the
+        # values they take (see episode_loops)
+        self.episode_images: dict[tuple[str, int], list[int]] = {}
+        self.episode_trip_lines = {episode_trips(line): line for line in self.episodes}
+        programs = list(skel.programs)
+        if self.episodes:
+            self._inst = skel.instances[0]
+            self._opaque_names = set()
+            for line in self.episodes:
+                self.params[episode_trips(line)] = "scalar"
+                original = next(n for n in programs[0] if isinstance(n, Loop) and n.loc.line == line)
+                self.loops[line] = LoopFacts(line, original.key)
+            self.episode_images = self._episode_images(programs[0])
+            programs = [_as_episodes(p, self.episodes) for p in programs]
         for inst in skel.instances:
             self._inst = inst
             self._opaque_names: set[str] = set()
-            self.programs.append(self._compile_block(skel.programs[inst.index]))
-            self._static_pass(skel.programs[inst.index], {}, (), [])
+            self.programs.append(self._compile_block(programs[inst.index]))
+            self._static_pass(programs[inst.index], {}, (), [])
         if self._carried:
             # a carried value can depend on any scalar: observe them all by value
             for a in sorted(self._atoms, key=lambda a: a.key):
@@ -443,8 +460,13 @@ class Scalars:
                     values = [Opaque(f"`{text(n.value)}`")] * len(n.targets)
                 for t, v in zip(n.targets, values):
                     if loops:
-                        self._dynamic_form(v, guard, loops)
+                        if _dynamic(v):
+                            # counter-free values are observed where a bound or condition
+                            # reads them (inlined there)
+                            self._dynamic_form(v, guard, loops)
                         env[t] = v if not _has(v, lambda x: x is DYN) else DYN
+                    elif (t, n.loc.line) in self.episode_images:
+                        env[t] = CutVar(t, n.loc.line)
                     else:
                         env[t] = v if isinstance(v, (ir.Const, Opaque)) else Named(t, n.loc.line, v)
             elif isinstance(n, Loop):
@@ -577,10 +599,95 @@ class Scalars:
             return min(TRIP_CAP, trip(*(f.value for f in forms)))
         return None
 
+    # ------------------------------------------------------------ episode loops
+    def _episode_images(self, program) -> dict[tuple[str, int], list[int]]:
+        """The values an episode loop's counter and the values computed from it take: the
+        loop run concretely for small values of the scalars its bounds and those values read
+        (every program id below 1 .. 4 programs; other scalars a few multiples of the
+        divisors they meet)."""
+        images: dict[tuple[str, int], set] = {}
+        before = []
+        for n in program:
+            if isinstance(n, Let):
+                before.append(n)
+            if not (isinstance(n, Loop) and n.loc.line in self.episodes):
+                continue
+            hoisted, _ = _episode_split(n)
+            # the tile's coordinates: values computed from the counter and from what the
+            # loop's bounds read, nothing else (a value that also reads a loaded sequence
+            # length stays an expression over the coordinates and that length)
+            pure, known = {n.var}, {n.var} | {t for m in before for t in m.targets} | {
+                name for name, kind in self.params.items() if kind == "scalar"} | set(self.consts)
+            for m in hoisted:
+                names = _value_names(m.value)
+                loads = any(c.op == "load_scalar" for c in ir.expr_calls(m.value))
+                if len(m.targets) == 1 and names & pure and names <= known | pure and not loads:
+                    pure.add(m.targets[0])
+            hoisted = [m for m in hoisted if m.targets[0] in pure]
+            exprs = [m.value for m in before] + [n.start, n.stop, n.step] + [m.value for m in hoisted]
+            keys, divisors = set(), set()
+            for e in exprs:
+                for x in ir.subexprs(e):
+                    if isinstance(x, ir.Call) and x.op in ("program_id", "num_programs", "load_scalar"):
+                        keys.add(text(x))
+                    elif isinstance(x, ir.Name) and self.params.get(x.id) == "scalar":
+                        keys.add(x.id)
+                    if isinstance(x, (ir.BinOp, ir.Call)):
+                        right = x.right if isinstance(x, ir.BinOp) and x.op in ("//", "%") else \
+                            (x.args[1] if isinstance(x, ir.Call) and x.op == "cdiv" else None)
+                        right = self._sym(right, {}) if right is not None else None
+                        if isinstance(right, ir.Const) and isinstance(right.value, int) and right.value > 1:
+                            divisors.add(right.value)
+            unit = 1
+            for d in divisors:
+                unit = unit * d // math.gcd(unit, d)
+            small = sorted({k * unit + r for k in range(4) for r in (0, 1, unit - 1) if k * unit + r >= 0})
+            axes = sorted({k[k.index("("):] for k in keys if k.startswith(("xs.program_id", "xs.num_programs"))})
+            others = sorted(k for k in keys if not k.startswith(("xs.program_id", "xs.num_programs")))
+            dims = [[(p, m) for m in range(1, 5) for p in range(m)] for _ in axes] + [small for _ in others]
+            lets = [(m, [self._evaluator(v, None) for v in
+                         ((m.value,) if len(m.targets) == 1 else getattr(m.value, "items", ()))])
+                    for m in before]
+            bounds = self._evaluator(ir.TupleExpr((n.start, n.stop, n.step)), None)
+            inner = [(m, [self._evaluator(m.value, None)]) for m in hoisted]
+            targets = [(n.var, n.loc.line)] + [(m.targets[0], m.loc.line) for m, _ in inner]
+            for key in targets:
+                images.setdefault(key, set())
+            size = math.prod(len(d) for d in dims)
+            stride = max(1, size // 50_000)      # a spread sample when the product is large
+            for combo in itertools.islice(itertools.product(*dims), 0, None, stride):
+                env = {}
+                for axis, (p, m) in zip(axes, combo):
+                    env[f"xs.program_id{axis}"], env[f"xs.num_programs{axis}"] = p, m
+                env.update(zip(others, combo[len(axes):]))
+                try:
+                    for m, fns in lets:
+                        for t, f in zip(m.targets, fns):
+                            if f is not None:
+                                env[t] = f(env)
+                    start, stop, step = bounds(env)
+                except (KeyError, TypeError, ZeroDivisionError, ValueError):
+                    continue
+                if not step:
+                    continue
+                for counter in itertools.islice(range(start, stop, step), 16):
+                    env[n.var] = counter
+                    images[targets[0]].add(counter)
+                    for (m, (f,)), key in zip(inner, targets[1:]):
+                        try:
+                            env[key[0]] = f(env)
+                            images[key].add(env[key[0]])
+                        except (KeyError, TypeError, ZeroDivisionError, ValueError):
+                            env.pop(key[0], None)
+        # a value whose definition never evaluated stays symbolic (no image, no guess)
+        return {k: sorted(v) for k, v in images.items() if v}
+
     # ------------------------------------------------------------ cut variables
     def _cuts(self):
         """Named scalars whose inputs appear nowhere else are enumerated by name."""
         self.cut: dict[tuple[str, int], object] = {}   # (name, line) -> definition
+        for key in self.episode_images:
+            self.cut[key] = Opaque(f"episode value {key[0]}")
         forms = self._all_forms()
         while True:
             named = sorted({n for f in forms for n in _nodes(f) if isinstance(n, Named)},
@@ -707,7 +814,9 @@ class Scalars:
                 if isinstance(v, Atom) and v.kind in ("pid", "np"):
                     continue
                 names.append(v)
-                if isinstance(v, CutVar) and not _surjective(self.cut[(v.name, v.line)]):
+                if isinstance(v, CutVar) and (v.name, v.line) in self.episode_images:
+                    dims.append(self.episode_images[(v.name, v.line)])
+                elif isinstance(v, CutVar) and not _surjective(self.cut[(v.name, v.line)]):
                     dims.append(self._image(v))
                 else:
                     dims.append(self.candidates(v, self._reach(v, trips, bounds) * scale))
@@ -979,6 +1088,172 @@ def _run(prog, env, iters, steps, values, overrides, acts):
         elif isinstance(n, _XBranch):
             value = values[n.opaque] if n.opaque else n.cond(env)
             _run(n.body if value else n.orelse, env, iters, steps, values, overrides, acts)
+
+
+# ---------------------------------------------------------------- episode loops
+def episode_scalar(var: str, line: int) -> str:
+    return f"{var}@{line}"
+
+
+def episode_loops(skel: Skeleton) -> dict[int, str]:
+    """Loops whose iterations are independent episodes: line -> counter name.
+
+    A persistent tile loop (``for tile in range(program_id, tiles, num_programs)`` around
+    the whole kernel) has bounds and conditions in its body that grow with its counter, so
+    the periodicity argument does not apply to it. It does not need it: a loop L is an
+    episode loop when
+
+    1. L is a top-level statement of every instance's program (every agent runs it, under
+       no condition),
+    2. its bounds read no value derived from ``xs.replica_id()`` (every instance runs the
+       same number of iterations),
+    3. every sync object used in L is used only in L, and
+    4. no value assigned in L's body is read by a bound or condition before the body assigns
+       it again (nothing the protocol depends on is carried from one iteration to the next).
+
+    Then, by confluence (see ``xsync.lowering.verify``), every run ends as the run that lets
+    all agents finish iteration i before any starts i + 1 does; in that run each iteration
+    starts with every channel empty and behaves as a one-iteration kernel whose counter is
+    a free scalar. So the verifier replaces the counter with a free scalar
+    (``tile@96``: every value it can take is tried) and checks L up to EPISODE_TRIPS
+    iterations: one decides deadlock and leftovers for every iteration, the further ones
+    expose leads that grow across iteration boundaries (pumped like any other)."""
+    programs = skel.programs
+    if not programs:
+        return {}
+    tops = [{n.loc.line: n for n in prog if isinstance(n, Loop)} for prog in programs]
+    common = set(tops[0]).intersection(*tops[1:])
+    inside_objs: dict[int, set] = {ln: set() for ln in common}
+    outside: set = set()
+    for prog in programs:
+        for n in prog:
+            if isinstance(n, Loop) and n.loc.line in common:
+                inside_objs[n.loc.line] |= _objects(n.body)
+            else:
+                outside |= _objects([n])
+    out = {}
+    for line in sorted(common):
+        loops = [t[line] for t in tops]
+        if any(_replica_derived(prog, loop) for prog, loop in zip(programs, loops)):
+            continue
+        if inside_objs[line] & outside or not inside_objs[line]:
+            continue
+        others = {ln for ln in common if ln != line}
+        if any(inside_objs[line] & inside_objs[o] for o in others):
+            continue
+        if any(_carries(loop.body) for loop in loops):
+            continue
+        out[line] = loops[0].var
+    return out
+
+
+def episode_trips(line: int) -> str:
+    return f"iterations@{line}"
+
+
+def _episode_split(loop: Loop) -> tuple[list, list]:
+    """(hoisted, rest): the top-level assignments of the body computed from nothing the body
+    assigns except earlier hoisted ones (the tile's coordinates), and the other nodes."""
+    body = list(loop.body)
+    assigned = _assigned(body)
+    hoisted, known = [], {loop.var}
+    for i, m in enumerate(body):
+        if not isinstance(m, Let) or set(m.targets) & _assigned(body[:i] + body[i + 1:]):
+            continue
+        if (_value_names(m.value) & assigned) - known:
+            continue
+        hoisted.append(m)
+        known |= set(m.targets)
+        body[i] = None
+    return hoisted, [m for m in body if m is not None]
+
+
+def _as_episodes(nodes, episodes: dict[int, str]) -> tuple:
+    """The program with each episode loop's counter and the values computed from it taken
+    as free scalars (set once, before the loop) and its trip count a free scalar."""
+    out = []
+    for n in nodes:
+        if isinstance(n, Loop) and n.loc.line in episodes:
+            hoisted, rest = _episode_split(n)
+            out.append(Let((n.var,), ir.Const(0), n.loc))     # overridden: a cut variable
+            out.extend(hoisted)
+            n = Loop(f"{n.var}@iteration", ir.Const(0), ir.Name(episode_trips(n.loc.line)),
+                     ir.Const(1), tuple(rest), n.loc)
+        out.append(n)
+    return tuple(out)
+
+
+def _value_names(e) -> set[str]:
+    """Names whose values ``e`` reads (an xs.load_scalar result is a free scalar of its own,
+    whatever its index)."""
+    if isinstance(e, ir.Call) and e.op == "load_scalar":
+        return set()
+    if isinstance(e, ir.Name):
+        return {e.id}
+    out = set()
+    for c in ir.children(e):
+        out |= _value_names(c)
+    return out
+
+
+def _objects(nodes) -> set:
+    out = set()
+    for n in nodes:
+        if isinstance(n, Act):
+            out.add(n.obj)
+        elif isinstance(n, Loop):
+            out |= _objects(n.body)
+        elif isinstance(n, Branch):
+            out |= _objects(n.body) | _objects(n.orelse)
+    return out
+
+
+def _replica_derived(prog, loop: Loop) -> bool:
+    """Whether ``loop``'s bounds read xs.replica_id(), directly or through an assignment."""
+    tainted: set[str] = set()
+
+    def derived(e) -> bool:
+        return bool(ir.expr_names(e) & tainted) or any(c.op == "replica_id" for c in ir.expr_calls(e))
+
+    for n in prog:
+        if n is loop:
+            return any(derived(x) for x in (loop.start, loop.stop, loop.step))
+        for t in _assigned([n]):
+            if isinstance(n, Let) and not derived(n.value):
+                tainted.discard(t)
+            else:
+                tainted.add(t)      # assigned from the replica, or inside a loop or branch
+    return True
+
+
+def _carries(body) -> bool:
+    """Whether a bound or condition in ``body`` can read a value assigned in an earlier
+    iteration of the loop around it (a name assigned in the body, read before that)."""
+    assigned = _assigned(body)
+    defined: set[str] = set()
+
+    def walk(nodes, defined) -> bool:
+        for n in nodes:
+            if isinstance(n, Let):
+                if (ir.expr_names(n.value) & assigned) - defined:
+                    defined -= set(n.targets)       # carried: every later read is carried too
+                    return True
+                defined |= set(n.targets)
+            elif isinstance(n, Loop):
+                if any((ir.expr_names(x) & assigned) - defined for x in (n.start, n.stop, n.step)):
+                    return True
+                if walk(n.body, set(defined) | {n.var}):
+                    return True
+            elif isinstance(n, Branch):
+                if (ir.expr_names(n.cond) & assigned) - defined:
+                    return True
+                a, b = set(defined), set(defined)
+                if walk(n.body, a) or walk(n.orelse, b):
+                    return True
+                defined |= a & b
+        return False
+
+    return walk(body, defined)
 
 
 # ---------------------------------------------------------------- helpers

@@ -72,12 +72,12 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
 
-from xsync.errors import (DeadlockError, LeftoverError, ProtocolError, SlotOrderError,
+from xsync.errors import (VerifierLimitError, DeadlockError, LeftoverError, ProtocolError, SlotOrderError,
                           XSyncError)
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
-from xsync.lowering.scalars import Assignment, CutVar, Scalars, Step, trip
+from xsync.lowering.scalars import EPISODE_TRIPS, Assignment, episode_loops, CutVar, Scalars, Step, trip
 from xsync.lowering.scalars import _free as _free_of
 
 INF = 1 << 60
@@ -98,6 +98,7 @@ class VerifyReport:
     complete: bool              # False: some loop is checked only up to its bound
     unproven: tuple[str, ...] = ()
     cross_checked: int = 0      # runs also searched interleaving by interleaving (exhaustive=True)
+    episodes: tuple[int, ...] = ()   # loops whose iterations are independent (scalars.episode_loops)
 
     @property
     def trip_values(self) -> tuple[int, ...]:
@@ -107,8 +108,11 @@ class VerifyReport:
         what = "no deadlock, leftover, unpaired slot or counter overflow"
         scal = f"for every value of {', '.join(self.scalars)}" if self.scalars else \
             "(no run-time scalar)"
-        loops = "; ".join(f"the loop at line {ln} `{key}` up to {b} iterations, beyond which its "
-                          f"verdict repeats with period {p}" for ln, key, b, p in self.loops)
+        loops = "; ".join(
+            f"the loop at line {ln} `{key}` up to {b} iterations, each of them for every tile "
+            f"its counter reaches (its iterations are independent)" if ln in self.episodes else
+            f"the loop at line {ln} `{key}` up to {b} iterations, beyond which its "
+            f"verdict repeats with period {p}" for ln, key, b, p in self.loops)
         out = (f"verified for {self.backend}: {what} {scal} ({self.assignments} scalar "
                f"assignment(s) checked, {self.states} steps" + (f"; {loops}" if loops else "") + ")")
         if self.unproven:
@@ -129,7 +133,29 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
     PhaseAliasingError, FlagOverflowError) for the worst bug at the smallest scalar values
     that show it; return a report otherwise."""
     skel = skeleton or derive(kernel, placement)
-    sc = Scalars(kernel, skel)
+    general = Scalars(kernel, skel, episodes=False)
+    candidates = episode_loops(skel)
+    if not any(not general.loops[ln].periodic for ln in candidates):
+        try:
+            return _check(kernel, placement, skel, general, exhaustive)
+        except VerifierLimitError:
+            if not candidates:
+                raise
+    # A persistent tile loop: its body grows with its counter, or its scalars are too many to
+    # combine, so check it iteration by iteration (scalars.episode_loops). That check
+    # assumes every iteration ends with its channels empty; a kernel that hands slots from one
+    # iteration to the next fails it and gets the general check, whose verdict stands
+    # (where the general check cannot run, the per-iteration verdict is reported).
+    try:
+        return _check(kernel, placement, skel, Scalars(kernel, skel, episodes=True), exhaustive)
+    except ProtocolError as per_iteration:
+        try:
+            return _check(kernel, placement, skel, general, exhaustive)
+        except VerifierLimitError:
+            raise per_iteration from None
+
+
+def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyReport:
     bounds, periods, unproven = loop_bounds(sc, skel)
     unproven = unproven + [f"{key} depends on tile data: tried as one free value for every "
                            f"evaluation" for key in sorted(sc.opaque)]
@@ -139,6 +165,16 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
         found, names = _coarse(sc, bounds)
         complete = False
         unproven = unproven + ["the scalar candidates were thinned (too many combinations)"]
+    if found is None:
+        scalars = ", ".join(_scalar_name(n, sc) for n in names)
+        raise VerifierLimitError(
+            f"{kernel.name}: too many combinations of the run-time scalars ({scalars}) to "
+            f"verify the protocol on the {placement.backend} placement",
+            loc=kernel.loc,
+            fix=("let fewer independent scalars decide trip counts and conditions (compute one "
+                 "from another, or move a persistent tile loop around the whole kernel so its "
+                 "iterations are verified one at a time), or skip the check with "
+                 "xsync.options(verify=False) / XSYNC_VERIFY=0 at your own risk"))
     if len(found) > MAX_RUNS:
         found = found[:MAX_RUNS]
         complete = False
@@ -176,12 +212,13 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
         err = _growth(skel, sc, results, leads, bounds, periods, tables)
         if err is not None:
             raise err
-    shown = tuple(_scalar_name(n) for n in names)
+    shown = tuple(_scalar_name(n, sc) for n in names)
     runtime = {o.loop_line for o in sc.observations if o.kind == "trip" and _free_of(o.form)}
     loops = tuple((ln, sc.loops[ln].key, bounds[ln], periods[ln]) for ln in sorted(bounds)
                   if ln in runtime)
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
-                        tuple(unproven), sum(r[2].cross_checked for r in results))
+                        tuple(unproven), sum(r[2].cross_checked for r in results),
+                        tuple(sorted(sc.episodes)))
 
 
 def loop_bounds(sc: Scalars, skel: Skeleton):
@@ -200,6 +237,10 @@ def loop_bounds(sc: Scalars, skel: Skeleton):
         period = facts.period if facts.periodic else 1
         bounds[line] = min(512, 2 * facts.threshold + period * (window + 2))
         periods[line] = period
+        if line in sc.episodes:
+            # iterations are independent episodes (scalars.episode_loops): one decides
+            # deadlock and leftovers, the others leads across iteration boundaries
+            bounds[line] = min(bounds[line], EPISODE_TRIPS)
         if not facts.periodic:
             unproven.append(f"loop at line {line} ({facts.why})")
     return bounds, periods, unproven
@@ -214,7 +255,10 @@ def _coarse(sc, bounds):
     return sc.enumerate({ln: 2 for ln in bounds}, limit=10 ** 7)
 
 
-def _scalar_name(n) -> str:
+def _scalar_name(n, sc: Scalars | None = None) -> str:
+    line = sc.episode_trip_lines.get(getattr(n, "key", None)) if sc is not None else None
+    if line is not None:
+        return f"the iteration count of the loop at line {line}"
     if isinstance(n, tuple):
         return f"xs.program_id{n[1]}/xs.num_programs{n[1]}"
     if isinstance(n, CutVar):
