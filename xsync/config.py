@@ -67,11 +67,12 @@ class Option:
     def parse(self, raw: Any, source: str) -> Any:
         """The validated value of ``raw`` (text from the environment or a Python value)."""
         def bad(reason: str = "") -> ConfigError:
-            if source.endswith("=)"):      # a keyword: xsync.options(name=value)
-                head = f"{source[:-1]}{raw!r})"
-            else:                           # an environment variable
-                head = f"{source}={raw if isinstance(raw, str) else repr(raw)}"
             why = f": {reason}" if reason else ""
+            if source.endswith("=)"):      # a keyword: xsync.options(name=value)
+                return ConfigError(f"{source[:-1]}{raw!r}) is not valid{why}",
+                                   fix=f"{self.name} ({self.doc}) takes {self.valid()}; leave it "
+                                       f"out for the default ({self.default_text()})")
+            head = f"{source}={raw if isinstance(raw, str) else repr(raw)}"
             return ConfigError(f"{head} is not valid{why}",
                                fix=f"{self.env} ({self.doc}) takes {self.valid()}; unset it for the "
                                    f"default ({self.default_text()})")

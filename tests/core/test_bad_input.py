@@ -307,3 +307,47 @@ def test_dump_writes_each_specialization_once_under_its_own_names(tmp_path):
         assert first.stat().st_mtime_ns == before
     table = next(p for p in names if p.endswith(".alloc.txt"))
     assert (tmp_path / table).read_text().startswith("specialization: ")
+
+
+# ---------------------------------------------------------------- autograd modes, timeouts
+def _reference(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double()).to(q.dtype)
+
+
+@pytest.mark.parametrize("mode", ["inference_mode", "no_grad", "requires_grad"])
+def test_the_emulator_runs_in_the_callers_autograd_mode(mode):
+    q, k, v = qkv(s=40)
+    if mode == "requires_grad":
+        q, k, v = (x.clone().requires_grad_(True) for x in (q, k, v))
+        o, lse = attention(q, k, v)
+    else:
+        with getattr(torch, mode)():
+            o, lse = attention(q, k, v)
+        assert not o.requires_grad
+    torch.testing.assert_close(o.detach().float(), _reference(q.detach(), k.detach(), v.detach()).float(),
+                               atol=2e-2, rtol=2e-2)
+
+
+TIMEOUT_RUNS = """
+import threading, torch, xsync as xs
+from xsync.kernels.flash_attn import attention
+q = torch.randn(1, 2, 96, 64).bfloat16()
+for i in range(100):
+    with xs.options(cpu_timeout=0.001):
+        try:
+            attention(q, q, q)
+        except xs.LaunchError as err:
+            assert "did not finish within" in str(err), err
+        else:
+            raise SystemExit("no timeout")
+    assert threading.active_count() == 1, threading.enumerate()
+print("stopped cleanly")
+"""
+
+
+def test_the_emulator_timeout_stops_every_thread():
+    """100 timed-out launches in one process: each leaves no agent thread behind, and the
+    process exits normally (a thread still computing at exit aborts the interpreter)."""
+    r = subprocess.run([sys.executable, "-c", TIMEOUT_RUNS], capture_output=True, text=True, cwd=ROOT,
+                       timeout=600)
+    assert r.returncode == 0 and "stopped cleanly" in r.stdout, (r.returncode, r.stderr[-2000:])

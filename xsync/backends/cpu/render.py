@@ -91,6 +91,10 @@ class CpuRenderer(PythonRenderer):
         for s in stmts:
             self.stmt(s)
 
+    def loop_body(self, stmts):
+        self.out.line("ag.tick()")      # stops a computing agent once the program failed
+        self.block(stmts)
+
     def stmt(self, s):
         o = self.out
         if isinstance(s, ir.Assign):
@@ -109,7 +113,7 @@ class CpuRenderer(PythonRenderer):
             self.block(s.body)
         elif isinstance(s, ir.For):
             self.loop_vars.append(s.var)
-            self.emit_for(s, self.block)
+            self.emit_for(s, self.loop_body)
             self.loop_vars.pop()
         elif isinstance(s, ir.If):
             self.emit_if(s, self.block)

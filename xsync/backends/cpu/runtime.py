@@ -296,6 +296,12 @@ class Agent:
                     self.ends[link.obj] = e
         self.objects = program.channels
 
+    def tick(self):
+        """Called at every loop iteration: an agent that computes without syncing still
+        stops soon once the program has failed (a timeout, another agent's error)."""
+        if self.monitor is not None and self.monitor.failure is not None:
+            raise _Aborted()
+
     def program_id(self, axis):
         return self.pid[axis]
 
@@ -599,6 +605,8 @@ def minimum(a, b):
 
 
 # ---------------------------------------------------------------- the grid
+_STOP_GRACE_S = 120.0      # one loop iteration's compute, at most, after a timeout
+
 def run_grid(compiled, grid: tuple[int, ...], args: dict, join_timeout: float):
     """Run every program of ``grid`` (threads or the cooperative scheduler)."""
     import itertools
@@ -665,6 +673,12 @@ def _run_program(compiled, pid, grid, args, join_timeout):
         trace.programs.append(prog)
         trace.kernel_name, trace.file, trace.grid = k.name, k.file, grid
 
+    # the agents compute in the caller's autograd mode (inference_mode, no_grad or not)
+    inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+
+    def caller_mode():
+        return torch.inference_mode() if inference else torch.set_grad_enabled(grad)
+
     threads, agents = [], []
     for inst in skel.instances:
         fn = compiled.agent_functions[inst.agent]
@@ -678,7 +692,8 @@ def _run_program(compiled, pid, grid, args, join_timeout):
             try:
                 if trace is not None:
                     ag.begin()
-                fn(ag, **args)
+                with caller_mode():
+                    fn(ag, **args)
             except _Aborted:
                 pass
             except BaseException as exc:  # noqa: BLE001 - reported by the launcher
@@ -699,6 +714,10 @@ def _run_program(compiled, pid, grid, args, join_timeout):
             f"kernel '{k.name}' program {pid} did not finish within {join_timeout:.0f} s on the CPU "
             f"emulator (agents still computing, none blocked)",
             fix="use smaller shapes, or raise XSYNC_CPU_TIMEOUT"))
+        # every agent stops at its next loop iteration or sync call: wait for that, so no
+        # thread still computes when the error reaches the caller (or the interpreter exits)
+        for t in threads:
+            t.join(_STOP_GRACE_S)
     if mon.failure is None:
         left = program.leftovers()
         if left:
