@@ -19,7 +19,7 @@ import sys
 
 from xsync import api
 from xsync.errors import XSyncError
-from xsync.lowering.placement import BACKENDS
+from xsync.backends import TARGETS as BACKENDS
 
 
 class UsageError(Exception):

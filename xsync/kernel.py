@@ -25,7 +25,7 @@ from xsync.lowering.alloc import Allocation, allocate
 from xsync.lowering import passes
 from xsync.lowering.frontend import parse_kernel
 from xsync.lowering.passes import PassLog
-from xsync.lowering.placement import Placement, place
+from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
 from xsync.lowering.verify import VerifyReport, enabled_verification, verify
 
@@ -114,7 +114,7 @@ class Kernel:
             return self._lower(backend, constexprs, tensor_dtypes, check)
 
     def _lower(self, backend, constexprs, tensor_dtypes, check) -> Lowered:
-        from xsync.backends import target_of
+        from xsync.backends import place, target_of
 
         backend = target_of(backend)
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)

@@ -200,7 +200,7 @@ def counterexample(kernel, constexprs: dict, dtypes: dict, backend: str = "cpu")
     """Verify ``kernel`` on ``backend`` and return (Timeline, DeadlockError) for the deadlock
     the verifier reports, or None when the protocol does not deadlock there."""
     from xsync.lowering.frontend import parse_kernel
-    from xsync.lowering.placement import place
+    from xsync.backends import place
     from xsync.lowering.verify import verify
 
     kir = parse_kernel(kernel.fn, dict(constexprs), dict(dtypes))

@@ -56,7 +56,7 @@ def test_small_protocols_cross_check_every_interleaving():
     import sys
 
     from xsync.lowering.frontend import parse_kernel
-    from xsync.lowering.placement import place
+    from xsync.backends import place
     from xsync.lowering.verify import verify
     from xsync.errors import XSyncError
 

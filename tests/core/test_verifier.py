@@ -174,7 +174,7 @@ def test_greedy_run_agrees_with_every_interleaving(name, backend):
     confluent, see the verify docstring); exhaustive=True also searches every interleaving
     of the small runs and fails if any ends elsewhere. Same verdict, same line."""
     from xsync.lowering.frontend import parse_kernel
-    from xsync.lowering.placement import place
+    from xsync.backends import place
     from xsync.lowering.verify import verify
 
     kernel = getattr(bk, name)

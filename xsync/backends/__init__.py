@@ -11,13 +11,25 @@ from __future__ import annotations
 import importlib
 
 from xsync.errors import BackendError
-from xsync.lowering.placement import BACKENDS as TARGETS
+from xsync.lowering import ir
+from xsync.lowering.placement import Placement
+
+TARGETS = ("cpu", "nvidia", "ascend")   # what a kernel can be lowered for
 
 # A backend name is a target (what the kernel is lowered for) and a runner (what executes
 # the generated code).
 RUNNERS = {"cpu": ("cpu", "emulator"), "nvidia": ("nvidia", "gpu"), "ascend": ("ascend", "npu"),
            "ascend-sim": ("ascend", "simulator")}
 BACKENDS = tuple(RUNNERS)
+
+
+def place(kernel: ir.KernelIR, target: str) -> Placement:
+    """The placement of ``kernel``'s roles on ``target``'s agents, with the target's facts
+    (``xsync.backends.<target>.placement``: ``place(kernel)`` and ``TARGET``)."""
+    if target not in TARGETS:
+        raise BackendError(f"unknown backend {target!r}", fix=f"use one of: {', '.join(TARGETS)}")
+    module = importlib.import_module(f"xsync.backends.{target}.placement")
+    return Placement(target, tuple(module.place(kernel)), module.TARGET)
 
 
 def target_of(name: str) -> str:

@@ -126,6 +126,8 @@ class Pipe:
     stages: int
     fields: tuple[TileSpec, ...]
     loc: SourceLoc
+    made_by: str = ""      # the schedule pass that declared it ("" = the kernel source)
+    origin: str = ""       # a pass-made pipe: the source pipe it stands for (part of)
 
     @property
     def slot_bytes(self) -> int:
@@ -152,6 +154,7 @@ class Barrier:
     members: tuple[str, ...]
     loc: SourceLoc
     all_roles: bool = False
+    made_by: str = ""      # the schedule pass that declared it ("" = the kernel source)
 
 
 SyncObject = Union[Pipe, Event, Barrier]
@@ -193,12 +196,31 @@ class SyncOp:
           event -> "signal" | "wait"
           barrier -> "sync" | "arrive"
     ``target`` names the slot variable bound by acquire/wait (may be None).
+    ``guard`` (schedule passes only): the action happens only when this scalar condition
+    holds -- the protocol reads it as ``if guard: action``; renderers may predicate instead
+    of branching. ``note`` says why a pass put the action here (generated-code comments).
     """
 
     verb: str
     obj: str
     target: str | None
     loc: SourceLoc
+    guard: "Expr | None" = None
+    note: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class MmaWait:
+    """Made by schedule passes: wait until at most ``pending`` asynchronous mmas of this
+    agent are in flight; ``targets`` (results of earlier mmas) are complete afterwards and
+    rebound. Unlike the source form ``x = xs.mma_wait(x, pending=n)`` it names only the
+    values, not the shared-memory operands of their mmas: a pass puts it where those
+    operands' slots may be out of scope (after a loop, in a rotated iteration)."""
+
+    targets: tuple[str, ...]
+    pending: int
+    loc: SourceLoc
+    note: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -226,7 +248,17 @@ class RoleBlock:
     loc: SourceLoc
 
 
-Stmt = Union[Assign, SlotWrite, Store, SyncOp, For, If, RoleBlock]
+Stmt = Union[Assign, SlotWrite, Store, SyncOp, MmaWait, For, If, RoleBlock]
+
+
+@dataclass(frozen=True)
+class AgentProgram:
+    """One agent's own program, as a schedule pass rewrote it: the agent's role blocks and
+    the replicated statements it needs (what ``xsync.lowering.slicing.slice_agent`` gives
+    for an agent no pass touched)."""
+
+    agent: str
+    body: tuple[Stmt, ...]
 
 
 # ---------------------------------------------------------------- the kernel
@@ -250,6 +282,9 @@ class KernelIR:
     body: tuple[Stmt, ...]
     loc: SourceLoc
     source: str = field(default="", compare=False)
+    # Set by schedule passes that rewrite agents one by one (placement-specific): these
+    # agents run their program here instead of their slice of ``body``.
+    programs: tuple[AgentProgram, ...] = ()
 
     def role(self, name: str) -> Role:
         return next(r for r in self.roles if r.name == name)
@@ -264,6 +299,14 @@ class KernelIR:
     @property
     def constexpr_values(self) -> dict[str, object]:
         return dict(self.constexprs)
+
+    def program(self, agent: str) -> AgentProgram | None:
+        """The agent's own program when a pass rewrote it (else None: its slice of body)."""
+        return next((p for p in self.programs if p.agent == agent), None)
+
+    def all_statements(self) -> tuple[Stmt, ...]:
+        """The body and every agent program (to search every statement of the kernel)."""
+        return self.body + tuple(s for p in self.programs for s in p.body)
 
 
 def walk(stmts, enter_roles: bool = True):

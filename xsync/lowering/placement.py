@@ -1,21 +1,33 @@
 """Placement: which agent (thread / warp-specialized partition / core) runs each role, and
 the target facts of the hardware that runs them.
 
-Each backend places roles onto its hardware agents (``xsync.backends.<b>.placement``) and
-states, in a :class:`Target`, what its sync primitives can count: the verifier asks the
-target ("how far may a signaller run ahead of its waiter?") instead of branching on the
-backend's name. Roles placed on one agent run in source order inside it; a pipe between two
-roles of one agent carries its payload in registers (one value at a time) and needs no
-cross-agent synchronization.
+Each backend places roles onto its hardware agents (``xsync.backends.<b>.placement``, which
+``xsync.backends.place`` calls) and states, in a :class:`Target`, what its sync primitives
+can count, which schedule passes it runs and how it allocates: the verifier and the
+allocator ask the target ("how far may a signaller run ahead of its waiter?") instead of
+branching on the backend's name. Roles placed on one agent run in source order inside it;
+a pipe between two roles of one agent carries its payload in registers (one value at a
+time) and needs no cross-agent synchronization.
+
+This module only holds the types; it imports no backend (the backends import it).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Callable
 
 from xsync.lowering import ir
 
-BACKENDS = ("cpu", "nvidia", "ascend")
+
+class Unit(StrEnum):
+    """The kind of hardware agent an :class:`Agent` is (typed: nothing reads agent names)."""
+
+    PRODUCER = "producer"     # Hopper: a 1-warp TMA issuer partition
+    CONSUMER = "consumer"     # Hopper: a 4-warp wgmma warpgroup partition
+    CUBE = "cube"             # Ascend: the cube core of an AI core
+    VECTOR = "vector"         # Ascend: a vector core
+    THREAD = "thread"         # CPU emulator: one thread
 
 
 @dataclass(frozen=True)
@@ -24,8 +36,8 @@ class Agent:
     roles: tuple[str, ...]
     replicas: int
     hardware: str  # what runs it, in the backend's words ("consumer warpgroup", "cube core")
+    unit: Unit     # the kind of hardware agent
     serial: tuple[str, ...] = ()  # roles whose replicas this single agent runs one by one
-    unit: str = ""  # the kind of hardware agent: producer / consumer, cube / vector, thread
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,8 @@ class Target:
         mbarrier counts arrivals, not who arrived; None: per-source counters).
     barrier_arrive_waits: the hardware has no arrive-only barrier, so ``arrive()`` waits
         like ``sync()`` (Ascend ``sync_block_all``).
+    allocate: the target's allocator (``xsync.backends.<b>.alloc.allocate``).
+    passes: the target's schedule passes (``xsync.lowering.passes.run`` runs them in order).
     """
 
     backend: str
@@ -65,6 +79,10 @@ class Target:
     barrier_limit: Limit | None = None
     gather_limit: Limit | None = None
     barrier_arrive_waits: bool = False
+    # (kernel, placement, skeleton) -> Allocation: the target's allocation module
+    allocate: Callable | None = None
+    # schedule passes, in order: objects with NAME and run(kernel, placement, log) -> kernel
+    passes: tuple = ()
 
     @property
     def bounded(self) -> bool:
@@ -76,10 +94,13 @@ class Target:
 class Placement:
     backend: str
     agents: tuple[Agent, ...]
-    target: Target | None = None
+    target: Target
 
     def agent_of(self, role: str) -> Agent:
         return next(a for a in self.agents if role in a.roles)
+
+    def agent(self, name: str) -> Agent:
+        return next(a for a in self.agents if a.name == name)
 
     def co_located(self, src_role: str, dst_role: str) -> bool:
         return self.agent_of(src_role) is self.agent_of(dst_role)
@@ -89,21 +110,15 @@ class Placement:
         return not self.co_located(obj.src, obj.dst)
 
 
-def place(kernel: ir.KernelIR, backend: str) -> Placement:
-    if backend not in BACKENDS:
-        from xsync.errors import BackendError
-        raise BackendError(f"unknown backend {backend!r}", fix=f"use one of: {', '.join(BACKENDS)}")
-    module = importlib.import_module(f"xsync.backends.{backend}.placement")
-    return Placement(backend, tuple(module.place(kernel)), module.TARGET)
-
-
-def merge_by_replicas(roles, agent_name, hardware, unit="") -> list[Agent]:
-    """One agent per distinct replica count among ``roles`` (roles merge only if equal)."""
+def merge_by_replicas(roles, agent_name: str, hardware: str, unit: Unit) -> list[Agent]:
+    """One agent per distinct replica count among ``roles`` (roles merge only if equal), all
+    of kind ``unit``. With one count the agent is ``agent_name``; with several, each agent is
+    named after its roles (its unit, not its name, says what runs it)."""
     by_count: dict[int, list[ir.Role]] = {}
     for r in roles:
         by_count.setdefault(r.replicas, []).append(r)
     out = []
     for count, group in by_count.items():
         name = agent_name if len(by_count) == 1 else "_".join(r.name for r in group)
-        out.append(Agent(name, tuple(r.name for r in group), count, hardware, unit=unit or agent_name))
+        out.append(Agent(name, tuple(r.name for r in group), count, hardware, unit))
     return out

@@ -360,9 +360,6 @@ class Skeleton:
 def derive(kernel: ir.KernelIR, placement: Placement) -> Skeleton:
     """The skeleton of ``kernel`` under ``placement`` (see the module docstring)."""
     target = placement.target
-    if target is None:
-        from importlib import import_module
-        target = import_module(f"xsync.backends.{placement.backend}.placement").TARGET
     instances = []
     for a in placement.agents:
         for r in range(a.replicas):
@@ -424,7 +421,7 @@ def _barrier_points(kernel, placement, target) -> tuple[BarrierPoint, ...]:
             if not mine:
                 continue
             calls = []   # (scope path, role, op) in source order
-            _collect_calls(kernel.body, bar.name, set(mine), (), None, calls)
+            _collect_calls(_body(kernel, agent.name), bar.name, set(mine), (), None, calls, kernel)
             if len({role for _, role, _ in calls}) <= 1:
                 for _, role, op in calls:
                     out.append(BarrierPoint(bar.name, agent.name, (op,), (role,), op,
@@ -434,18 +431,45 @@ def _barrier_points(kernel, placement, target) -> tuple[BarrierPoint, ...]:
     return tuple(out)
 
 
-def _collect_calls(stmts, bar, roles, scope, role, out):
+def _body(kernel, agent: str) -> tuple:
+    """The statements ``agent`` runs: the program a schedule pass gave it, else the kernel
+    body (of which it runs its role blocks and the replicated code)."""
+    prog = kernel.program(agent)
+    return prog.body if prog is not None else kernel.body
+
+
+def acting_role(kernel: ir.KernelIR, op: ir.SyncOp, roles) -> str | None:
+    """The role a sync operation acts for when it sits outside a role block (schedule passes
+    emit such operations): a pipe's producer for acquire/commit and consumer for
+    wait/release, an event's source for signal and destination for wait, a barrier's one
+    member among ``roles`` (the agent's roles). None when that is ambiguous."""
+    obj = kernel.sync_object(op.obj)
+    if isinstance(obj, ir.Pipe):
+        role = obj.src if op.verb in ("acquire", "commit") else obj.dst
+    elif isinstance(obj, ir.Event):
+        role = obj.src if op.verb == "signal" else obj.dst
+    elif isinstance(obj, ir.Barrier):
+        mine = [r for r in obj.members if r in roles]
+        role = mine[0] if len(mine) == 1 else None
+    else:
+        role = None
+    return role if role in roles else None
+
+
+def _collect_calls(stmts, bar, roles, scope, role, out, kernel=None):
     for s in stmts:
         if isinstance(s, ir.RoleBlock):
             if s.role in roles:
-                _collect_calls(s.body, bar, roles, scope, s.role, out)
+                _collect_calls(s.body, bar, roles, scope, s.role, out, kernel)
         elif isinstance(s, ir.For):
-            _collect_calls(s.body, bar, roles, scope + (id(s),), role, out)
+            _collect_calls(s.body, bar, roles, scope + (id(s),), role, out, kernel)
         elif isinstance(s, ir.If):
-            _collect_calls(s.body, bar, roles, scope + (id(s), "then"), role, out)
-            _collect_calls(s.orelse, bar, roles, scope + (id(s), "else"), role, out)
-        elif isinstance(s, ir.SyncOp) and s.obj == bar and role is not None:
-            out.append((scope, role, s))
+            _collect_calls(s.body, bar, roles, scope + (id(s), "then"), role, out, kernel)
+            _collect_calls(s.orelse, bar, roles, scope + (id(s), "else"), role, out, kernel)
+        elif isinstance(s, ir.SyncOp) and s.obj == bar:
+            acting = role if role is not None else acting_role(kernel, s, roles) if kernel else None
+            if acting is not None:
+                out.append((scope, acting, s))
 
 
 def _merged_points(kernel, placement, agent, bar, mine, calls, target):
@@ -492,7 +516,7 @@ def _program(kernel, skel: Skeleton, inst: Instance) -> tuple:
     needed: set[str] = set()
     while True:
         builder = _Builder(kernel, skel, inst, needed)
-        tree = builder.block(kernel.body, None)
+        tree = builder.block(_body(kernel, inst.agent), None)
         if builder.reads <= needed:
             return tree
         needed |= builder.reads
@@ -521,7 +545,12 @@ class _Builder:
                 return [Let(s.targets, s.value, s.loc)]
             return []
         if isinstance(s, ir.SyncOp):
-            return self.action(s, role)
+            acts = self.action(s, role)
+            if s.guard is not None and acts:
+                # a guarded action (schedule passes): `if guard: action`
+                self.control(role, s.loc, s.guard)
+                return [Branch(s.guard, tuple(acts), (), s.loc)]
+            return acts
         if isinstance(s, ir.For):
             body = self.block(s.body, role)
             if not body:
@@ -550,7 +579,13 @@ class _Builder:
 
     def action(self, s: ir.SyncOp, role) -> list:
         if role is None:
-            return []
+            # outside any role block: only schedule passes put sync operations there
+            role = acting_role(self.kernel, s, self.inst.roles)
+            if role is None:
+                raise ProtocolError(f"{s.obj}.{s.verb}() outside a role block of agent "
+                                    f"'{self.inst.agent}' acts for no role it runs",
+                                    loc=s.loc, objects=(s.obj,),
+                                    fix="a schedule pass emitted it: report this as an xsync bug")
         kernel, skel, inst = self.kernel, self.skel, self.inst
         obj = kernel.sync_object(s.obj)
         if isinstance(obj, ir.Barrier):

@@ -15,6 +15,13 @@ def slice_agent(body, roles) -> tuple:
     return _prune(kept, set())[0]
 
 
+def agent_body(kernel: ir.KernelIR, agent) -> tuple:
+    """What ``agent`` (a placement Agent) runs: the program a schedule pass gave it, else
+    its slice of the kernel body."""
+    prog = kernel.program(agent.name)
+    return prog.body if prog is not None else slice_agent(kernel.body, agent.roles)
+
+
 def _keep_roles(body, roles):
     out = []
     for s in body:
@@ -57,6 +64,10 @@ def reads(s) -> set[str]:
         for b in s.body:
             out |= reads(b)
         return out
+    if isinstance(s, ir.MmaWait):
+        return set(s.targets)
+    if isinstance(s, ir.SyncOp) and s.guard is not None:
+        return ir.expr_names(s.guard)
     return set()
 
 

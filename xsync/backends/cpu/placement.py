@@ -1,12 +1,15 @@
 """CPU emulator placement: every role (and replica) is its own thread.
 
 Target: events and pipes are counting semaphores and barriers are counts over the member
-threads, so no counter can overflow or alias; ``arrive()`` does not wait.
+threads, so no counter can overflow or alias; ``arrive()`` does not wait. No schedule
+passes: the emulator runs the protocol as written.
 """
-from xsync.lowering.placement import Agent, Target
+from xsync.backends.cpu import alloc
+from xsync.lowering.placement import Agent, Target, Unit
 
-TARGET = Target("cpu", event="a counting semaphore", barrier="a barrier over the member threads")
+TARGET = Target("cpu", event="a counting semaphore", barrier="a barrier over the member threads",
+                allocate=alloc.allocate)
 
 
 def place(kernel):
-    return [Agent(r.name, (r.name,), r.replicas, "thread", unit="thread") for r in kernel.roles]
+    return [Agent(r.name, (r.name,), r.replicas, "thread", Unit.THREAD) for r in kernel.roles]

@@ -21,32 +21,11 @@ The generated module is plain Gluon a user could have written:
   attention) gets the wgmma operand layout at its definition, so a loop does not
   convert it on every iteration.
 
-Rewrite before rendering (:func:`fuse_accumulating_mma`, option ``fuse_mma``, default
-on; DESIGN §7 "where the output accumulates"): the portable split form
-
-    pv = xs.mma(p, v); pv = xs.mma_wait(pv, pending=0)    # role mma
-    slot.pv = pv  ... w = pipe.wait(); o = o * alpha[:, None] + w.pv   # role softmax
-
-becomes one accumulating wgmma, ``pv = warpgroup_mma(p, v, o * alpha[:, None])`` and
-``o = pv``, when the product reaches exactly one ``E + product`` use through
-``mma_wait`` re-bindings and pipes whose ends share the partition, and no name that E
-reads changes between the mma and the use. Otherwise the code is rendered as written.
-
-Rewrite before rendering (:func:`defer_mma_wait`, option ``defer_mma_wait``, default on;
-renderer-level software pipelining): a consumer loop written in the simple form
-
-    s = pipe.wait(); x = xs.mma(s.a, s.b, x); x = xs.mma_wait(x, pending=0); pipe.release()
-
-keeps one wgmma in flight: ``warpgroup_mma_wait(1)`` in the loop, the release frees the
-previous iteration's slot (predicated on a held-slot flag), and after the loop
-``warpgroup_mma_wait(0)`` and the release of the last slot. Conditions in its docstring.
-
-Rewrite before rendering (:func:`pingpong_schedule`, option ``pingpong`` /
-``XSYNC_NV_PINGPONG``, default on with placement ``each``; FA3-style inter-warpgroup
-ping-pong): the two replicas of an agent with two consumer warpgroups take turns issuing
-the wgmmas of a loop whose trip count both replicas share, through the scheduler
-named-barrier pair the allocation reserves (bar.sync own ID before a wgmma, bar.arrive
-the other's after it; 256 threads). Conditions and placements in its docstring.
+The schedule (PV fused into the accumulating wgmma, deferred waits, softmax overlap,
+ping-pong) is decided before rendering, by the passes of ``xsync.backends.nvidia.passes``,
+and verified: the renderer spells the agent programs it is given
+(``KernelIR.programs``) -- pass-made waits (``ir.MmaWait``), guarded releases (a predicated
+``mbarrier.arrive``) and the passes' barriers (named barriers like any other).
 
 Hang debug mode (``debug_hang=True``, ``XSYNC_DEBUG_HANG=1``): every mbarrier wait is
 preceded by a bounded ``mbarrier.try_wait.parity`` poll (inline PTX, %globaltimer
@@ -65,10 +44,10 @@ from xsync.api import DType
 from xsync.backends.source import float_literal, _PRECEDENCE, Emitter, PythonRenderer
 from xsync.errors import BackendError
 from xsync.lowering import ir
-from xsync.lowering.alloc import Allocation, is_tma_pipe
-from xsync.lowering.placement import Placement
-from xsync.lowering.protocol import NotConstant, evaluate
-from xsync.lowering.slicing import slice_agent
+from xsync.backends.nvidia.alloc import HopperAllocation, is_tma_pipe
+from xsync.lowering.placement import Placement, Unit
+from xsync.lowering.protocol import NotConstant, acting_role, evaluate
+from xsync.lowering.slicing import agent_body
 
 # The TMA global->shared load is spelled differently across the supported Triton versions:
 # 3.6/3.7 only have tma.async_copy_global_to_shared, 3.8 adds tma.async_load (same
@@ -77,10 +56,6 @@ from xsync.lowering.slicing import slice_agent
 TMA_LOAD_ALIAS = ('xs_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared'
                   '  # Triton >= 3.8 / 3.6-3.7 spelling')
 
-# pingpong_schedule on by default, placement "each": H200, flash attention d=128, one run,
-# off/each TFLOP/s non-causal s=4k 531,527/550, s=16k 562,559/576; causal 464,449/457,
-# 547,544/548 ("wrap" loses 20%: it keeps the softmax inside the turn).
-PINGPONG_DEFAULT = True
 GL_DTYPES = {"float16": "gl.float16", "bfloat16": "gl.bfloat16", "float32": "gl.float32",
              "int32": "gl.int32", "int1": "gl.int1"}
 SIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int1": "i1"}
@@ -161,702 +136,8 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _round8(n: float) -> int:
-    return int(n) // 8 * 8
-
-
-# ---------------------------------------------------------------- renderer rewrites
-def _assigned(s) -> set:
-    """Names a statement (and everything inside it) assigns or binds."""
-    out = set()
-    for x in ir.walk([s]):
-        if isinstance(x, ir.Assign):
-            out |= set(x.targets)
-        elif isinstance(x, ir.SyncOp) and x.target:
-            out.add(x.target)
-        elif isinstance(x, ir.For):
-            out.add(x.var)
-    return out
-
-
-def _leaves(stmts):
-    """The statements of one block in program order, role blocks entered (they do not
-    change control flow); loops and branches are single leaves."""
-    for s in stmts:
-        if isinstance(s, ir.RoleBlock):
-            yield from _leaves(s.body)
-        else:
-            yield s
-
-
-def _replace(stmts, repl: dict):
-    """Replace statements (by identity) with others, also inside role blocks."""
-    return _splice(stmts, {key: [new] for key, new in repl.items()})
-
-
-def fuse_accumulating_mma(stmts, kernel: ir.KernelIR, placement: Placement):
-    """Rewrite the split form ``r = mma(a, b); ...; y = E + r`` into ``r = mma(a, b, E);
-    ...; y = r`` (DESIGN §7: Hopper keeps O in the wgmma accumulator).
-
-    Applies, per block (role blocks are transparent, loops and branches are recursed
-    into), to an ``xs.mma`` without accumulator whose result ``r`` reaches through
-    ``mma_wait`` re-bindings and same-partition pipe hand-offs (slot field written with
-    ``r``, read back as ``slot.field`` after ``wait``) exactly one use, of the form
-    ``y = E + r`` or ``y = r + E``, later in the same block, where no name that ``E``
-    reads is assigned between the mma and the use (so E has the same value at the mma).
-    Anything else (a second use, a cross-partition pipe, E's inputs changing) leaves the
-    code as written."""
-    out = []
-    for s in stmts:
-        if isinstance(s, ir.For):
-            s = ir.For(s.var, s.start, s.stop, s.step, fuse_accumulating_mma(s.body, kernel, placement), s.loc)
-        elif isinstance(s, ir.If):
-            s = ir.If(s.cond, fuse_accumulating_mma(s.body, kernel, placement),
-                      fuse_accumulating_mma(s.orelse, kernel, placement), s.loc)
-        elif isinstance(s, ir.RoleBlock):
-            s = ir.RoleBlock(s.role, tuple(_fuse_roles(s.body, kernel, placement)), s.loc)
-        out.append(s)
-    return _fuse_block(tuple(out), kernel, placement)
-
-
-def _fuse_roles(stmts, kernel, placement):
-    # loops/branches nested inside a role block
-    for s in stmts:
-        if isinstance(s, (ir.For, ir.If)):
-            yield fuse_accumulating_mma((s,), kernel, placement)[0]
-        else:
-            yield s
-
-
-def _fuse_block(stmts, kernel, placement):
-    while True:
-        leaves = list(_leaves(stmts))
-        repl = _fuse_one(leaves, kernel, placement)
-        if not repl:
-            return stmts
-        stmts = _replace(stmts, repl)
-
-
-def _fuse_one(leaves, kernel, placement):
-    for i, s in enumerate(leaves):
-        if not (isinstance(s, ir.Assign) and len(s.targets) == 1 and isinstance(s.value, ir.Call)
-                and s.value.op == "mma"):
-            continue
-        call = s.value
-        if len(call.args) > 2 and not (isinstance(call.args[2], ir.Const) and call.args[2].value is None):
-            continue
-        t = s.targets[0]
-        alias = {ir.Name(t)}        # expressions holding the product
-        handoff = set()             # (pipe, field) carrying it in registers
-        use = None
-        ok = True
-        changed = set()             # names assigned after the mma
-        for j in range(i + 1, len(leaves)):
-            x = leaves[j]
-            if isinstance(x, ir.Assign) and x.targets == (t,) and isinstance(x.value, ir.Call) \
-                    and x.value.op == "mma_wait" and x.value.args[0] == ir.Name(t):
-                continue
-            if isinstance(x, ir.SlotWrite) and x.value in alias:
-                pipe = kernel.sync_object(x.pipe)
-                if placement.crosses(pipe):
-                    ok = False
-                    break
-                handoff.add((x.pipe, x.field))
-                continue
-            if isinstance(x, ir.SyncOp) and x.verb == "wait" and x.target:
-                for p, f in handoff:
-                    if p == x.obj:
-                        alias.add(ir.Attr(ir.Name(x.target), f))
-            touches = any(e in alias for st in ir.walk([x]) for e in _stmt_exprs(st))
-            if touches:
-                if use is not None or not isinstance(x, ir.Assign) or len(x.targets) != 1:
-                    ok = False
-                    break
-                v = x.value
-                if not (isinstance(v, ir.BinOp) and v.op == "+" and (v.right in alias) != (v.left in alias)):
-                    ok = False
-                    break
-                other = v.left if v.right in alias else v.right
-                if any(e in alias for e in ir.subexprs(other)) or ir.expr_names(other) & changed:
-                    ok = False
-                    break
-                use = (j, x, other, v.right if v.right in alias else v.left)
-            if use is None:
-                changed |= _assigned(x)
-            if isinstance(x, ir.Assign) and t in x.targets and use is not None:
-                break
-        if not ok or use is None:
-            continue
-        before = {e for x in leaves[:i] for st in ir.walk([x]) for e in _stmt_exprs(st)}
-        if before & alias:
-            continue
-        j, x, other, res = use
-        args = (call.args[0], call.args[1], other)
-        return {id(s): ir.Assign(s.targets, ir.Call("mma", args, call.kwargs), s.loc),
-                id(x): ir.Assign(x.targets, res, x.loc)}
-    return None
-
-
-def _stmt_exprs(s):
-    """Every expression (and sub-expression) one statement reads, itself only."""
-    roots = []
-    if isinstance(s, ir.Assign):
-        roots = [s.value]
-    elif isinstance(s, ir.SlotWrite):
-        roots = [s.value]
-    elif isinstance(s, ir.Store):
-        roots = [s.value, *s.offsets, *(s.bounds or ())]
-    elif isinstance(s, ir.For):
-        roots = [s.start, s.stop, s.step]
-    elif isinstance(s, ir.If):
-        roots = [s.cond]
-    for r in roots:
-        yield from ir.subexprs(r)
-
-
-# ---------------------------------------------------------------- wait deferral
-@dataclass(frozen=True)
-class HoldInit:
-    """``xs_held_<pipe> = 0`` before a loop rewritten by :func:`defer_mma_wait`."""
-
-    flag: str
-    pipe: str
-    loc: object
-
-
-@dataclass(frozen=True)
-class DeferredRelease(ir.SyncOp):
-    """``pipe.release()`` of the slot held back by :func:`defer_mma_wait`: arrives on the
-    empty barrier of the oldest held slot when ``flag`` says one is held (FIFO counters
-    as for any release). In the loop (``final=False``) the current slot is held next."""
-
-    flag: str = ""
-    final: bool = False
-
-
-@dataclass(frozen=True)
-class MmaDrain:
-    """``x = warpgroup_mma_wait(0, deps=[x])`` after a loop rewritten by :func:`defer_mma_wait`."""
-
-    target: str
-    loc: object
-
-
-def _mma_calls(stmts):
-    return [c for s in ir.walk(stmts) for e in _stmt_exprs(s) for c in [e]
-            if isinstance(c, ir.Call) and c.op in ("mma", "mma_wait")]
-
-
-def _slot_of(e):
-    """The slot variable an mma operand reads in shared memory (``slot.f`` or
-    ``trans(slot.f)``), else None."""
-    if isinstance(e, ir.Call) and e.op == "trans" and len(e.args) == 1:
-        e = e.args[0]
-    if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name):
-        return e.value.id
-    return None
-
-
-def defer_mma_wait(stmts, kernel: ir.KernelIR, placement: Placement):
-    """Software-pipeline the wgmma of an accumulating consumer loop ("wait deferral").
-
-    The portable form waits for every mma before it releases the slot the mma read::
-
-        for ...:
-            s = pipe.wait()
-            x = mma(s.a, s.b, x)
-            x = mma_wait(x, pending=0)
-            pipe.release()
-
-    so on Hopper each wgmma is drained before the next is issued. The rewrite keeps one
-    wgmma in flight: the wait becomes ``warpgroup_mma_wait(1)`` (every wgmma but the one
-    just issued has completed), the release frees the *previous* iteration's slot (whose
-    wgmma has now completed; nothing on the first iteration), and after the loop
-    ``warpgroup_mma_wait(0)`` drains the last wgmma and the last slot is released (nothing
-    for a zero-trip loop). A flag ``xs_held_<pipe>`` (0 or 1) carries "one slot is held"
-    through the loop; the empty-barrier arrives keep their counts and FIFO order, only
-    one iteration later.
-
-    Applies to a loop (anywhere: role blocks and branches are entered, inner loops first)
-    whose body, role blocks entered, has at its top level, in this order, the only
-    ``wait`` of a cross-partition pipe P with at least 2 stages, the only mma
-    ``x = mma(s.f, s.g or trans(s.g), x)`` with both operands in slot s of that wait, the
-    only mma_wait ``x = mma_wait(x, pending=0)``, and the only ``release`` of P; x is
-    read or written nowhere else in the body, and the body has no other synchronization
-    with another partition (holding the slot one iteration longer must not block a
-    partner we wait for; with one stage the next ``wait`` would wait for our own
-    release). Anything else is rendered as written."""
-    out = []
-    for s in stmts:
-        if isinstance(s, ir.For):
-            s = ir.For(s.var, s.start, s.stop, s.step, defer_mma_wait(s.body, kernel, placement), s.loc)
-            plan = _defer_plan(s, kernel, placement)
-            if plan:
-                out.extend(plan)
-                continue
-        elif isinstance(s, ir.If):
-            s = ir.If(s.cond, defer_mma_wait(s.body, kernel, placement),
-                      defer_mma_wait(s.orelse, kernel, placement), s.loc)
-        elif isinstance(s, ir.RoleBlock):
-            s = ir.RoleBlock(s.role, defer_mma_wait(s.body, kernel, placement), s.loc)
-        out.append(s)
-    return tuple(out)
-
-
-def _defer_plan(loop: ir.For, kernel, placement):
-    leaves = list(_leaves(loop.body))
-    calls = _mma_calls(loop.body)
-    if sorted(c.op for c in calls) != ["mma", "mma_wait"]:
-        return None
-    mi = next((i for i, s in enumerate(leaves) if isinstance(s, ir.Assign) and isinstance(s.value, ir.Call)
-               and s.value.op == "mma"), None)
-    if mi is None or len(leaves[mi].targets) != 1:
-        return None
-    mma_s = leaves[mi]
-    x, call = mma_s.targets[0], mma_s.value
-    if len(call.args) < 3 or call.args[2] != ir.Name(x):
-        return None
-    slots = {_slot_of(a) for a in call.args[:2]}
-    if len(slots) != 1 or None in slots:
-        return None
-    slot = slots.pop()
-    wi = next((i for i, s in enumerate(leaves[:mi]) if isinstance(s, ir.SyncOp) and s.verb == "wait"
-               and s.target == slot), None)
-    if wi is None:
-        return None
-    pipe = kernel.sync_object(leaves[wi].obj)
-    if not isinstance(pipe, ir.Pipe) or not placement.crosses(pipe) or pipe.stages < 2:
-        return None
-    ji = next((j for j in range(mi + 1, len(leaves)) if isinstance(leaves[j], ir.Assign)
-               and isinstance(leaves[j].value, ir.Call) and leaves[j].value.op == "mma_wait"), None)
-    if ji is None:
-        return None
-    wait_s = leaves[ji]
-    pending = wait_s.value.kwarg("pending", ir.Const(0))
-    if wait_s.targets != (x,) or wait_s.value.args[:1] != (ir.Name(x),) or pending != ir.Const(0):
-        return None
-    ri = next((r for r in range(ji + 1, len(leaves)) if isinstance(leaves[r], ir.SyncOp)
-               and leaves[r].obj == pipe.name and leaves[r].verb == "release"), None)
-    if ri is None:
-        return None
-    # the only synchronization with another partition: this wait and this release
-    for st in ir.walk(loop.body):
-        if isinstance(st, ir.SyncOp) and st is not leaves[wi] and st is not leaves[ri]:
-            obj = kernel.sync_object(st.obj)
-            if isinstance(obj, ir.Barrier) or placement.crosses(obj):
-                return None
-    # x: produced by the mma and its wait only, read by them only
-    for st in ir.walk(loop.body):
-        if st is mma_s or st is wait_s:
-            continue
-        own = set(st.targets) if isinstance(st, ir.Assign) else \
-            {st.target} if isinstance(st, ir.SyncOp) else {st.var} if isinstance(st, ir.For) else set()
-        if x in own or any(e == ir.Name(x) for e in _stmt_exprs(st)):
-            return None
-    flag = f"xs_held_{pipe.name}"
-    deferred_wait = ir.Assign(wait_s.targets, ir.Call("mma_wait", wait_s.value.args, (("pending", ir.Const(1)),)),
-                              wait_s.loc)
-    rel = leaves[ri]
-    body = _replace(loop.body, {id(wait_s): deferred_wait,
-                                id(rel): DeferredRelease(rel.verb, rel.obj, rel.target, rel.loc, flag, False)})
-    new_loop = ir.For(loop.var, loop.start, loop.stop, loop.step, body, loop.loc)
-    return [HoldInit(flag, pipe.name, loop.loc), new_loop, MmaDrain(x, wait_s.loc),
-            DeferredRelease(rel.verb, rel.obj, rel.target, rel.loc, flag, True)]
-
-
-# ---------------------------------------------------------------- ping-pong scheduling
-PINGPONG_PLACEMENTS = ("each", "first", "wrap")   # the first is the default placement
-
-
-@dataclass(frozen=True)
-class SchedBarrier:
-    """One scheduler named-barrier operation of :func:`pingpong_schedule`.
-
-    ``kind``: ``sync`` (bar.sync ``bar + REPLICA``: wait for this replica's turn),
-    ``arrive`` (bar.arrive ``bar + 1 - REPLICA``: hand the turn to the other replica),
-    ``first`` (before the loop, replica 1 arrives on ``bar``: replica 0 goes first),
-    ``last`` (after the loop, replica 0 arrives on ``bar``: completes replica 1's last,
-    unmatched arrival so no barrier is left half-arrived)."""
-
-    kind: str
-    bar: int
-    threads: int
-    loc: object
-    note: str = ""
-
-
-def _replica_tainted(stmts, kernel) -> set:
-    """Names whose value may differ between the replicas of one agent: anything computed
-    from ``xs.replica_id()``, a pipe slot (paired pipes give each replica its own data) or
-    a tainted name, and anything assigned under a tainted branch or loop (fixpoint)."""
-    slots = {s.target for s in ir.walk(stmts) if isinstance(s, ir.SyncOp) and s.target}
-    tainted = set(slots)
-
-    def dirty(e):
-        return any(isinstance(x, ir.Call) and x.op == "replica_id" for x in ir.subexprs(e)) \
-            or bool(ir.expr_names(e) & tainted)
-
-    def visit(block, ctrl):
-        changed = False
-        for s in block:
-            if isinstance(s, ir.Assign):
-                if ctrl or dirty(s.value):
-                    changed |= not set(s.targets) <= tainted
-                    tainted.update(s.targets)
-            elif isinstance(s, ir.For):
-                c = ctrl or any(dirty(e) for e in (s.start, s.stop, s.step))
-                if c and s.var not in tainted:
-                    tainted.add(s.var)
-                    changed = True
-                changed |= visit(s.body, c)
-            elif isinstance(s, ir.If):
-                c = ctrl or dirty(s.cond)
-                changed |= visit(s.body, c) | visit(s.orelse, c)
-            elif isinstance(s, ir.RoleBlock):
-                changed |= visit(s.body, ctrl)
-        return changed
-
-    while visit(stmts, False):
-        pass
-    return tainted
-
-
-def _splice(stmts, repl: dict):
-    """Replace statements (by identity) with lists of statements, also inside role blocks."""
-    out = []
-    for s in stmts:
-        if id(s) in repl:
-            out.extend(repl[id(s)])
-        elif isinstance(s, ir.RoleBlock):
-            out.append(ir.RoleBlock(s.role, tuple(_splice(s.body, repl)), s.loc))
-        else:
-            out.append(s)
-    return tuple(out)
-
-
-def pingpong_schedule(stmts, kernel: ir.KernelIR, agent, bar: int, threads: int, where: str = "each"):
-    """Inter-warpgroup ping-pong scheduling (FA3-style) of an agent with two replicas.
-
-    The two consumer warpgroups of one agent (replicas 0 and 1) take turns issuing
-    their wgmmas, so one's softmax (or other non-tensor-core work) overlaps the other's
-    GEMMs instead of both contending for the tensor core at once. Two named barriers
-    ``bar`` and ``bar + 1`` (reserved by the allocation, ``threads`` = both warpgroups):
-    replica r waits on ``bar + r`` (bar.sync) before issuing and hands the turn over by
-    arriving on ``bar + 1 - r`` (bar.arrive, no wait). Before the loop replica 1 arrives
-    once on ``bar`` (replica 0 goes first); after it replica 0 arrives once on ``bar``,
-    completing replica 1's last, unmatched arrival (zero-trip loops included), so no
-    barrier is left half-arrived. A replica can never arrive twice on a barrier before
-    the other's matching sync (its next arrival needs the other's arrival first).
-
-    ``where`` places the pair in the loop body, whose wgmma issues M1..Mk are in order:
-    ``wrap`` sync before M1, arrive after Mk; ``first`` sync before M1, arrive after M1
-    (only the first GEMM, QK^T in attention, alternates); ``each`` sync before and arrive
-    after every Mi (strict alternation of every GEMM: QK0 QK1 PV0 PV1 ...). Arrivals
-    follow the issue, before any wgmma wait.
-
-    Safe by construction, so it applies only to a loop (innermost first) where: the
-    agent has exactly 2 replicas (checked by the caller), the loop's bounds and every
-    enclosing branch condition and loop bound are the same for both replicas (no
-    ``replica_id``, pipe slot or value derived from them: see :func:`_replica_tainted`),
-    and every mma of its body sits at the body's top level (role blocks entered), not
-    under a branch or an inner loop. Then both replicas execute the same number of
-    syncs and arrivals. Anything else is left as written."""
-    if where not in PINGPONG_PLACEMENTS:
-        raise BackendError(f"pingpong placement {where!r} is not one of {', '.join(PINGPONG_PLACEMENTS)}",
-                           fix="set XSYNC_NV_PINGPONG to 0, 1 or a placement name")
-    tainted = _replica_tainted(stmts, kernel)
-
-    def dirty(e):
-        return any(isinstance(x, ir.Call) and x.op == "replica_id" for x in ir.subexprs(e)) \
-            or bool(ir.expr_names(e) & tainted)
-
-    def is_mma(s):
-        return isinstance(s, ir.Assign) and len(s.targets) == 1 and isinstance(s.value, ir.Call) \
-            and s.value.op == "mma"
-
-    def plan(loop):
-        leaves = list(_leaves(loop.body))
-        mmas = [s for s in leaves if is_mma(s)]
-        nested = [c for c in _mma_calls(loop.body) if c.op == "mma"]
-        if not mmas or len(nested) != len(mmas):      # an mma under a branch / inner loop
-            return None
-        sync = SchedBarrier("sync", bar, threads, loop.loc, "wait for this replica's turn")
-        arrive = SchedBarrier("arrive", bar, threads, loop.loc, "hand the turn to the other replica")
-        if where == "each":
-            repl = {id(m): [sync, m, arrive] for m in mmas}
-        elif where == "first" or len(mmas) == 1:
-            repl = {id(mmas[0]): [sync, mmas[0], arrive]}
-        else:
-            repl = {id(mmas[0]): [sync, mmas[0]], id(mmas[-1]): [mmas[-1], arrive]}
-        body = _splice(loop.body, repl)
-        return [SchedBarrier("first", bar, threads, loop.loc, "replica 0 issues first"),
-                ir.For(loop.var, loop.start, loop.stop, loop.step, body, loop.loc),
-                SchedBarrier("last", bar, threads, loop.loc, "balance replica 1's last arrival")]
-
-    def rewrite(block, uniform):
-        out = []
-        for s in block:
-            if isinstance(s, ir.For):
-                ok = uniform and not any(dirty(e) for e in (s.start, s.stop, s.step))
-                p = plan(s) if ok else None
-                if p:
-                    out.extend(p)
-                    continue
-                s = ir.For(s.var, s.start, s.stop, s.step, rewrite(s.body, ok), s.loc)
-            elif isinstance(s, ir.If):
-                ok = uniform and not dirty(s.cond)
-                s = ir.If(s.cond, rewrite(s.body, ok), rewrite(s.orelse, ok), s.loc)
-            elif isinstance(s, ir.RoleBlock):
-                s = ir.RoleBlock(s.role, rewrite(s.body, uniform), s.loc)
-            out.append(s)
-        return tuple(out)
-
-    return rewrite(stmts, True)
-
-
-# ---------------------------------------------------------------- intra-warpgroup overlap
-# overlap_softmax on by default: H200, flash attention d=128, b*s=16384, one run, TFLOP/s
-# s=4k/8k/16k, before (pingpong "each", no overlap) -> overlap without ping-pong:
-# non-causal 551/570/572 -> 583/597/603, causal 456/499/550 -> 502/537/599 (overlap
-# with ping-pong "each": 545/563/565, 453/500/550, no gain). So when the option
-# ``pingpong`` is not given, an agent whose loop is rotated runs without ping-pong.
-OVERLAP_DEFAULT = True
-
-
-@dataclass(frozen=True)
-class OverlapWait:
-    """``x, y = warpgroup_mma_wait(pending, deps=[x, y])`` placed by :func:`overlap_softmax`
-    (``targets``: the values the wait returns; a product still in flight after the wait
-    is passed through it, so the loop carries a tensor, as :func:`defer_mma_wait` does)."""
-
-    targets: tuple
-    pending: int
-    loc: object
-    note: str = ""
-
-
-def _reads(stmts) -> set:
-    return {n for st in ir.walk(list(stmts)) for e in _stmt_exprs(st) if isinstance(e, ir.Name) for n in [e.id]}
-
-
-def _writes(stmts) -> set:
-    out = set()
-    for st in stmts:
-        out |= _assigned(st)
-    return out
-
-
-def _issue_segment(leaves, i, kernel, placement):
-    """``t = P.wait(); [sched sync]; r = mma(..); [sched arrive]; r = mma_wait(r, pending=0);
-    P.release()`` from leaves[i], P a cross-partition pipe with >= 2 stages whose slot the
-    mma reads as B. Returns (wait, issue statements, mma, mma_wait, release, next index)."""
-    n = len(leaves)
-    if i >= n or not (isinstance(leaves[i], ir.SyncOp) and leaves[i].verb == "wait" and leaves[i].target):
-        return None
-    wait = leaves[i]
-    pipe = kernel.sync_object(wait.obj)
-    if not isinstance(pipe, ir.Pipe) or not placement.crosses(pipe) or pipe.stages < 2:
-        return None
-    j = i + 1
-    issue = [wait]
-    synced = j < n and isinstance(leaves[j], SchedBarrier) and leaves[j].kind == "sync"
-    if synced:
-        issue.append(leaves[j])
-        j += 1
-    if j >= n:
-        return None
-    m = leaves[j]
-    if not (isinstance(m, ir.Assign) and len(m.targets) == 1 and isinstance(m.value, ir.Call)
-            and m.value.op == "mma" and len(m.value.args) >= 2 and _slot_of(m.value.args[1]) == wait.target):
-        return None
-    issue.append(m)
-    j += 1
-    if synced:
-        if not (j < n and isinstance(leaves[j], SchedBarrier) and leaves[j].kind == "arrive"):
-            return None
-        issue.append(leaves[j])
-        j += 1
-    if j + 1 >= n:
-        return None
-    w, rel = leaves[j], leaves[j + 1]
-    t = m.targets[0]
-    if not (isinstance(w, ir.Assign) and w.targets == (t,) and isinstance(w.value, ir.Call)
-            and w.value.op == "mma_wait" and w.value.args[:1] == (ir.Name(t),)
-            and w.value.kwarg("pending", ir.Const(0)) == ir.Const(0)):
-        return None
-    if not (isinstance(rel, ir.SyncOp) and rel.obj == pipe.name and rel.verb == "release"):
-        return None
-    return wait, issue, m, w, rel, j + 2
-
-
-def overlap_softmax(stmts, kernel: ir.KernelIR, placement: Placement):
-    """Intra-warpgroup overlap (FA3-style): the PV product of the previous key block is in
-    flight during the softmax of the current one.
-
-    The portable attention loop, after :func:`fuse_accumulating_mma` (and optionally
-    :func:`pingpong_schedule`, placement ``each``), reads per iteration n::
-
-        A_n: kt = K.wait(); s = mma(q, trans(kt.k)); s = mma_wait(s, 0); K.release()
-        B_n: softmax of s (register hand-offs only) -> p, alpha, ...
-        C_n: vt = V.wait(); pv = mma(p, vt.v, E); pv = mma_wait(pv, 0); V.release()
-        D_n: register hand-offs of pv ending in exactly one ``y = pv`` (y = o_acc)
-
-    so the tensor core idles during B (the other warpgroup's ping-pong hides part of it).
-    The rewrite rotates it by one GEMM (wgmma groups retire in issue order)::
-
-        if start < stop:
-            A_0; n = start; B_0                        # S_0 issued and waited, its softmax
-            for n in range(start + step, stop, step):
-                kt = K.wait(); s = mma(q, kt)          # S_n                    [S_n]
-                vt = V.wait(); pv = mma(p, vt, E)      # PV_{n-1}: p, alpha of B_{n-1}  [S_n, PV_{n-1}]
-                s, pv = wait(1); K.release()           # S_n completes, PV_{n-1} stays in flight
-                B_n                                    # softmax(S_n) overlaps PV_{n-1}
-                pv = wait(0); D_{n-1}; V.release()
-            vt = V.wait(); pv = mma(p, vt, E); pv = wait(0); D_last; V.release()
-
-    The tensor core has S_n and PV_{n-1} back to back and this warpgroup's softmax runs
-    under PV_{n-1}. Nothing is in flight across the loop's back edge (a product carried
-    in flight into the next iteration, whose first wait would retire it, makes ptxas
-    serialize every wgmma: C7514), no branch surrounds a wgmma or its wait, and the
-    pending counts are constants (the first softmax is peeled into the prologue, the
-    last PV into the epilogue). Pipe counters keep their counts and FIFO order: K and V
-    are each waited and released once per block. Ping-pong scheduler barriers stay
-    attached to their wgmma issue, so both replicas still issue 2 * trips wgmmas in
-    alternation.
-
-    Applies only to a loop (inner loops first; role blocks and branches entered) whose
-    bounds and enclosing conditions are the same for every replica of the agent, whose
-    step is a positive constant, whose bounds and variable the body does not assign, and
-    whose body, role blocks entered, is exactly A B C D as above: A's mma without
-    accumulator reads B from the slot of a >= 2-stage cross-partition pipe K and its other
-    inputs are not written in the body (nor the loop variable read); B has no wgmma, no
-    cross-partition synchronization and no scheduler barrier; C's mma accumulates into
-    an expression E and reads B from the slot of another such pipe V; D has only
-    same-partition pipe operations and one assignment of the product; D neither reads
-    the loop variable nor anything A or B write, and A, B do not read what D writes; C
-    and D do not read what A writes. Anything else is rendered as written."""
-    consts = dict(kernel.constexpr_values)
-    tainted = _replica_tainted(stmts, kernel)
-
-    def dirty(e):
-        return any(isinstance(x, ir.Call) and x.op == "replica_id" for x in ir.subexprs(e)) \
-            or bool(ir.expr_names(e) & tainted)
-
-    def rewrite(block, uniform):
-        out = []
-        for s in block:
-            if isinstance(s, ir.For):
-                ok = uniform and not any(dirty(e) for e in (s.start, s.stop, s.step))
-                s = ir.For(s.var, s.start, s.stop, s.step, rewrite(s.body, ok), s.loc)
-                plan = _overlap_plan(s, kernel, placement, consts) if ok else None
-                if plan:
-                    out.extend(plan)
-                    continue
-            elif isinstance(s, ir.If):
-                ok = uniform and not dirty(s.cond)
-                s = ir.If(s.cond, rewrite(s.body, ok), rewrite(s.orelse, ok), s.loc)
-            elif isinstance(s, ir.RoleBlock):
-                s = ir.RoleBlock(s.role, rewrite(s.body, uniform), s.loc)
-            out.append(s)
-        return tuple(out)
-
-    return rewrite(stmts, True)
-
-
-def _overlap_plan(loop: ir.For, kernel, placement, consts):
-    try:
-        step = evaluate(loop.step, consts)
-    except (NotConstant, TypeError):
-        return None
-    if not isinstance(step, int) or step <= 0:
-        return None
-    leaves = list(_leaves(loop.body))
-    calls = _mma_calls(loop.body)
-    tops = [s for s in leaves if isinstance(s, ir.Assign) and isinstance(s.value, ir.Call)
-            and s.value.op in ("mma", "mma_wait")]
-    if len(calls) != 4 or len(tops) != 4:
-        return None
-    a = _issue_segment(leaves, 0, kernel, placement)
-    if a is None:
-        return None
-    k_wait, a_issue, a_mma, a_wait, k_rel, i = a
-    ci = next((j for j in range(i, len(leaves)) if isinstance(leaves[j], ir.SyncOp)
-               and leaves[j].verb == "wait" and isinstance(kernel.sync_object(leaves[j].obj), ir.Pipe)
-               and placement.crosses(kernel.sync_object(leaves[j].obj))), None)
-    if ci is None:
-        return None
-    body_b = leaves[i:ci]
-    c = _issue_segment(leaves, ci, kernel, placement)
-    if c is None:
-        return None
-    v_wait, c_issue, c_mma, c_wait, v_rel, i = c
-    body_d = leaves[i:]
-    if v_wait.obj == k_wait.obj:
-        return None
-    s_name, pv = a_mma.targets[0], c_mma.targets[0]
-    if s_name == pv or len(a_mma.value.args) > 2 and not (
-            isinstance(a_mma.value.args[2], ir.Const) and a_mma.value.args[2].value is None):
-        return None
-    if len(c_mma.value.args) < 3 or isinstance(c_mma.value.args[2], ir.Const) and c_mma.value.args[2].value is None:
-        return None
-    # B: the softmax, no wgmma and no synchronization with another partition
-    for st in ir.walk(body_b):
-        if isinstance(st, (SchedBarrier, HoldInit, MmaDrain, OverlapWait)):
-            return None
-        if isinstance(st, ir.SyncOp):
-            obj = kernel.sync_object(st.obj)
-            if isinstance(obj, ir.Barrier) or placement.crosses(obj):
-                return None
-    # D: same-partition hand-offs of the product, one assignment y = product
-    alias, handoff, y = {ir.Name(pv)}, set(), None
-    for st in body_d:
-        if isinstance(st, ir.SyncOp):
-            obj = kernel.sync_object(st.obj)
-            if not isinstance(obj, ir.Pipe) or placement.crosses(obj):
-                return None
-            if st.verb == "wait" and st.target:
-                alias |= {ir.Attr(ir.Name(st.target), f) for p, f in handoff if p == st.obj}
-        elif isinstance(st, ir.SlotWrite) and st.value in alias:
-            if placement.crosses(kernel.sync_object(st.pipe)):
-                return None
-            handoff.add((st.pipe, st.field))
-        elif isinstance(st, ir.Assign) and len(st.targets) == 1 and st.value in alias and y is None:
-            y = st.targets[0]
-        else:
-            return None
-    if y is None or y in (pv, s_name):
-        return None
-    # commutation: A_{n+1} moves before B_n, D_{n-1}, C_n; D_{n-1} after A_n, A_{n+1}, B_n
-    a_st = a_issue + [a_wait, k_rel]
-    ra, wa = _reads(a_st), _writes(a_st)
-    rb, wb = _reads(body_b), _writes(body_b)
-    rc, wc = _reads(c_issue + [c_wait, v_rel]), _writes(c_issue + [c_wait, v_rel])
-    rd, wd = _reads(body_d), _writes(body_d)
-    body_w = _writes(loop.body)
-    if loop.var in body_w or loop.var in ra or loop.var in rc or loop.var in rd:
-        return None
-    if (ir.expr_names(loop.start) | ir.expr_names(loop.stop)) & body_w:
-        return None
-    if (wb | wc | wd) & (ra | wa):
-        return None
-    if (rc | rd) & wa or wd & (ra | wa | rb | wb) or rd & (wa | wb) - {pv}:
-        return None
-    if (ra - {k_wait.target, s_name}) & body_w:     # A's inputs (Q) are loop-invariant
-        return None
-    # the rotated loop
-    loc = loop.loc
-    body = (*a_issue, *c_issue,
-            OverlapWait((s_name, pv), 1, a_wait.loc, "S of this block completes; the previous PV stays in flight"),
-            k_rel, *body_b,
-            OverlapWait((pv,), 0, c_wait.loc, "the previous PV completes (it overlapped this softmax)"),
-            *body_d, v_rel)
-    new_loop = ir.For(loop.var, ir.BinOp("+", loop.start, loop.step), loop.stop, loop.step, body, loc)
-    prologue = (*a_issue, a_wait, k_rel, ir.Assign((loop.var,), loop.start, loc), *body_b)
-    epilogue = (*c_issue, OverlapWait((pv,), 0, c_wait.loc, "the last PV completes"), *body_d, v_rel)
-    return [ir.If(ir.Compare("<", loop.start, loop.stop), (*prologue, new_loop, *epilogue), (), loc)]
-
 class NvidiaRenderer(PythonRenderer):
-    def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
+    def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation,
                  options: dict | None = None):
         self.kernel = kernel
         self.placement = placement
@@ -910,7 +191,8 @@ class NvidiaRenderer(PythonRenderer):
                 self.tensors[p.name] = TensorUse(p.name, p.dtype)
         tma_pipes = {p.name for p in self.kernel.pipes if self.placement.crosses(p) and is_tma_pipe(self.kernel, p)}
         tma_loads = set()
-        for s in ir.walk(self.kernel.body):
+        live = tuple(x for a in self.placement.agents for x in agent_body(self.kernel, a))
+        for s in ir.walk(live):
             if isinstance(s, ir.SlotWrite) and s.pipe in tma_pipes:
                 call = s.value
                 t = call.args[0].id
@@ -926,7 +208,7 @@ class NvidiaRenderer(PythonRenderer):
                               fix="declare the field with the tensor's dtype (a.dtype)")
                 use.descs.setdefault(shape, None)
                 tma_loads.add(id(call))
-        for s in ir.walk(self.kernel.body):
+        for s in ir.walk(live):
             exprs = []
             if isinstance(s, ir.Store):
                 self.tensors[s.tensor].pointer = True
@@ -1323,22 +605,11 @@ class NvidiaRenderer(PythonRenderer):
                 o.indent()
                 self.block(s.orelse)
                 o.dedent()
-        elif isinstance(s, DeferredRelease):
-            self.deferred_release(s)
         elif isinstance(s, ir.SyncOp):
             self.sync(s)
-        elif isinstance(s, HoldInit):
-            o.line(f"{s.flag} = 0  # defer_mma_wait: 1 while a slot of '{s.pipe}' is held until the next "
-                   f"wgmma wait")
-            self.env[s.flag] = SCALAR
-        elif isinstance(s, SchedBarrier):
-            self.sched_barrier(s)
-        elif isinstance(s, OverlapWait):
-            o.line(f"{', '.join(s.targets)} = warpgroup_mma_wait({s.pending}, deps=[{', '.join(s.targets)}])"
-                   f"  # line {s.loc.line}: overlap_softmax: {s.note}")
-        elif isinstance(s, MmaDrain):
-            o.line(f"{s.target} = warpgroup_mma_wait(0, deps=[{s.target}])  # line {s.loc.line}: defer_mma_wait: "
-                   f"the loop's last wgmma completes")
+        elif isinstance(s, ir.MmaWait):
+            targets = ", ".join(s.targets)
+            o.line(f"{targets} = warpgroup_mma_wait({s.pending}, deps=[{targets}])  # line {s.loc.line}: {s.note}")
         else:
             raise TypeError(f"cannot render {s!r}")
 
@@ -1453,7 +724,17 @@ class NvidiaRenderer(PythonRenderer):
     def sync(self, s: ir.SyncOp):
         o, line = self.out, s.loc.line
         obj = self.kernel.sync_object(s.obj)
-        if isinstance(obj, ir.Pipe):
+        role = self.role
+        if self.role_block is None:
+            # a pass-made operation outside any role block acts for its object's role
+            self.role = acting_role(self.kernel, s, self.agent.roles) or self.role
+        if s.guard is not None and not (isinstance(obj, ir.Pipe) and s.verb == "release"
+                                         and self.placement.crosses(obj)):
+            o.line(f"if {self.tx(s.guard)[0]}:  # line {line}")
+            o.indent()
+            self.sync(ir.SyncOp(s.verb, s.obj, s.target, s.loc, note=s.note))
+            o.dedent()
+        elif isinstance(obj, ir.Pipe):
             self.pipe_op(s, obj)
         elif isinstance(obj, ir.Event):
             if not self.placement.crosses(obj):
@@ -1479,7 +760,10 @@ class NvidiaRenderer(PythonRenderer):
             n = self.barrier_threads(obj)
             fn = "xs_named_barrier_sync" if point.waits else "xs_named_barrier_arrive"
             verb = "sync" if point.waits else "arrive"
-            o.line(f"{fn}({bid}, {n})  # line {line}: {obj.name}.{verb}() -- named barrier {bid}, {n} threads")
+            why = f" -- {s.note}" if s.note else ""
+            o.line(f"{fn}({bid}, {n})  # line {line}: {obj.name}.{verb}() -- named barrier {bid}, "
+                   f"{n} threads{why}")
+        self.role = role
 
     def pipe_op(self, s: ir.SyncOp, pipe: ir.Pipe):
         o, line, name, st = self.out, s.loc.line, pipe.name, pipe.stages
@@ -1515,48 +799,28 @@ class NvidiaRenderer(PythonRenderer):
             o.line(f"{name}_waited += 1")
             self.env[slot] = SCALAR
         else:
-            o.line(f"mbarrier.arrive({self.bar_index(pipe, 'empty', self.ring_slot(pipe, f'{name}_released'))}, "
-                   f"count=1)  # line {line}: {name}.release()")
-            o.line(f"{name}_released += 1")
+            bar = self.bar_index(pipe, 'empty', self.ring_slot(pipe, f'{name}_released'))
+            why = f" {s.note}" if s.note else ""
+            guard = self.static_guard(s.guard)
+            if guard is False:
+                o.line(f"# line {line}: {name}.release(){why} -- never (its guard is false here)")
+            elif guard is None:
+                # a guarded release is a predicated arrive, not a branch around the mbarrier op
+                cond = self.tx(s.guard)[0]
+                o.line(f"mbarrier.arrive({bar}, count=1, pred={cond})  # line {line}: {name}.release(){why}")
+                o.line(f"{name}_released += ({cond}).to(gl.int32)")
+            else:
+                o.line(f"mbarrier.arrive({bar}, count=1)  # line {line}: {name}.release(){why}")
+                o.line(f"{name}_released += 1")
 
-    def deferred_release(self, s: DeferredRelease):
-        """Release the slot held back by defer_mma_wait, if one is held."""
-        o, pipe = self.out, self.kernel.sync_object(s.obj)
-        name = pipe.name
-        which = "the last slot" if s.final else "the previous iteration's slot"
-        o.line(f"mbarrier.arrive({self.bar_index(pipe, 'empty', self.ring_slot(pipe, f'{name}_released'))}, "
-               f"count=1, pred={s.flag} > 0)  # line {s.loc.line}: {name}.release() of {which} "
-               f"(held back: its wgmma has completed)")
-        o.line(f"{name}_released += {s.flag}")
-        if not s.final:
-            o.line(f"{s.flag} = 1")
-
-    def pingpong_where(self):
-        """Placement of the pingpong rewrite, or None when off (option ``pingpong``:
-        False/0 off, True/1 the default placement, or a placement name)."""
-        v = self.options.get("pingpong", PINGPONG_DEFAULT)
-        if isinstance(v, str):
-            v = v.strip().lower()
-            if v in ("", "0", "false", "off", "no"):
-                return None
-            return PINGPONG_PLACEMENTS[0] if v in ("1", "true", "on", "yes") else v
-        return PINGPONG_PLACEMENTS[0] if v else None
-
-    def pingpong_threads(self, agent) -> int:
-        return 32 * sum(p.warps for p in self.allocation.partitions_of(agent.name))
-
-    def sched_barrier(self, s: SchedBarrier):
-        o = self.out
-        if s.kind == "sync":
-            o.line(f"xs_named_barrier_sync({s.bar} + REPLICA, {s.threads})  # pingpong: {s.note} "
-                   f"(named barrier {s.bar} + replica)")
-        elif s.kind == "arrive":
-            o.line(f"xs_named_barrier_arrive({s.bar + 1} - REPLICA, {s.threads})  # pingpong: {s.note} "
-                   f"(named barrier {s.bar} + 1 - replica)")
-        else:
-            who = 1 if s.kind == "first" else 0
-            o.line(f"if REPLICA == {who}:  # pingpong (line {s.loc.line}): {s.note}")
-            o.line(f"    xs_named_barrier_arrive({s.bar}, {s.threads})")
+    def static_guard(self, guard):
+        """True (no guard, or one that holds at compile time), False, or None (run time)."""
+        if guard is None:
+            return True
+        try:
+            return bool(evaluate(guard, self.consts))
+        except (NotConstant, TypeError):
+            return None
 
     def counters(self, stmts):
         """Per-agent pipe/event counters this agent needs."""
@@ -1576,27 +840,13 @@ class NvidiaRenderer(PythonRenderer):
         return list(dict.fromkeys(names))
 
     # ------------------------------------------------------------ module
-    def regs(self):
-        opts = self.options
-        prod = int(opts.get("producer_regs", 40))
-        parts = self.allocation.partitions
-        n_consumers = sum(1 for p in parts if not p.agent.startswith("producer"))
-        prod_groups = math.ceil(sum(p.warps for p in parts if p.agent.startswith("producer")) / 4)
-        cons = opts.get("consumer_regs")
-        if cons is None:
-            cons = min(232, _round8((512 - prod_groups * prod) / max(1, n_consumers)))
-        return prod, int(cons)
-
     def render(self) -> RenderResult:
         k = self.kernel
         self.out = body_out = Emitter()
-        prod_regs, cons_regs = self.regs()
         parts = []
         for part in self.allocation.partitions:
-            agent = next(a for a in self.placement.agents if a.name == part.agent)
-            regs = prod_regs if part.agent.startswith("producer") else cons_regs
-            parts.append((part.label, agent, part.replica, part.warps, regs))
-        if parts[0][3] != 4:
+            parts.append((part.label, self.placement.agent(part.agent), part.replica, part.warps, part.regs))
+        if self.allocation.partitions[0].unit != Unit.CONSUMER:
             self.fail("the default partition must be a 4-warp consumer warpgroup",
                       fix="give the kernel at least one matrix or vector role")
         agent_ids = {p[0]: i for i, p in enumerate(parts)}
@@ -1634,25 +884,7 @@ class NvidiaRenderer(PythonRenderer):
         for agent in self.placement.agents:
             warps = self.allocation.partitions_of(agent.name)[0].warps
             self.warps = warps
-            stmts = slice_agent(k.body, agent.roles)
-            if self.options.get("fuse_mma", True):
-                stmts = fuse_accumulating_mma(stmts, k, self.placement)
-            if self.options.get("defer_mma_wait", True):
-                stmts = defer_mma_wait(stmts, k, self.placement)
-            pp = self.pingpong_where()
-            bar = dict(self.allocation.barrier_ids).get(f"{agent.name}:pingpong")
-            overlap = self.options.get("overlap_softmax", OVERLAP_DEFAULT)
-            if overlap and self.options.get("pingpong") is None:
-                # pingpong not asked for explicitly: an agent whose loop overlap_softmax
-                # rotates runs without the scheduler barriers (measured faster, see
-                # OVERLAP_DEFAULT); any other agent keeps the default ping-pong
-                rotated = overlap_softmax(stmts, k, self.placement)
-                if rotated != stmts:
-                    stmts, pp, overlap = rotated, None, False
-            if pp and agent.replicas == 2 and bar is not None:
-                stmts = pingpong_schedule(stmts, k, agent, bar, self.pingpong_threads(agent), pp)
-            if overlap:
-                stmts = overlap_softmax(stmts, k, self.placement)
+            stmts = agent_body(k, agent)
             self.prefs = {}
             first_site = len(self.wait_sites)
             for _ in range(2):
@@ -1821,5 +1053,5 @@ class NvidiaRenderer(PythonRenderer):
         o.line("                              dtype=gl.int32, is_pure=False, pack=1)")
 
 
-def render(kernel: ir.KernelIR, placement: Placement, allocation: Allocation, options: dict | None = None):
+def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation, options: dict | None = None):
     return NvidiaRenderer(kernel, placement, allocation, options).render()

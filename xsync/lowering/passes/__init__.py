@@ -37,9 +37,7 @@ class PassLog:
 
 
 def run(kernel: ir.KernelIR, placement: Placement, log: PassLog) -> ir.KernelIR:
-    """The passes of ``placement``'s target, in order."""
-    from xsync.lowering.passes import cross_agent_pipeline
-
-    if placement.backend == "ascend":
-        kernel = cross_agent_pipeline.run(kernel, placement, log)
+    """The passes of ``placement``'s target (``Target.passes``), in order."""
+    for p in placement.target.passes:
+        kernel = p.run(kernel, placement, log)
     return kernel

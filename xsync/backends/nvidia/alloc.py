@@ -1,0 +1,229 @@
+"""Hopper allocation: partitions, register budgets, mbarriers and named barriers.
+
+* Partitions: one ``gl.warp_specialize`` partition per skeleton instance, consumers first
+  (the first consumer warpgroup is the default partition); a producer is 1 warp, a consumer
+  warpgroup 4 (by the agent's :class:`~xsync.lowering.placement.Unit`, never its name).
+* Register budgets (``setmaxnreg`` per worker partition, the launch's ``maxnreg``): the
+  ``nv_producer_regs`` / ``nv_consumer_regs`` / ``nv_maxnreg`` options where set; else two
+  CTAs per SM when one consumer warpgroup, one producer warp and half the shared memory
+  suffice (maxnreg 128: 24 producer / 232 consumer registers; H200, GEMM 8192^3, STAGES=3:
+  0.67x -> 0.85x of torch.matmul in one run); else 40 per producer warpgroup and the rest of
+  the 512 per thread-slot split evenly between consumer warpgroups, at most 232.
+* mbarriers: per cross-partition pipe a full and an empty group of rings x stages barriers
+  (slot = i % stages, parity = (i // stages) & 1; a TMA pipe's full barrier expects the slot's
+  bytes), per cross-partition event one barrier per ring; arrive counts from the skeleton's
+  channels.
+* Named barriers: every barrier of the kernel -- the user's, and those a schedule pass
+  declared (ping-pong turns) -- gets an ID from 15 down, above the compiler's own (0, 1 and
+  2 + i for worker partition i, padding partitions included); every member partition counts
+  once in the thread count. A pass that does not fire declares nothing, so nothing is
+  reserved for it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from xsync import config
+from xsync.errors import AllocationError
+from xsync.lowering import ir
+from xsync.lowering.alloc import Allocation, Row
+from xsync.lowering.placement import Unit
+
+HOPPER_SMEM_BYTES = 227 * 1024
+# Gluon 3.6 warp_specialize uses named barrier 0 (default partition), 1 (CTA-wide at
+# partition entry/exit) and 2 + i for worker partition i; hardware has 16.
+HOPPER_NAMED_BARRIERS = 16
+WARPS = {Unit.PRODUCER: 1, Unit.CONSUMER: 4}
+TWO_CTA_SMEM_BYTES = 113 * 1024   # half an SM's 227 KB, less room for barriers
+REGISTER_FILE = 512               # registers per thread slot a CTA's warpgroups share
+MAX_CONSUMER_REGS = 232
+DEFAULT_PRODUCER_REGS = 40
+
+
+@dataclass(frozen=True)
+class MBarrierGroup:
+    """The mbarriers behind one side of a cross-partition pipe or event.
+
+    ``barriers`` = rings x stages (pipes) or rings (events); ``arrive_count`` arrivals
+    complete a phase (1 producer per full barrier; every consumer of a broadcast per empty
+    barrier; every source of a gather per event barrier)."""
+
+    obj: str
+    side: str              # "full" | "empty" | "event"
+    barriers: int
+    arrive_count: int
+    rings: int
+    tma_bytes: int = 0     # full barriers of a TMA pipe: expect-tx bytes
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One warp-specialized partition = one skeleton instance."""
+
+    index: int             # 0 = the default partition
+    agent: str
+    replica: int
+    replicas: int
+    warps: int
+    instance: int          # skeleton instance index
+    unit: Unit = Unit.CONSUMER
+    regs: int = 0          # setmaxnreg of a worker partition (the default partition: informational)
+
+    @property
+    def label(self) -> str:
+        return self.agent if self.replicas == 1 else f"{self.agent}[{self.replica}]"
+
+
+@dataclass(frozen=True)
+class NamedBarrier:
+    """A barrier's named barrier; every member partition counts once."""
+
+    obj: str
+    id: int
+    threads: int
+    partitions: tuple[int, ...]
+    made_by: str = ""      # the schedule pass that declared the barrier ("" = the kernel)
+
+
+@dataclass(frozen=True)
+class HopperAllocation(Allocation):
+    partitions: tuple[Partition, ...] = ()            # default partition first
+    mbarriers: tuple[MBarrierGroup, ...] = ()
+    named_barriers: tuple[NamedBarrier, ...] = ()
+    maxnreg: int | None = None                        # the launch option, when set
+    smem_bytes: int = 0                               # the pipes' shared-memory rings
+
+    @property
+    def barrier_ids(self) -> tuple[tuple[str, int], ...]:
+        return tuple((b.obj, b.id) for b in self.named_barriers)
+
+    def barrier_id(self, name: str) -> int:
+        return self.named_barrier(name).id
+
+    def mbarrier(self, obj: str, side: str) -> MBarrierGroup:
+        return next(g for g in self.mbarriers if g.obj == obj and g.side == side)
+
+    def named_barrier(self, obj: str) -> NamedBarrier:
+        return next(b for b in self.named_barriers if b.obj == obj)
+
+    def partitions_of(self, agent: str) -> tuple[Partition, ...]:
+        return tuple(p for p in self.partitions if p.agent == agent)
+
+
+def is_tma_pipe(kernel: ir.KernelIR, pipe: ir.Pipe) -> bool:
+    """A pipe whose producer fills every field straight from global memory (xs.load):
+    on Hopper the copy engine completes the slot (expect-tx) instead of an arrive."""
+    writes = [s for s in ir.walk(kernel.all_statements()) if isinstance(s, ir.SlotWrite) and s.pipe == pipe.name]
+    return bool(writes) and all(isinstance(w.value, ir.Call) and w.value.op == "load" for w in writes)
+
+
+def allocate(kernel, placement, skel) -> HopperAllocation:
+    rows, partitions = [], []
+    # Consumers first: the first consumer warpgroup is the default partition.
+    ordered = sorted(skel.instances, key=lambda i: i.unit == Unit.PRODUCER)
+    for inst in ordered:
+        partitions.append(Partition(len(partitions), inst.agent, inst.replica, inst.replicas,
+                                    WARPS[inst.unit], inst.index, inst.unit))
+    smem, groups = 0, []
+    pipe_rows = []
+    for link in skel.links:
+        if link.kind != "pipe":
+            continue
+        p = kernel.sync_object(link.obj)
+        if not link.crosses:
+            pipe_rows.append(Row(p.name, "register hand-off", "no barrier",
+                                 f"'{p.src}' and '{p.dst}' share {placement.agent_of(p.src).name}"))
+            continue
+        tma_bytes = p.slot_bytes if is_tma_pipe(kernel, p) else 0
+        full = MBarrierGroup(p.name, "full", p.stages * link.rings, 1, link.rings, tma_bytes)
+        empty = MBarrierGroup(p.name, "empty", p.stages * link.rings, link.consumer_arrivals, link.rings)
+        groups += [full, empty]
+        tma = f", expect {p.slot_bytes} B (TMA)" if tma_bytes else ""
+        pairs = f" ({link.rings} rings: {link.pairing})" if link.rings > 1 else ""
+        pipe_rows.append(Row(p.name, "full barriers", f"mbarrier[{full.barriers}] count=1{tma}",
+                             f"slot = i % stages; consumer waits parity (i // stages) & 1{pairs}"))
+        pipe_rows.append(Row(p.name, "empty barriers", f"mbarrier[{empty.barriers}] count={empty.arrive_count}",
+                             "producer waits parity ((i // stages) & 1) ^ 1 (fresh barrier passes)"))
+        if p.fields:
+            pipe_rows.append(Row(p.name, "shared-memory ring",
+                                 f"{link.rings * p.stages} x {p.slot_bytes} B = "
+                                 f"{link.rings * p.stages * p.slot_bytes} B",
+                                 ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name}" for f in p.fields)))
+        smem += link.rings * p.stages * p.slot_bytes
+    if smem > HOPPER_SMEM_BYTES:
+        big = [kernel.sync_object(x.obj) for x in skel.links if x.kind == "pipe" and x.crosses]
+        raise AllocationError(
+            f"pipes need {smem} B of shared memory; a Hopper SM has {HOPPER_SMEM_BYTES} B",
+            loc=big[0].loc if big else kernel.loc,
+            objects=tuple(f"{p.name} (stages={p.stages}, {p.slot_bytes} B/slot)" for p in big),
+            fix="lower stages or tile sizes")
+    partitions, maxnreg, budget = _registers(partitions, smem)
+    for part in partitions:
+        kind = "default partition" if part.index == 0 else f"worker partition {part.index}"
+        roles = ", ".join(skel.instances[part.instance].roles)
+        rows.append(Row(part.label, kind, f"{part.warps} warp(s)", f"roles: {roles}"))
+    rows.append(Row("registers", "register budget", budget,
+                    "setmaxnreg per worker partition" + (f"; launch maxnreg={maxnreg}" if maxnreg else "")))
+    rows += pipe_rows
+    for link in skel.links:
+        if link.kind != "event":
+            continue
+        if not link.crosses:
+            rows.append(Row(link.obj, "MMA/program order", "no barrier",
+                            "same partition: program order (warpgroup_mma_wait orders async MMAs)"))
+            continue
+        g = MBarrierGroup(link.obj, "event", link.rings, link.producer_arrivals, link.rings)
+        groups.append(g)
+        pairs = f" ({link.rings} rings: {link.pairing})" if link.rings > 1 else ""
+        rows.append(Row(link.obj, "event barrier", f"mbarrier count={g.arrive_count}",
+                        f"k-th wait waits parity k & 1{pairs}"))
+    named = []
+    # IDs 0, 1 and 2 + i (worker partition i, padding partitions included) belong to the
+    # compiler; allocate the kernel's barriers from the top (15) down so they never meet.
+    reserved = 2 + _padded_workers(partitions)
+    for k, b in enumerate(skel.barriers):
+        bid = HOPPER_NAMED_BARRIERS - 1 - k
+        decl = kernel.sync_object(b.obj)
+        if bid < reserved:
+            raise AllocationError(
+                f"barrier '{b.obj}' needs named barrier {bid}, but IDs 0..{reserved - 1} belong to "
+                f"the compiler ({len(partitions)} partitions) and Hopper has {HOPPER_NAMED_BARRIERS}",
+                loc=decl.loc, objects=(b.obj,),
+                fix=("use fewer group barriers (merge groups with the same members)" if not decl.made_by
+                     else f"turn the pass off (the {decl.made_by} option) or use fewer group barriers"))
+        # every member partition counts once, whatever member roles it runs
+        members = tuple(p.index for p in partitions if p.instance in b.members)
+        threads = 32 * sum(partitions[i].warps for i in members)
+        named.append(NamedBarrier(b.obj, bid, threads, members, decl.made_by))
+        rule = "sync = bar.sync; arrive = bar.arrive"
+        if decl.made_by:
+            rule += f" (declared by the {decl.made_by} pass)"
+        rows.append(Row(b.obj, "named barrier", f"bar id {bid}, {threads} threads", rule))
+    return HopperAllocation("nvidia", tuple(rows), partitions=tuple(partitions),
+                            mbarriers=tuple(groups), named_barriers=tuple(named), maxnreg=maxnreg,
+                            smem_bytes=smem)
+
+
+def _registers(partitions, smem):
+    """(partitions with their budgets, launch maxnreg, display text); see the module docstring."""
+    settings = config.current()
+    prod, cons, maxnreg = settings.nv_producer_regs, settings.nv_consumer_regs, settings.nv_maxnreg
+    explicit = any(x is not None for x in (prod, cons, maxnreg))
+    warps = sorted(p.warps for p in partitions)
+    if not explicit and warps == [WARPS[Unit.PRODUCER], WARPS[Unit.CONSUMER]] and smem <= TWO_CTA_SMEM_BYTES:
+        prod, cons, maxnreg = 24, MAX_CONSUMER_REGS, 128
+    prod = DEFAULT_PRODUCER_REGS if prod is None else prod
+    if cons is None:
+        consumers = sum(1 for p in partitions if p.unit != Unit.PRODUCER)
+        prod_groups = math.ceil(sum(p.warps for p in partitions if p.unit == Unit.PRODUCER) / 4)
+        cons = min(MAX_CONSUMER_REGS, int((REGISTER_FILE - prod_groups * prod) / max(1, consumers)) // 8 * 8)
+    out = tuple(Partition(p.index, p.agent, p.replica, p.replicas, p.warps, p.instance, p.unit,
+                          prod if p.unit == Unit.PRODUCER else cons) for p in partitions)
+    return out, maxnreg, f"producer {prod}, consumer {cons} registers per thread"
+
+
+def _padded_workers(partitions) -> int:
+    """Worker partitions after Gluon pads worker warps up to a multiple of 4."""
+    workers = [p.warps for p in partitions[1:]]
+    return len(workers) + (-sum(workers) % 4)
