@@ -567,6 +567,7 @@ class NvidiaRenderer(PythonRenderer):
         self.agent = agent
         self.usual_cols = None
         self.role = agent.roles[0]
+        self.role_block = None
         self.block(stmts)
 
     def block(self, stmts):
@@ -586,8 +587,10 @@ class NvidiaRenderer(PythonRenderer):
             self.store(s)
         elif isinstance(s, ir.RoleBlock):
             o.line(f"# role '{s.role}' (line {s.loc.line})")
-            self.role = s.role
+            self.role, outer = s.role, self.role_block
+            self.role_block = s.role
             self.block(s.body)
+            self.role_block = outer
         elif isinstance(s, ir.For):
             o.line(f"for {s.var} in range({self.tx(s.start)[0]}, {self.tx(s.stop)[0]}, {self.tx(s.step)[0]}):"
                    f"  # line {s.loc.line}")

@@ -191,7 +191,7 @@ def _apply(loop: ir.For, j, c, pipes, releases):
         repl[id(r)] = ir.SyncOp(r.verb, r.obj, r.target, r.loc, guard=later,
                                 note="of the previous iteration's slot (held back: its wgmma has completed)")
     new_loop = dataclasses.replace(loop, body=replace(loop.body, repl))
-    tail = [ir.MmaWait((c,), 0, j.loc, note="the loop's last wgmma completes")]
+    tail = [ir.MmaWait((c,), 0, j.loc, note="defer_mma_wait: the loop's last wgmma completes")]
     tail += [ir.SyncOp(r.verb, r.obj, r.target, r.loc, guard=ran,
                        note="of the last slot (held back: its wgmma has completed)") for r in releases]
     return [new_loop, *tail]

@@ -282,11 +282,11 @@ def _rotate(loop: ir.For, a_issue, j_s, k_rel, body_b, c_issue, j_pv, body_d, v_
     s_name, pv = j_s.targets[0], j_pv.targets[0]
     loc = loop.loc
     body = (*a_issue, *c_issue,
-            ir.MmaWait((s_name, pv), 1, j_s.loc, "S of this block completes; the previous PV stays in flight"),
+            ir.MmaWait((s_name, pv), 1, j_s.loc, "overlap_softmax: S of this block completes; the previous PV stays in flight"),
             k_rel, *body_b,
-            ir.MmaWait((pv,), 0, j_pv.loc, "the previous PV completes (it overlapped this softmax)"),
+            ir.MmaWait((pv,), 0, j_pv.loc, "overlap_softmax: the previous PV completes (it overlapped this softmax)"),
             *body_d, v_rel)
     new_loop = ir.For(loop.var, ir.BinOp("+", loop.start, loop.step), loop.stop, loop.step, body, loc)
     prologue = (*a_issue, j_s, k_rel, ir.Assign((loop.var,), loop.start, loc), *body_b)
-    epilogue = (*c_issue, ir.MmaWait((pv,), 0, j_pv.loc, "the last PV completes"), *body_d, v_rel)
+    epilogue = (*c_issue, ir.MmaWait((pv,), 0, j_pv.loc, "overlap_softmax: the last PV completes"), *body_d, v_rel)
     return [ir.If(ir.Compare("<", loop.start, loop.stop), (*prologue, new_loop, *epilogue), (), loc)]
