@@ -22,7 +22,7 @@ take output tiles in groups of GROUP_M row blocks as the flagship does.
 import xsync as xs
 
 EXAMPLE = dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=128, BN=128, BK=64, STAGES=3)
-EXAMPLE_2WG = dict(EXAMPLE, BM=64)
+EXAMPLE_2WG = EXAMPLE         # BM rows per consumer warpgroup: 2*BM per program
 
 
 @xs.kernel(example=EXAMPLE)

@@ -21,19 +21,12 @@ Environment:
   ``worker_num_regs`` per partition (``setmaxnreg``); ``XSYNC_NV_MAXNREG`` -- the
   launch option ``maxnreg``. The same keys (lower case, without the prefix) can be
   passed in ``options``.
-* ``XSYNC_NV_FUSE_MMA=0`` / ``XSYNC_NV_DEFER_MMA_WAIT=0`` (options ``fuse_mma`` /
-  ``defer_mma_wait``, both on by default) -- turn off the renderer rewrites
-  :func:`~xsync.backends.nvidia.render.fuse_accumulating_mma` /
-  :func:`~xsync.backends.nvidia.render.defer_mma_wait` (A/B measurements, debugging).
-* ``XSYNC_NV_PINGPONG=0|1|wrap|first|each`` (option ``pingpong``: bool or placement
-  name; default on, placement ``each``) -- inter-warpgroup ping-pong scheduling
-  of two consumer replicas (:func:`~xsync.backends.nvidia.render.pingpong_schedule`)
-  on the scheduler barrier pair the allocation reserves (``0`` also drops the pair
-  from the allocation).
-* ``XSYNC_NV_OVERLAP=0|1`` (option ``overlap_softmax``; default
-  :data:`~xsync.backends.nvidia.render.OVERLAP_DEFAULT`) -- FA3-style intra-warpgroup
-  overlap (:func:`~xsync.backends.nvidia.render.overlap_softmax`): the attention loop is
-  rotated so the next QK^T and the previous PV are in flight during the softmax.
+* ``XSYNC_NV_FUSE_MMA=0`` / ``XSYNC_NV_DEFER_MMA_WAIT=0`` / ``XSYNC_NV_OVERLAP=0`` /
+  ``XSYNC_NV_PINGPONG=0|1|each|first|wrap`` (``xsync.options(nv_fuse_mma=..., ...)``;
+  ``compile_ptx`` also takes them as ``fuse_mma`` / ``defer_mma_wait`` / ``overlap_softmax`` /
+  ``pingpong`` in ``options``) -- switch the Hopper schedule passes
+  (:mod:`xsync.backends.nvidia.passes`: fuse-accumulating-mma, defer-mma-wait, pingpong,
+  overlap-softmax). They act when the kernel is lowered: the verifier checks what they emit.
 """
 from __future__ import annotations
 
@@ -95,6 +88,17 @@ _OPTION_NAMES = {"producer_regs": "nv_producer_regs", "consumer_regs": "nv_consu
                  "debug_hang": "debug_hang", "fuse_mma": "nv_fuse_mma",
                  "defer_mma_wait": "nv_defer_mma_wait", "overlap_softmax": "nv_overlap",
                  "pingpong": "nv_pingpong"}
+
+
+# compile_ptx option -> the schedule pass option it sets while the kernel is lowered
+PASS_OPTIONS = {"fuse_mma": "nv_fuse_mma", "defer_mma_wait": "nv_defer_mma_wait",
+                "overlap_softmax": "nv_overlap", "pingpong": "nv_pingpong"}
+
+
+def _pass_value(key: str, value):
+    if key == "pingpong" and isinstance(value, bool):
+        return "1" if value else "0"
+    return value
 
 
 def resolve_options(options: dict | None = None) -> dict:
@@ -484,7 +488,17 @@ def compile_ptx(obj, constexprs: dict | None = None, tensor_dtypes: dict | None 
     ``scalar_types`` maps scalar parameters to Triton types (default ``i32``).
     Returns the generated source, PTX, cubin and TTGIR.
     """
-    lowered = obj.lower("nvidia", constexprs, tensor_dtypes) if hasattr(obj, "lower") else obj
+    passes = {PASS_OPTIONS[k]: _pass_value(k, v) for k, v in (options or {}).items()
+              if k in PASS_OPTIONS and v is not None}
+    if hasattr(obj, "lower"):
+        with config.options(**passes):
+            lowered = obj.lower("nvidia", constexprs, tensor_dtypes)
+    elif passes:
+        raise BackendError(f"compile_ptx got schedule pass options {sorted(passes)} for a kernel already "
+                           f"lowered: the passes ran when it was lowered",
+                           fix="pass the kernel itself, or lower it inside xsync.options(...) with them")
+    else:
+        lowered = obj
     if lowered.placement.backend != "nvidia":
         raise BackendError(f"compile_ptx needs a kernel lowered for nvidia, got {lowered.placement.backend}",
                            fix="call kernel.lower('nvidia', ...)")
