@@ -1,7 +1,7 @@
 """Flash-attention forward benchmark: xsync vs torch SDPA (cuDNN and flash backends),
 measured side by side in one process on the same tensors with triton.testing.do_bench.
 
-Grid (DESIGN §6): bf16, head_dim 64 and 128, b*s = 16384, h*d = 2048,
+Grid (docs/design.md §6): bf16, head_dim 64 and 128, b*s = 16384, h*d = 2048,
 s in {1k, 2k, 4k, 8k, 16k}, causal and not. FLOPs = 4*b*h*s^2*d (half for causal).
 Plus a varlen row set: 16 sequences of mixed lengths 128..8k, d=128, causal and not,
 against torch's ``torch.nn.attention.varlen.varlen_attn`` on the same packed tensors.
@@ -11,6 +11,10 @@ SDPA over the padded batch; such a row says so (``reference_fallback`` in the JS
 different one.
 
     python benchmarks/flash_attn.py [--quick] [--out benchmarks/results]
+
+Plus ``variants`` (``--no-variants`` skips them): the attention and GEMM kernels written other
+ways with the same meaning (kernels/flash_attn/variants.py, kernels/gemm_variants.py), one
+row each with TFLOP/s and the ratio to its flagship measured in the same process.
 
 Prints a table of TFLOP/s and ratios and writes flash_attn.json and flash_attn.md.
 Needs a CUDA GPU (Hopper for the xsync nvidia backend).
@@ -153,6 +157,107 @@ def measure_varlen(causal: bool):
     return row
 
 
+# ---------------------------------------------------------------- variants
+# Kernels written other ways with the same meaning (kernels/flash_attn/variants.py,
+# kernels/gemm_variants.py): the schedule passes must give them the flagship's schedule, so
+# each row's ratio to the flagship, measured in the same process on the same tensors, should
+# be within noise (2%).
+VARIANT_POINTS = ((128, False, 4096), (128, True, 4096), (64, False, 4096), (128, False, 16384))
+GEMM_SIZE = 8192
+
+
+def variant_points(quick: bool):
+    """(head_dim, causal, seq) of the attention variant rows."""
+    return VARIANT_POINTS[:2] if quick else VARIANT_POINTS
+
+
+def gemm_variant_launches():
+    """name -> (kernel, rows per program) of the GEMM flagship and its variants."""
+    from xsync.kernels import gemm_variants
+    from xsync.kernels.gemm import gemm
+
+    out = {"gemm": (gemm, 128)}
+    for name in ("gemm_split", "gemm_two_pipes", "gemm_two_pipes_split", "gemm_2wg", "gemm_2wg_split"):
+        out[name] = (getattr(gemm_variants, name), 256 if "2wg" in name else 128)
+    return out
+
+
+def measure_attention_variants(d: int, causal: bool, s: int):
+    import torch
+    from xsync.kernels.flash_attn import attention_fwd, variants
+
+    b, h = 16384 // s, 2048 // d
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    f = flops(b, h, s, d, causal)
+    ref, _ = variants.run_dense(attention_fwd, q, k, v, causal)
+    base_ms = bench(lambda: variants.run_dense(attention_fwd, q, k, v, causal))
+    rows = []
+    for name, kernel in variants.VARIANTS.items():
+        row = dict(kind="attention", variant=name, written=variants.EDITS[name][0], b=b, h=h, s=s, d=d,
+                   causal=causal, flagship_tflops=f / (base_ms * 1e-3) / 1e12)
+        try:
+            o, _ = variants.run_dense(kernel, q, k, v, causal)
+            row["max_abs_err_vs_flagship"] = (o.float() - ref.float()).abs().max().item()
+            ms = bench(lambda: variants.run_dense(kernel, q, k, v, causal))
+            row.update(ms=ms, tflops=f / (ms * 1e-3) / 1e12)
+            row["ratio_vs_flagship"] = row["tflops"] / row["flagship_tflops"]
+        except Exception as exc:  # noqa: BLE001 - a failing variant is reported, not fatal
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        rows.append(row)
+    return rows
+
+
+def measure_gemm_variants():
+    import torch
+    from xsync.backends import select
+
+    n = GEMM_SIZE
+    torch.manual_seed(0)
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    f = 2.0 * n * n * n
+    backend = select()
+
+    def runner(kernel, rows_per_program):
+        c = torch.empty(n, n, device="cuda", dtype=torch.float32)
+        grid = (math.ceil(n / rows_per_program), math.ceil(n / 128))
+        return c, lambda: kernel[grid](a, b, c, n, n, n, BM=128, BN=128, BK=64, STAGES=3, backend=backend)
+
+    launches = gemm_variant_launches()
+    c_ref, run_ref = runner(*launches.pop("gemm"))
+    run_ref()
+    base_ms = bench(run_ref)
+    rows = []
+    for name, launch in launches.items():
+        row = dict(kind="gemm", variant=name, M=n, N=n, K=n, flagship_tflops=f / (base_ms * 1e-3) / 1e12)
+        try:
+            c, run = runner(*launch)
+            run()
+            row["max_abs_err_vs_flagship"] = (c - c_ref).abs().max().item()
+            ms = bench(run)
+            row.update(ms=ms, tflops=f / (ms * 1e-3) / 1e12)
+            row["ratio_vs_flagship"] = row["tflops"] / row["flagship_tflops"]
+        except Exception as exc:  # noqa: BLE001 - a failing variant is reported, not fatal
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        rows.append(row)
+    return rows
+
+
+def variants_table(rows) -> str:
+    out = ["| kind | variant | point | TFLOP/s | flagship TFLOP/s | ratio | max err vs flagship |",
+           "|" + "---|" * 7]
+    for r in rows:
+        point = (f"d={r['d']} causal={r['causal']} s={r['s']}" if r["kind"] == "attention"
+                 else f"{r['M']}x{r['N']}x{r['K']}")
+        if "error" in r:
+            out.append(f"| {r['kind']} | {r['variant']} | {point} | {r['error']} | | | |")
+            continue
+        out.append(f"| {r['kind']} | {r['variant']} | {point} | {r['tflops']:.0f} | {r['flagship_tflops']:.0f} "
+                   f"| {r['ratio_vs_flagship']:.3f} | {r['max_abs_err_vs_flagship']:.1e} |")
+    return "\n".join(out)
+
+
 def table(rows) -> str:
     head = "| d | causal | s | b | h | xsync TFLOP/s | cuDNN | flash | xsync/cuDNN | xsync/flash | max err |"
     out = [head, "|" + "---|" * 11]
@@ -185,6 +290,8 @@ def main(argv=None, progress=True) -> int:
     parser.add_argument("--quick", action="store_true", help="s in {1k, 4k} only")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     parser.add_argument("--no-varlen", action="store_true")
+    parser.add_argument("--no-variants", action="store_true",
+                        help="skip the same-meaning variants (kernels/flash_attn/variants.py, kernels/gemm_variants.py)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/flash_attn.py needs a CUDA GPU; none is visible.", file=sys.stderr)
@@ -204,6 +311,11 @@ def main(argv=None, progress=True) -> int:
         print()
     if not args.no_varlen:
         rows.extend(measure_varlen(causal) for causal in (False, True))
+    variant_rows = []
+    if not args.no_variants:
+        for d, causal, s in variant_points(args.quick):
+            variant_rows.extend(measure_attention_variants(d, causal, s))
+        variant_rows.extend(measure_gemm_variants())
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                 seconds=round(time.time() - start, 1))
     try:
@@ -213,8 +325,10 @@ def main(argv=None, progress=True) -> int:
         pass
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "flash_attn.json"), "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        json.dump(dict(meta=meta, rows=rows, variants=variant_rows), f, indent=1)
     md = f"# flash attention forward, {meta['device']}, torch {meta['torch']}\n\n" + table(rows) + "\n"
+    if variant_rows:
+        md += "\n## variants (same meaning; ratio to the flagship, same process)\n\n" + variants_table(variant_rows) + "\n"
     with open(os.path.join(args.out, "flash_attn.md"), "w") as f:
         f.write(md)
     print(md)

@@ -120,9 +120,10 @@ def _make(name: str):
 VARIANTS = {name: _make(name) for name in EDITS}
 
 
-def run_dense(kernel, q, k, v, causal: bool, sm_scale: float | None = None):
+def run_dense(kernel, q, k, v, causal: bool, sm_scale: float | None = None, backend: str | None = None):
     """``kernel`` (the flagship or a variant) on [B, H, S, D] tensors as ``ops.attention``
-    launches the flagship: same tiles, programs and argument layout; returns (o, lse)."""
+    launches the flagship: same tiles, programs and argument layout; returns (o, lse).
+    ``backend``: the selected one (``xsync.backends.select()``) unless given."""
     import torch
 
     from xsync.backends import select
@@ -134,7 +135,7 @@ def run_dense(kernel, q, k, v, causal: bool, sm_scale: float | None = None):
     o = torch.empty_like(q)
     lse = torch.empty((b * hq, sq), dtype=torch.float32, device=q.device)
     cu_q, cu_k = ops._dense_offsets(b, sq, sk, q.device)
-    backend = select()
+    backend = backend or select()
     plan = schedule.lookup(backend, d, causal, sq)
     tiles = math.ceil(sq / (2 * plan.BM)) * b * hq
     grid = (ops.programs(backend, tiles, plan.persistent, q.device),)

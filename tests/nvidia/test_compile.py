@@ -147,12 +147,11 @@ def test_flash_attention_single_source_compiles():
     mma and softmax roles share registers (no barrier for s_out / p_in / pv_out)."""
     from xsync.kernels.flash_attn import attention_fwd
 
-    from xsync.backends.nvidia import resolve_options
-    from xsync.backends.nvidia.render import OVERLAP_DEFAULT
+    from xsync.backends.nvidia.passes import common, overlap as overlap_pass
 
     lowered = attention_fwd.lower("nvidia")
     r = compile_ptx(lowered, scalar_types={"sm_scale": "fp32"})
-    overlap = resolve_options().get("overlap_softmax", OVERLAP_DEFAULT)   # keeps PV in flight: wait 1
+    overlap = common.enabled(overlap_pass.OPTION)   # keeps PV in flight: wait 1
     common_sync_checks(r.ptx, 128 * 128 * 2, wait_groups=(0, 1) if overlap else (0,))
     assert r.metadata.num_warps == 12          # 2 consumer warpgroups + producer warp (+3 padding)
     assert lines(r.ptx, r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16")
@@ -183,7 +182,7 @@ def test_every_launched_attention_specialization_compiles(d, causal):
 def test_flash_attention_pv_fused_into_accumulator():
     """The kernel writes the split form (`pv = mma(p, v)`, then `o_acc = o_acc * alpha + pv`
     in the softmax role); on Hopper both ends share a partition, so the renderer fuses it
-    into one accumulating wgmma (DESIGN §7) and Q is converted to the operand layout once."""
+    into one accumulating wgmma (docs/design.md §5) and Q is converted to the operand layout once."""
     from xsync.kernels.flash_attn import attention_fwd
 
     consts = dict(BM=64, BN=128, D=128, CAUSAL=0, STAGES=2)
@@ -268,7 +267,8 @@ def test_gemm_wait_deferral():
     assert re.search(r"wgmma\.wait_group\.sync\.aligned 0;", after)
     src = r.source
     assert "warpgroup_mma_wait(1, deps=[acc, tiles_a.index(ab), tiles_b.index(ab)])" in src
-    assert "pred=xs_held_tiles > 0" in src and "acc = warpgroup_mma_wait(0, deps=[acc])" in src
+    # the held slot: every iteration but the first releases the previous one (guard k > 0)
+    assert "pred=k > 0" in src and "acc = warpgroup_mma_wait(0, deps=[acc])" in src
     # the drain and the last release come right after the loop, before the epilogue reads acc
     tail = src[src.index("acc = warpgroup_mma_wait(0, deps=[acc])"):]
     assert tail.index("tiles.release() of the last slot") < tail.index("gl.store(c")
@@ -276,7 +276,7 @@ def test_gemm_wait_deferral():
     off = compile_ptx(gemm, consts, GEMM_DTYPES, options={"defer_mma_wait": False})
     loop = wgmma_loop(off.ptx)
     assert re.search(r"wgmma\.wait_group\.sync\.aligned 0;", loop)
-    assert "xs_held_tiles" not in off.source
+    assert "pred=k > 0" not in off.source
     assert {int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", off.ptx)} == {0}
 
 
@@ -318,27 +318,34 @@ def test_flash_attention_pingpong_scheduler_barriers(where):
     arrives once before the loop, replica 0 once after it (balanced at exit)."""
     from xsync.kernels.flash_attn import attention_fwd
 
-    lowered = attention_fwd.lower("nvidia", dict(BM=64, BN=128, D=128, CAUSAL=1, STAGES=2))
-    row = next(r for r in lowered.allocation.rows if r.what == "scheduler barriers")
-    lo, hi = (int(x) for x in re.match(r"bar ids (\d+), (\d+), 256 threads", row.resource).groups())
-    assert hi == lo + 1 and lo >= 2 + 2                      # above the compiler's 0, 1, 2, 3 (+padding)
-    assert lowered.allocation.barrier_id("consumer:pingpong") == lo
-    r = compile_ptx(lowered, scalar_types={"sm_scale": "fp32"}, options={"pingpong": where, "overlap_softmax": False})
+    with xs.options(nv_pingpong=where, nv_overlap=False):
+        lowered = attention_fwd.lower("nvidia", dict(BM=64, BN=128, D=128, CAUSAL=1, STAGES=2))
+    # the pass declares the two turn barriers; the allocator numbers them like any barrier
+    turns = named_barrier_rows(lowered)
+    assert sorted(turns) == ["consumer_turn0", "consumer_turn1"]
+    (t0, n0), (t1, n1) = turns["consumer_turn0"], turns["consumer_turn1"]
+    assert n0 == n1 == 256 and {t0, t1} == {14, 15}          # above the compiler's 0, 1, 2, 3 (+padding)
+    assert f"placement {where!r}" in lowered.passes.text()
+    r = compile_ptx(lowered, scalar_types={"sm_scale": "fp32"})
     src = r.source[r.source.index("def attention_fwd_consumer"):]
     loop = src[src.index("for n in range"):src.index("# role 'softmax' (line", src.index("o_acc = pv_out_pv"))]
-    n_sync = loop.count(f"xs_named_barrier_sync({lo} + REPLICA, 256)")
-    n_arrive = loop.count(f"xs_named_barrier_arrive({hi} - REPLICA, 256)")
-    assert (n_sync, n_arrive) == ((2, 2) if where == "each" else (1, 1))
+    # each turn site is a branch on the (constexpr) replica: two spelled lines per site
+    n_sync = loop.count("-- pingpong: wait for this replica's turn")
+    n_arrive = loop.count("-- pingpong: hand the turn to the other replica")
+    assert (n_sync, n_arrive) == ((4, 4) if where == "each" else (2, 2))
+    assert loop.count(f"xs_named_barrier_sync({t0}, 256)") == loop.count(f"xs_named_barrier_sync({t1}, 256)")
     head = src[:src.index("for n in range")]
     tail = src[src.index("o_acc = pv_out_pv"):]
-    assert f"if REPLICA == 1:  # pingpong" in head and f"xs_named_barrier_arrive({lo}, 256)" in head
-    assert f"if REPLICA == 0:  # pingpong" in tail and f"xs_named_barrier_arrive({lo}, 256)" in tail
+    assert f"xs_named_barrier_arrive({t0}, 256)" in head and "pingpong: replica 0 issues first" in head
+    # closing handshake: replica 0 takes replica 1's last hand-over, then releases it
+    assert f"xs_named_barrier_sync({t0}, 256)" in tail and "pingpong: this loop's turns are over" in tail
     # the first wgmma of the loop comes after the sync, the arrive after a wgmma issue and
     # before its wait
-    i_sync = loop.index(f"xs_named_barrier_sync({lo} + REPLICA")
+    i_sync = loop.index("-- pingpong: wait for this replica's turn")
     assert i_sync < loop.index("warpgroup_mma(q_tile")
-    i_arr = loop.index(f"xs_named_barrier_arrive({hi} - REPLICA")
+    i_arr = loop.index("-- pingpong: hand the turn to the other replica")
     assert loop.rindex("= warpgroup_mma(", 0, i_arr) < i_arr < loop.index("warpgroup_mma_wait(", i_arr)
+    lo, hi = min(t0, t1), max(t0, t1)
     # PTX: each consumer warpgroup syncs its own ID and arrives on the other's, 256 threads
     ptx = r.ptx
     for op, bid in (("sync", lo), ("sync", hi), ("arrive", lo), ("arrive", hi)):
@@ -348,45 +355,68 @@ def test_flash_attention_pingpong_scheduler_barriers(where):
     common_sync_checks(ptx, 128 * 128 * 2)
 
 
+def lowered_with(kernel, consts=None, **settings):
+    """``kernel`` lowered for nvidia with these configuration options (the schedule passes
+    and the allocator read them while lowering)."""
+    with xs.options(**settings):
+        return kernel.lower("nvidia", consts)
+
+
+def source_of(lowered):
+    from xsync.backends.nvidia import render_source
+    return render_source(lowered.kernel, lowered.placement, lowered.allocation)
+
+
 def test_pingpong_off_and_replica_dependent_loops_untouched(monkeypatch):
-    """On by default ("each"); off by option: no scheduler barrier in the source. A loop whose trip count
+    """On by default ("each"); off by option: no turn barrier in the source, and none
+    reserved (the pass declares its barriers only where it fires). A loop whose trip count
     depends on the replica is left as written (the replicas could disagree on the
     number of turns)."""
+    import dataclasses
+
     from xsync.kernels.flash_attn import attention_fwd
-    from xsync.backends.nvidia.render import SchedBarrier, pingpong_schedule
+    from xsync.backends import place
+    from xsync.backends.nvidia.passes import pingpong
     from xsync.lowering import ir
-    from xsync.lowering.slicing import slice_agent
+    from xsync.lowering.frontend import parse_kernel
+    from xsync.lowering.passes import PassLog
 
     monkeypatch.delenv("XSYNC_NV_PINGPONG", raising=False)
-    lowered = attention_fwd.lower("nvidia", dict(BM=64, BN=128, D=128, CAUSAL=0, STAGES=2))
-    from xsync.backends.nvidia import render_source
-    off = render_source(lowered.kernel, lowered.placement, lowered.allocation, {"pingpong": False})
-    assert "pingpong:" not in off and "+ REPLICA, 256)" not in off
-    default = render_source(lowered.kernel, lowered.placement, lowered.allocation, {"overlap_softmax": False})
-    assert default.count("xs_named_barrier_sync(14 + REPLICA, 256)") == 2      # on, placement "each"
-    # with overlap_softmax (default on) and pingpong not given, the rotated loop runs
-    # without scheduler barriers; an explicit pingpong keeps them
-    ov = render_source(lowered.kernel, lowered.placement, lowered.allocation, {"overlap_softmax": True})
-    assert "overlap_softmax" in ov and "+ REPLICA, 256)" not in ov
-    both = render_source(lowered.kernel, lowered.placement, lowered.allocation,
-                         {"overlap_softmax": True, "pingpong": "each"})
-    assert "overlap_softmax" in both and both.count("xs_named_barrier_sync(14 + REPLICA, 256)") == 4
-    agent = next(a for a in lowered.placement.agents if a.replicas == 2)
-    stmts = slice_agent(lowered.kernel.body, agent.roles)
-    sched = lambda body: [s for s in ir.walk(pingpong_schedule(body, lowered.kernel, agent, 14, 256, "each"))  # noqa: E731
-                          if isinstance(s, SchedBarrier)]
-    assert len(sched(stmts)) == 2 + 4
+    consts = dict(BM=64, BN=128, D=128, CAUSAL=0, STAGES=2)
+    turn = "-- pingpong: wait for this replica's turn"
+    off = lowered_with(attention_fwd, consts, nv_pingpong="0", nv_overlap=False)
+    assert "pingpong:" not in source_of(off) and named_barrier_rows(off) == {}
+    default = lowered_with(attention_fwd, consts, nv_overlap=False)
+    assert source_of(default).count(turn) == 2 * 2                # on, placement "each": 2 sites
+    assert sorted(named_barrier_rows(default)) == ["consumer_turn0", "consumer_turn1"]
+    # with overlap-softmax (default on) and pingpong not given, the rotated loop runs
+    # without turn barriers, and none is reserved; an explicit pingpong keeps them
+    ov = lowered_with(attention_fwd, consts, nv_overlap=True)
+    assert "overlap_softmax" in source_of(ov) and turn not in source_of(ov) and named_barrier_rows(ov) == {}
+    assert "pass pingpong: not applied to agent 'consumer': rule 4" in ov.passes.text()
+    both = lowered_with(attention_fwd, consts, nv_overlap=True, nv_pingpong="each")
+    assert "overlap_softmax" in source_of(both) and source_of(both).count(turn) == 4 * 2
 
     def skew(body):   # for n in range(0, hi + replica_id(), BN)
         out = []
         for s in body:
             if isinstance(s, ir.For):
-                s = ir.For(s.var, s.start, ir.BinOp("+", s.stop, ir.Call("replica_id", ())), s.step, s.body, s.loc)
+                stop = ir.BinOp("+", s.stop, ir.Call("replica_id", ())) if s.var == "n" else s.stop
+                s = ir.For(s.var, s.start, stop, s.step, tuple(skew(s.body)), s.loc)
             elif isinstance(s, ir.If):
                 s = ir.If(s.cond, tuple(skew(s.body)), tuple(skew(s.orelse)), s.loc)
             out.append(s)
         return tuple(out)
-    assert sched(skew(stmts)) == []
+    cx, dtypes = attention_fwd.specialization(consts)
+    parsed = parse_kernel(attention_fwd.fn, cx, dtypes)
+    skewed = dataclasses.replace(parsed, body=skew(parsed.body))
+    with xs.options(nv_overlap=False):
+        log = PassLog()
+        assert pingpong.run(skewed, place(skewed, "nvidia"), log) == skewed
+        assert "rule 2: the loop's trip count may differ between the replicas" in log.text()
+        log = PassLog()
+        assert pingpong.run(parsed, place(parsed, "nvidia"), log) != parsed
+        assert "pass pingpong: applied to loop at line" in log.text()
 
 
 def _ptxas_log(ptx):
@@ -436,7 +466,7 @@ def test_flash_attention_overlap_softmax(causal):
     for what in ("K_IN_FULL + kt", "K_IN_EMPTY + k_in_released", "V_IN_FULL + vt", "V_IN_EMPTY + v_in_released"):
         assert src.count(what) == 2, (what, src.count(what))
     assert src.count("m_new = gl.maximum(") == 2                       # softmax: prologue + loop
-    assert src.count("xs_named_barrier_sync(14 + REPLICA, 256)") == 4  # ping-pong: every wgmma issue
+    assert src.count("-- pingpong: wait for this replica's turn") == 4 * 2  # ping-pong: every wgmma issue
     # PTX: per consumer partition one wgmma loop with wait_group 1 then 0, and no wgmma
     # wait inside a branch of the loop
     # (the innermost PTX loops with a wgmma: 2 commit groups, one wait of each count;
@@ -453,36 +483,33 @@ def test_flash_attention_overlap_softmax(causal):
 
 
 def test_overlap_softmax_switch_and_non_matching(monkeypatch):
-    """Off: the loop is rendered as written. XSYNC_NV_OVERLAP=1 turns it on. A loop the
-    rewrite does not match exactly is left alone: ping-pong placement "wrap" (its turn
-    spans the softmax), the unfused split form (no accumulating PV), other kernels."""
+    """Off: the loop is rendered as written. XSYNC_NV_OVERLAP=0 turns it off, on by default.
+    A loop the rewrite does not match exactly is left alone: ping-pong placement "wrap" (its
+    turn spans the softmax), the unfused split form (no accumulating PV), other kernels."""
     from xsync.kernels.flash_attn import attention_fwd
-    from xsync.backends.nvidia import render_source, resolve_options
-    from xsync.backends.nvidia.render import OVERLAP_DEFAULT
 
-    lowered = attention_fwd.lower("nvidia", dict(BM=64, BN=128, D=128, CAUSAL=1, STAGES=2))
-    args = (lowered.kernel, lowered.placement, lowered.allocation)
-    off = render_source(*args, {"overlap_softmax": False})
-    on = render_source(*args, {"overlap_softmax": True})
+    consts = dict(BM=64, BN=128, D=128, CAUSAL=1, STAGES=2)
+    off = source_of(lowered_with(attention_fwd, consts, nv_overlap=False))
+    on = source_of(lowered_with(attention_fwd, consts, nv_overlap=True))
 
     def consumer(src):
         return src[src.index("def attention_fwd_consumer"):src.index("def attention_fwd(")]
     assert "overlap_softmax" not in off and "for n in range(0, hi, BN):" in consumer(off)
     assert "overlap_softmax" in on and "for n in range(0, hi, BN):" not in consumer(on)
-    assert render_source(*args, {}) == (on if OVERLAP_DEFAULT else off)
-    monkeypatch.setenv("XSYNC_NV_OVERLAP", "1")
-    assert resolve_options()["overlap_softmax"] is True
-    assert render_source(*args) == on
+    monkeypatch.delenv("XSYNC_NV_OVERLAP", raising=False)
+    assert source_of(attention_fwd.lower("nvidia", consts)) == on
     monkeypatch.setenv("XSYNC_NV_OVERLAP", "0")
-    assert render_source(*args) == off
+    assert source_of(attention_fwd.lower("nvidia", consts)) == off
+    monkeypatch.setenv("XSYNC_NV_OVERLAP", "1")
+    assert source_of(attention_fwd.lower("nvidia", consts)) == on
     monkeypatch.delenv("XSYNC_NV_OVERLAP")
-    for opts in ({"pingpong": "wrap"}, {"fuse_mma": False}):
-        src = render_source(*args, {**opts, "overlap_softmax": True})
+    for opts in ({"nv_pingpong": "wrap"}, {"nv_fuse_mma": False}):
+        lw = lowered_with(attention_fwd, consts, nv_overlap=True, **opts)
+        src = source_of(lw)
         assert "overlap_softmax" not in src and "for n in range(0, hi, BN):" in consumer(src), opts
+        assert "pass overlap-softmax: not applied to loop at line" in lw.passes.text()
     for kern in (gemm_softmax, handoff):
-        lw = kern.lower("nvidia")
-        a = (lw.kernel, lw.placement, lw.allocation)
-        assert render_source(*a, {"overlap_softmax": True}) == render_source(*a, {"overlap_softmax": False})
+        assert source_of(lowered_with(kern, nv_overlap=True)) == source_of(lowered_with(kern, nv_overlap=False))
 
 
 def test_barrier_met_once_per_meeting_by_a_shared_partition():

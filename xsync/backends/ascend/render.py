@@ -62,7 +62,7 @@ full ``sync_block_all``: the hardware has no arrive-only form).
 
 Replicas without ``sub_vec_id`` (the 3.2.0 fallback)
 ---------------------------------------------------
-Hardware model (DESIGN §4): an AI core is 1 cube + 2 vector cores; a flag is a counter
+Hardware model (docs/design.md §4): an AI core is 1 cube + 2 vector cores; a flag is a counter
 (set +1, wait blocks until > 0 then -1); a cube-side set reaches BOTH vector cores; a
 cube-side wait on a vector->cube flag completes only when BOTH vector cores have set.
 In 3.2.0 both vector cores run the same vector code and cannot tell themselves apart.

@@ -90,9 +90,12 @@ _OPTION_NAMES = {"producer_regs": "nv_producer_regs", "consumer_regs": "nv_consu
                  "pingpong": "nv_pingpong"}
 
 
-# compile_ptx option -> the schedule pass option it sets while the kernel is lowered
-PASS_OPTIONS = {"fuse_mma": "nv_fuse_mma", "defer_mma_wait": "nv_defer_mma_wait",
-                "overlap_softmax": "nv_overlap", "pingpong": "nv_pingpong"}
+# compile_ptx option -> the configuration option it sets while the kernel is lowered: the
+# schedule passes and the allocator (register budgets) read them then
+LOWERING_OPTIONS = {"fuse_mma": "nv_fuse_mma", "defer_mma_wait": "nv_defer_mma_wait",
+                    "overlap_softmax": "nv_overlap", "pingpong": "nv_pingpong",
+                    "producer_regs": "nv_producer_regs", "consumer_regs": "nv_consumer_regs",
+                    "maxnreg": "nv_maxnreg"}
 
 
 def _pass_value(key: str, value):
@@ -488,14 +491,14 @@ def compile_ptx(obj, constexprs: dict | None = None, tensor_dtypes: dict | None 
     ``scalar_types`` maps scalar parameters to Triton types (default ``i32``).
     Returns the generated source, PTX, cubin and TTGIR.
     """
-    passes = {PASS_OPTIONS[k]: _pass_value(k, v) for k, v in (options or {}).items()
-              if k in PASS_OPTIONS and v is not None}
+    at_lowering = {LOWERING_OPTIONS[k]: _pass_value(k, v) for k, v in (options or {}).items()
+                   if k in LOWERING_OPTIONS and v is not None}
     if hasattr(obj, "lower"):
-        with config.options(**passes):
+        with config.options(**at_lowering):
             lowered = obj.lower("nvidia", constexprs, tensor_dtypes)
-    elif passes:
-        raise BackendError(f"compile_ptx got schedule pass options {sorted(passes)} for a kernel already "
-                           f"lowered: the passes ran when it was lowered",
+    elif at_lowering:
+        raise BackendError(f"compile_ptx got options {sorted(at_lowering)} for a kernel already lowered: "
+                           f"the schedule passes and the allocator read them when it was lowered",
                            fix="pass the kernel itself, or lower it inside xsync.options(...) with them")
     else:
         lowered = obj

@@ -1,5 +1,5 @@
-"""Fuse a fresh product into the accumulating wgmma (DESIGN.md "where the output
-accumulates"): Hopper keeps the accumulator in the wgmma's registers.
+"""Fuse a fresh product into the accumulating wgmma (docs/design.md §5): Hopper keeps the
+accumulator in the wgmma's registers.
 
 The portable split form, which Ascend needs (its cube cannot rescale)::
 
