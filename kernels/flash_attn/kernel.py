@@ -13,11 +13,10 @@ running sum `l_i` and the output accumulator `o_acc`; PV arrives as a fresh prod
 the softmax rescales: `o_acc = o_acc * alpha + pv` (the split form, docs/design.md §5).
 
 Placement does the rest:
-* Hopper: mma and softmax share a consumer warpgroup per replica (two consumer
-  warpgroups), so s_out / p_in / pv_out are register hand-offs and the schedule passes fuse
-  the PV product into the accumulator (`o_acc = mma(p, v, o_acc * alpha)`) and overlap the
-  softmax with the next S and the previous PV; the load role is a 1-warp TMA producer
-  feeding K and V rings in shared memory.
+* Hopper: mma and softmax share a consumer warpgroup per replica, so s_out / p_in / pv_out
+  are register hand-offs; the schedule passes fuse the PV product into the accumulator
+  (`o_acc = mma(p, v, o_acc * alpha)`) and overlap the softmax with the next S and the
+  previous PV; the load role is a 1-warp TMA producer feeding K and V rings in shared memory.
 * Ascend: load and mma sit on the cube core (it computes S and PV for both vector
   cores, replica after replica), the softmax on the two vector cores; s_out, p_in and
   pv_out cross cores through global-memory workspace slots and cube<->vector flags.

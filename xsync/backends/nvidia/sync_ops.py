@@ -1,0 +1,218 @@
+"""How the Hopper renderer spells synchronization: pipe rings and their counters, events,
+named barriers, pass-made guarded releases, and the hang-debug polls (a mixin of
+:class:`xsync.backends.nvidia.render.NvidiaRenderer`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xsync.backends.nvidia.alloc import is_tma_pipe
+from xsync.backends.source import Emitter
+from xsync.lowering import ir
+from xsync.lowering.protocol import NotConstant, acting_role, evaluate
+from xsync.backends.nvidia.values import SCALAR
+
+
+@dataclass
+class WaitSite:
+    """One rendered mbarrier wait (hang debug mode maps ids back to these)."""
+
+    id: int
+    agent: str
+    role: str
+    verb: str        # acquire | wait | event wait
+    obj: str
+    line: int
+    what: str
+
+
+class SyncSpeller:
+    """Sync operations (state: ``out``, ``allocation``, ``placement``, ``wait_sites``)."""
+
+    # ------------------------------------------------------------ sync
+    def ring_slot(self, pipe, counter: str) -> str:
+        base = f"REPLICA * {pipe.stages} + " if self._paired(pipe) else ""
+        return f"{base}{counter} % {pipe.stages}"
+
+    def bar_index(self, obj, side, slot: str) -> str:
+        return f"xs_bars.index({obj.name.upper()}_{side.upper()} + {slot})"
+
+    def bar_wait(self, obj, side: str, index_expr: str, parity: str, verb: str, counter: str, line: int, what: str):
+        bar = f"xs_bars.index({obj.name.upper()}_{side.upper()} + {index_expr})"
+        if self.debug_hang:
+            site = len(self.wait_sites)
+            self.wait_sites.append(WaitSite(site, self.agent.name, self.role, verb, obj.name, line, what))
+            self.out.line(f"xs_debug_wait({obj.name.upper()}_{side.upper()} + {index_expr}, {parity}, "
+                          f"xs_dbg, AGENT_ID, {site}, {counter})  # bounded poll first (XSYNC_DEBUG_HANG)")
+        self.out.line(f"mbarrier.wait({bar}, {parity})  # line {line}: {what}")
+
+    def sync(self, s: ir.SyncOp):
+        o, line = self.out, s.loc.line
+        obj = self.kernel.sync_object(s.obj)
+        role = self.role
+        if self.role_block is None:
+            # a pass-made operation outside any role block acts for its object's role
+            self.role = acting_role(self.kernel, s, self.agent.roles) or self.role
+        if s.guard is not None and not (isinstance(obj, ir.Pipe) and s.verb == "release"
+                                         and self.placement.crosses(obj)):
+            o.line(f"if {self.tx(s.guard)[0]}:  # line {line}")
+            o.indent()
+            self.sync(ir.SyncOp(s.verb, s.obj, s.target, s.loc, note=s.note))
+            o.dedent()
+        elif isinstance(obj, ir.Pipe):
+            self.pipe_op(s, obj)
+        elif isinstance(obj, ir.Event):
+            if not self.placement.crosses(obj):
+                o.line(f"# line {line}: xs.{'signal' if s.verb == 'signal' else 'wait'}({obj.name}) -- "
+                       f"same partition: program order")
+                return
+            idx = "REPLICA" if self._paired(obj) else "0"
+            if s.verb == "signal":
+                o.line(f"mbarrier.arrive(xs_bars.index({obj.name.upper()}_EVENT + {idx}), count=1)"
+                       f"  # line {line}: xs.signal({obj.name})")
+            else:
+                cnt = f"{obj.name}_waited"
+                self.bar_wait(obj, "event", idx, f"{cnt} & 1", "wait", cnt, line, f"xs.wait({obj.name})")
+                o.line(f"{cnt} += 1")
+        else:
+            # member roles sharing this partition meet once per meeting (skeleton.points)
+            point = self.allocation.skeleton.renders(self.agent.name, s)
+            if point is None:
+                at = self.allocation.skeleton.point(self.agent.name, s).at.loc.line
+                o.line(f"# line {line}: {obj.name}.{s.verb}() -- met once for this partition at line {at}")
+                return
+            bid = self.allocation.barrier_id(obj.name)
+            n = self.barrier_threads(obj)
+            fn = "xs_named_barrier_sync" if point.waits else "xs_named_barrier_arrive"
+            verb = "sync" if point.waits else "arrive"
+            why = f" -- {s.note}" if s.note else ""
+            o.line(f"{fn}({bid}, {n})  # line {line}: {obj.name}.{verb}() -- named barrier {bid}, "
+                   f"{n} threads{why}")
+        self.role = role
+
+    def pipe_op(self, s: ir.SyncOp, pipe: ir.Pipe):
+        o, line, name, st = self.out, s.loc.line, pipe.name, pipe.stages
+        if s.target:
+            self.slot_pipe[s.target] = pipe
+        if not self.placement.crosses(pipe):
+            o.line(f"# line {line}: {name}.{s.verb}() -- '{pipe.src}' and '{pipe.dst}' share this "
+                   f"partition: the slot is a register value")
+            return
+        if s.verb == "acquire":
+            slot = s.target or self.fresh("slot")
+            o.line(f"{slot} = {self.ring_slot(pipe, f'{name}_acquired')}")
+            self.bar_wait(pipe, "empty", slot, f"(({name}_acquired // {st}) & 1) ^ 1", "acquire",
+                          f"{name}_acquired", line, f"{s.target or ''}{' = ' if s.target else ''}{name}.acquire()")
+            o.line(f"{name}_acquired += 1")
+            if is_tma_pipe(self.kernel, pipe):
+                o.line(f"mbarrier.expect({self.bar_index(pipe, 'full', slot)}, {pipe.slot_bytes})"
+                       f"  # TMA completes the slot: {pipe.slot_bytes} bytes")
+            self.env[slot] = SCALAR
+        elif s.verb == "commit":
+            if is_tma_pipe(self.kernel, pipe):
+                o.line(f"# line {line}: {name}.commit() -- the TMA engine completes the full barrier")
+                return
+            o.line("fence_async_shared()")
+            o.line(f"mbarrier.arrive({self.bar_index(pipe, 'full', self.ring_slot(pipe, f'{name}_committed'))}, "
+                   f"count=1)  # line {line}: {name}.commit()")
+            o.line(f"{name}_committed += 1")
+        elif s.verb == "wait":
+            slot = s.target or self.fresh("slot")
+            o.line(f"{slot} = {self.ring_slot(pipe, f'{name}_waited')}")
+            self.bar_wait(pipe, "full", slot, f"({name}_waited // {st}) & 1", "wait", f"{name}_waited", line,
+                          f"{s.target or ''}{' = ' if s.target else ''}{name}.wait()")
+            o.line(f"{name}_waited += 1")
+            self.env[slot] = SCALAR
+        else:
+            bar = self.bar_index(pipe, 'empty', self.ring_slot(pipe, f'{name}_released'))
+            why = f" {s.note}" if s.note else ""
+            guard = self.static_guard(s.guard)
+            if guard is False:
+                o.line(f"# line {line}: {name}.release(){why} -- never (its guard is false here)")
+            elif guard is None:
+                # a guarded release is a predicated arrive, not a branch around the mbarrier op
+                cond = self.tx(s.guard)[0]
+                o.line(f"mbarrier.arrive({bar}, count=1, pred={cond})  # line {line}: {name}.release(){why}")
+                o.line(f"{name}_released += ({cond}).to(gl.int32)")
+            else:
+                o.line(f"mbarrier.arrive({bar}, count=1)  # line {line}: {name}.release(){why}")
+                o.line(f"{name}_released += 1")
+
+    def static_guard(self, guard):
+        """True (no guard, or one that holds at compile time), False, or None (run time)."""
+        if guard is None:
+            return True
+        try:
+            return bool(evaluate(guard, self.consts))
+        except (NotConstant, TypeError):
+            return None
+
+    def counters(self, stmts):
+        """Per-agent pipe/event counters this agent needs."""
+        names = []
+        for s in ir.walk(stmts):
+            if isinstance(s, ir.SyncOp):
+                obj = self.kernel.sync_object(s.obj)
+                if isinstance(obj, ir.Barrier) or not self.placement.crosses(obj):
+                    continue
+                if isinstance(obj, ir.Pipe):
+                    if s.verb == "commit" and is_tma_pipe(self.kernel, obj):
+                        continue
+                    n = {"acquire": "acquired", "commit": "committed", "wait": "waited", "release": "released"}[s.verb]
+                    names.append((f"{obj.name}_{n}", f"pipe '{obj.name}': slots {n}"))
+                elif s.verb == "wait":
+                    names.append((f"{obj.name}_waited", f"event '{obj.name}': signals waited"))
+        return list(dict.fromkeys(names))
+
+    def _init_count(self, obj, side):
+        return self.allocation.mbarrier(obj, side).arrive_count
+
+    def helpers(self, o: Emitter):
+        o.line()
+        o.line("@gluon.jit")
+        o.line("def xs_named_barrier_sync(BAR_ID: gl.constexpr, NTHREADS: gl.constexpr):")
+        o.line('    """bar.sync: wait until NTHREADS threads (this partition included) reached BAR_ID."""')
+        o.line('    gl.inline_asm_elementwise("bar.sync $1, $2; mov.b32 $0, 0;", "=r,n,n,~{memory}", '
+               '[BAR_ID, NTHREADS], dtype=gl.int32, is_pure=False, pack=1)')
+        o.line()
+        o.line()
+        o.line("@gluon.jit")
+        o.line("def xs_named_barrier_arrive(BAR_ID: gl.constexpr, NTHREADS: gl.constexpr):")
+        o.line('    """bar.arrive: count this partition at BAR_ID without waiting."""')
+        o.line('    gl.inline_asm_elementwise("bar.arrive $1, $2; mov.b32 $0, 0;", "=r,n,n,~{memory}", '
+               '[BAR_ID, NTHREADS], dtype=gl.int32, is_pure=False, pack=1)')
+        if not self.debug_hang:
+            return
+        timeout_ns = self.timeout_ms * 1_000_000
+        grace_ns = min(timeout_ns // 4, 300_000_000)
+        asm = (
+            "{ .reg .pred p, q; .reg .u32 a, c, n, v, old; .reg .u64 t0, t1, dt, rec; "
+            "mov.u32 a, global_smem; add.u32 a, a, $1; mov.u64 t0, %globaltimer; "
+            "XS_POLL: mbarrier.try_wait.parity.shared::cta.b64 p, [a], $2; @p bra.uni XS_DONE; "
+            "mov.u64 t1, %globaltimer; sub.u64 dt, t1, t0; "
+            f"setp.lt.u64 p, dt, {timeout_ns}; @p bra.uni XS_POLL; "
+            # timed out: the first CTA to time out reports; each of its stuck agents writes a record
+            "mov.u32 c, %ctaid.z; mov.u32 n, %nctaid.y; mov.u32 v, %ctaid.y; mad.lo.u32 c, c, n, v; "
+            "mov.u32 n, %nctaid.x; mov.u32 v, %ctaid.x; mad.lo.u32 c, c, n, v; add.u32 c, c, 1; "
+            "atom.global.cas.b32 old, [$3], 0, c; setp.eq.u32 p, old, 0; setp.eq.or.u32 p, old, c, p; "
+            "mov.u32 v, $4; mul.wide.u32 rec, v, 16; add.u64 rec, rec, $3; add.u64 rec, rec, 16; "
+            "mov.u32 v, $5; @p st.global.b32 [rec+4], v; @p st.global.b32 [rec+8], $6; "
+            "mov.u32 v, 1; @p st.global.b32 [rec], v; membar.sys; "
+            "mov.u64 t0, %globaltimer; "
+            f"XS_GRACE: mov.u64 t1, %globaltimer; sub.u64 dt, t1, t0; setp.lt.u64 q, dt, {grace_ns}; "
+            "@q bra.uni XS_GRACE; trap; "
+            "XS_DONE: mov.b32 $0, 0; }"
+        )
+        o.line()
+        o.line()
+        o.line("@gluon.jit")
+        o.line("def xs_debug_wait(index, phase, dbg, AGENT: gl.constexpr, SITE: gl.constexpr, count):")
+        o.line('    """Bounded mbarrier.try_wait.parity poll (hang debug mode).')
+        o.line()
+        o.line(f"    Polls xs_bars[index] for {self.timeout_ms} ms (%globaltimer). On timeout the first CTA to")
+        o.line("    time out writes {1, SITE, count} at dbg[4 + 4 * AGENT] (dbg[0] = that CTA + 1),")
+        o.line("    waits a grace period so other stuck agents can report too, and traps.")
+        o.line('    """')
+        o.line(f"    gl.inline_asm_elementwise(\"{asm}\",")
+        o.line('                              "=r,r,r,l,n,n,r,~{memory}", '
+               "[XS_BARS_SMEM + index * 8, phase, dbg, AGENT, SITE, count],")
+        o.line("                              dtype=gl.int32, is_pure=False, pack=1)")
