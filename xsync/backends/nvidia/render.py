@@ -257,6 +257,12 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                 self.env[n] = t
             return
         target = s.targets[0]
+        if isinstance(v, ir.Name) and v.id in self.slot_pipe:
+            # a slot kept under another name (overlap-softmax: the previous block's K/V slot)
+            self.slot_pipe[target] = self.slot_pipe[v.id]
+            self.env[target] = SCALAR
+            o.line(f"{target} = {v.id}  # line {s.loc.line}: the slot of '{self.slot_pipe[v.id].name}' kept")
+            return
         want = self.prefs.get(target)
         prev = self.env.get(target)
         if want is None and prev is not None and prev.kind == "tile":

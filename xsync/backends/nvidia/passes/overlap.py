@@ -44,8 +44,11 @@ and branches entered), the statements identified by use-def chains, not by posit
    accumulator and PV with one, each waited to 0 pending (J_S, J_PV) after it.
 3. S reads its B operand from the slot of a wait W_K on a pipe K that crosses agents with at
    least 2 stages, and its other inputs are loop-invariant; PV reads its B operand from the
-   slot of a wait W_V on another such pipe V. K and V are each waited once and released once
-   in the body (R_K after J_S, R_V after J_PV).
+   slot of a wait W_V on such a pipe V. K and V are each waited once and released once in the
+   body (R_K after J_S, R_V after J_PV). K and V may be one pipe (both tiles in one slot: one
+   wait before S, one release after J_PV): then the slot is read by S and PV only, and in the
+   rotated loop PV_{n-1} reads the previous block's slot, kept in a name of its own (the
+   release after PV_{n-1} frees the oldest held slot, FIFO; 2 stages hold both).
 4. D, the statements after J_PV (other than R_K, R_V), are only register hand-offs of PV's
    value and at most one copy ``y = value`` into the accumulator that E reads (or PV's result
    is that accumulator itself); B, the other statements, holds no mma, no sync with another
@@ -62,8 +65,8 @@ import dataclasses
 
 from xsync.backends.nvidia.passes import common
 from xsync.lowering import ir
-from xsync.lowering.passes.dataflow import (is_full_wait, is_mma, leaves, mma_accumulator, mma_calls, own_exprs, reads,
-                                            replica_dirty, replica_tainted, slot_of, writes)
+from xsync.lowering.passes.dataflow import (fresh_name, is_full_wait, is_mma, leaves, mma_accumulator, mma_calls,
+                                            own_exprs, reads, replica_dirty, replica_tainted, slot_of, writes)
 from xsync.lowering.protocol import NotConstant, evaluate
 
 NAME = "overlap-softmax"
@@ -181,12 +184,13 @@ def _plan(loop: ir.For, kernel, placement):
     v_pipe, v_wait, v_rel = _operand_pipe(items, m_pv, j_pv, kernel, placement)
     if v_wait is None:
         return v_pipe
-    if k_pipe == v_pipe:
-        return f"rule 3: both products read pipe '{k_pipe}'"
+    shared = k_pipe == v_pipe      # K and V in one slot: one wait before S, one release after PV
     a_issue = _issue(items, k_wait, m_s, kernel)
     c_issue = _issue(items, v_wait, m_pv, kernel)
     if a_issue is None or c_issue is None:
         return "rule 4: a ping-pong turn spans more than one wgmma issue (placement 'wrap')"
+    if shared:
+        c_issue, k_rel = c_issue[1:], None
     # A register hand-off PV reads (P from the softmax) is consumed when PV is issued: its
     # release goes with the issue, so the next block's softmax can hand over its P while
     # PV_{n-1} is in flight (a register hand-off holds one value at a time).
@@ -203,7 +207,7 @@ def _plan(loop: ir.For, kernel, placement):
                 taken.append(x)
     c_issue = c_issue + taken
     # rule 4: D after J_PV, B the rest
-    a_all, c_all = a_issue + [j_s, k_rel], c_issue + [j_pv, v_rel]
+    a_all, c_all = a_issue + [j_s] + ([k_rel] if k_rel else []), c_issue + [j_pv, v_rel]
     ids_ac = {id(x) for x in a_all + c_all}
     k_pv = items.index(j_pv)
     body_d = [x for x in items[k_pv + 1:] if id(x) not in ids_ac]
@@ -250,13 +254,17 @@ def _plan(loop: ir.For, kernel, placement):
         return "rule 5: S, PV or the hand-off of PV reads the loop variable"
     if (wb | wc | wd) & (ra | wa):
         return f"rule 5: {sorted((wb | wc | wd) & (ra | wa))} written after S is read or written by it"
-    if (rc | rd) & wa:
-        return f"rule 5: PV or its hand-off reads {sorted((rc | rd) & wa)}, which S writes"
+    # a shared slot: PV_{n-1} reads the previous block's slot, kept under another name
+    slot = {k_wait.target} if shared else set()
+    if (rc | rd) & wa - slot:
+        return f"rule 5: PV or its hand-off reads {sorted((rc | rd) & wa - slot)}, which S writes"
     if wd & (ra | wa | rb | wb) or rd & (wa | wb) - {pv}:
         return "rule 5: the hand-off of PV touches what S or the softmax use"
     if (ra - {k_wait.target, s_name}) & body_w:
         return f"rule 3: S reads {sorted((ra - {k_wait.target, s_name}) & body_w)}, which the loop changes"
-    return a_issue, j_s, k_rel, body_b, c_issue, j_pv, body_d, v_rel
+    if shared and k_wait.target in rd | reads(body_b):
+        return f"rule 3: the slot of '{k_pipe}' is read outside S and PV"
+    return a_issue, j_s, k_rel, body_b, c_issue, j_pv, body_d, v_rel, (k_wait.target if shared else None)
 
 
 def _operand_pipe(items, m, j, kernel, placement):
@@ -278,15 +286,35 @@ def _operand_pipe(items, m, j, kernel, placement):
     return pipe.name, w, rels[0]
 
 
-def _rotate(loop: ir.For, a_issue, j_s, k_rel, body_b, c_issue, j_pv, body_d, v_rel):
+def _rotate(loop: ir.For, a_issue, j_s, k_rel, body_b, c_issue, j_pv, body_d, v_rel, slot=None):
     s_name, pv = j_s.targets[0], j_pv.targets[0]
     loc = loop.loc
+    keep = ()
+    if slot is not None:
+        # K and V share a slot: PV_{n-1} reads the previous block's slot, kept as `prev` (its
+        # release after PV_{n-1} frees the oldest held slot: FIFO)
+        prev = fresh_name(f"{slot}_prev", reads(loop.body) | writes(loop.body))
+        m_pv = next(x for x in c_issue if is_mma(x))
+        args = tuple(_rename_slot(a, slot, prev) for a in m_pv.value.args)
+        renamed = ir.Assign(m_pv.targets, dataclasses.replace(m_pv.value, args=args), m_pv.loc)
+        c_issue = [renamed if x is m_pv else x for x in c_issue]
+        keep = (ir.Assign((prev,), ir.Name(slot), loc),)
+    k_rel = (k_rel,) if k_rel is not None else ()
     body = (*a_issue, *c_issue,
             ir.MmaWait((s_name, pv), 1, j_s.loc, "overlap_softmax: S of this block completes; the previous PV stays in flight"),
-            k_rel, *body_b,
+            *k_rel, *body_b,
             ir.MmaWait((pv,), 0, j_pv.loc, "overlap_softmax: the previous PV completes (it overlapped this softmax)"),
-            *body_d, v_rel)
+            *body_d, v_rel, *keep)
     new_loop = ir.For(loop.var, ir.BinOp("+", loop.start, loop.step), loop.stop, loop.step, body, loc)
-    prologue = (*a_issue, j_s, k_rel, ir.Assign((loop.var,), loop.start, loc), *body_b)
+    prologue = (*a_issue, j_s, *k_rel, *keep, ir.Assign((loop.var,), loop.start, loc), *body_b)
     epilogue = (*c_issue, ir.MmaWait((pv,), 0, j_pv.loc, "overlap_softmax: the last PV completes"), *body_d, v_rel)
     return [ir.If(ir.Compare("<", loop.start, loop.stop), (*prologue, new_loop, *epilogue), (), loc)]
+
+
+def _rename_slot(e, slot: str, prev: str):
+    """``e`` with the slot fields ``slot.f`` read as ``prev.f``."""
+    if isinstance(e, ir.Attr) and e.value == ir.Name(slot):
+        return ir.Attr(ir.Name(prev), e.attr)
+    if isinstance(e, ir.Call):
+        return dataclasses.replace(e, args=tuple(_rename_slot(a, slot, prev) for a in e.args))
+    return e
