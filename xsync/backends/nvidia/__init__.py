@@ -223,9 +223,8 @@ class CompiledNvidia:
                         f"rows, 16-byte aligned row strides and a 16-byte aligned base",
                         loc=k.loc, objects=(t,),
                         fix=f"pad the last dimension of `{t}` to a multiple of {16 // esz} elements")
-                # built directly (from_tensor re-derives what the plan holds); the descriptor
-                # is made per call: caching it would keep the tensor alive
-                out.append(TensorDescriptor(x, list(x.shape), list(x.stride()), list(shape), lay))
+                out.append(host_descriptor(self.__dict__.setdefault("_desc_templates", {}),
+                                           name, x, shape, lay, TensorDescriptor))
             elif kind == "ptr":
                 x = self._tensor(extra, args)
                 if x.stride(1) != 1:
@@ -278,7 +277,7 @@ class CompiledNvidia:
         key = (device, spec)
         kernels = self.__dict__.setdefault("_kernels", {})
         kernel = kernels.get(key) if spec is not None else None
-        hooks = knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+        hooks = _hook_set(knobs.runtime.launch_enter_hook) or _hook_set(knobs.runtime.launch_exit_hook)
         if kernel is None or hooks:
             kernel = self.jit_fn.run(*argv, grid=grid, warmup=False, **self.launch_options())
             if spec is not None and not hooks:
@@ -361,6 +360,34 @@ class CompiledNvidia:
             objects=tuple(dict.fromkeys(objects)), details="\n".join(lines),
             fix=("run `python -m xsync check module:kernel` with XSYNC_VERIFY=1 for the counterexample; "
                  "the CUDA context is unusable after the trap, restart the process"))
+
+
+def host_descriptor(templates: dict, name: str, x, block, layout, cls):
+    """A host TMA descriptor of `x`, made per call (a cached one would keep the tensor alive).
+    The first per (parameter, dtype) is built by Triton's constructor, which validates it;
+    later ones copy its fields and set base, shape and strides (the constructor costs ~5 us;
+    what it checks beyond those three -- block shape, layout, dtype width -- is fixed by the
+    launch plan, and the caller checked row and base alignment). A non-positive extent takes
+    the constructor, and its error."""
+    shape, strides = list(x.shape), list(x.stride())
+    template = templates.get((name, x.dtype))
+    if template is None or min(shape) <= 0:
+        desc = cls(x, shape, strides, list(block), layout)
+        templates[(name, x.dtype)] = {**desc.__dict__, "base": None}   # holds no tensor
+        return desc
+    desc = object.__new__(cls)
+    desc.__dict__.update(template)
+    desc.base, desc.shape, desc.strides = x, shape, strides
+    return desc
+
+
+def _hook_set(hook) -> bool:
+    """Whether a launch hook is installed: None, or (Triton 3.6+) an empty HookChain, is not;
+    a launch with hooks (a profiler, proton) goes through Triton's own path, which calls them."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return True if calls is None else bool(calls)
 
 
 def _specialization_key(argv: list):
