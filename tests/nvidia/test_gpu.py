@@ -305,3 +305,31 @@ def test_persistent_gemm_numerics(programs):
     gemm_persistent[(programs,)](a, b, c, M, N, K, BM=128, BN=128, BK=64, STAGES=4, backend="nvidia")
     torch.cuda.synchronize()
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-2)
+
+
+def test_launch_plan_follows_new_data(monkeypatch):
+    """The dense op's launch plan (bound after the first call of a shape) reads each call's
+    own q, k, v and writes its own o and lse: new data gives the new answer, interleaved
+    shapes and causal flags keep their plans apart, and clear_cache() retires the plans."""
+    import torch
+
+    from xsync.kernels.flash_attn import attention, ops
+    from xsync.kernels.flash_attn.kernel import attention_fwd
+
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    torch.manual_seed(3)
+    shapes = [(1, 2, 130, 64), (2, 4, 64, 128)]
+    for round_ in range(3):
+        for causal in (False, True):
+            for shape in shapes:
+                q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                o, lse = attention(q, k, v, causal=causal)
+                ref_o, ref_lse = _reference(q, k, v, causal)
+                torch.testing.assert_close(o.float(), ref_o, atol=3e-2, rtol=2e-2)
+                torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-3)
+    assert len(ops._PLANS) >= 4
+    attention_fwd.clear_cache()
+    assert all(p.generation != attention_fwd.generation for p in ops._PLANS.values())
+    q, k, v = (torch.randn(*shapes[0], device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    o, _ = attention(q, k, v)
+    torch.testing.assert_close(o.float(), _reference(q, k, v, False)[0], atol=3e-2, rtol=2e-2)

@@ -287,6 +287,61 @@ class CompiledNvidia:
         kernel.run(grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None,
                    None, None, *argv)
 
+    def prepare(self, grid, args: dict, varying: tuple[str, ...]):
+        """A launcher for repeated launches that differ from this one only in the data of the
+        `varying` tensors (passed positionally, in that order): same shapes, strides, dtypes
+        and device; everything else (scalars, other tensors, descriptor fields, the grid, the
+        compiled kernel) is bound now. It returns False, launching nothing, where it cannot
+        apply (a base not 16-byte aligned, another current device, a launch hook installed);
+        the caller then launches the usual way. None if this specialization has not been
+        launched yet (the first launch compiles through Triton) or in hang-debug mode.
+        It holds no varying tensor (descriptor templates keep base=None)."""
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+        from triton.runtime.driver import driver
+
+        if self.result.debug_hang:
+            return None
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        argv = self.host_args(args)
+        device = driver.active.get_current_device()
+        kernel = self.__dict__.get("_kernels", {}).get((device, _specialization_key(argv)))
+        if kernel is None:
+            return None
+        position = {name: i for i, name in enumerate(varying)}
+        static, slots = list(argv), []
+        for i, (name, kind, extra, _) in enumerate(self._param_plan()):
+            tensor = extra[0] if kind == "desc" else extra
+            if kind in ("desc", "ptr", "table") and tensor in position:
+                if argv[i].base.data_ptr() % 16 if kind == "desc" else argv[i].data_ptr() % 16:
+                    return None
+                template = {**argv[i].__dict__, "base": None} if kind == "desc" else None
+                slots.append((i, position[tensor], template))
+                static[i] = None
+        new, run, function, meta = object.__new__, kernel.run, kernel.function, kernel.packed_metadata
+        gx, gy, gz = grid
+        current_device, current_stream = driver.active.get_current_device, driver.active.get_current_stream
+        runtime = _runtime_knobs()
+
+        def launch(*tensors) -> bool:
+            if current_device() != device or _hook_set(runtime.launch_enter_hook) or \
+                    _hook_set(runtime.launch_exit_hook):
+                return False
+            argv = static.copy()
+            for i, j, template in slots:
+                x = tensors[j]
+                if x.data_ptr() % 16:
+                    return False
+                if template is None:
+                    argv[i] = x
+                else:
+                    desc = new(TensorDescriptor)
+                    desc.__dict__.update(template)
+                    desc.base = x
+                    argv[i] = desc
+            run(gx, gy, gz, current_stream(device), function, meta, None, None, None, *argv)
+            return True
+        return launch
+
     def _launch_debug(self, grid, args):
         import torch
 
@@ -379,6 +434,11 @@ def host_descriptor(templates: dict, name: str, x, block, layout, cls):
     desc.__dict__.update(template)
     desc.base, desc.shape, desc.strides = x, shape, strides
     return desc
+
+
+def _runtime_knobs():
+    from triton import knobs
+    return knobs.runtime
 
 
 def _hook_set(hook) -> bool:
