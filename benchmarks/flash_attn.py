@@ -120,6 +120,23 @@ def varlen_attn_call(q, k, v, cu, max_len, causal):
     return (lambda: varlen_attn(*args, **kwargs)), None
 
 
+def nested_sdpa_call(q, k, v, cu, causal):
+    """SDPA on nested jagged tensors (the same packed storage, offsets = cu): torch's own
+    variable-length path through the fused backends; (thunk, None) or (None, why not)."""
+    import torch
+
+    try:
+        offsets = cu.to(torch.int64)
+        qn, kn, vn = (torch.nested.nested_tensor_from_jagged(x, offsets).transpose(1, 2) for x in (q, k, v))
+    except Exception as exc:  # noqa: BLE001
+        return None, f"nested jagged tensors unavailable: {type(exc).__name__}: {exc}"
+
+    def run():
+        out = torch.nn.functional.scaled_dot_product_attention(qn, kn, vn, is_causal=causal)
+        return out.transpose(1, 2).values()
+    return run, None
+
+
 def measure_varlen(causal: bool):
     import torch
     from xsync.kernels.flash_attn import attention_varlen
@@ -142,6 +159,17 @@ def measure_varlen(causal: bool):
             row.update(reference="torch varlen_attn", reference_ms=bench(ref), max_abs_err_vs_reference=err)
         except Exception as exc:  # noqa: BLE001 - reported below as the reason for the fallback
             ref, why = None, f"torch varlen_attn failed: {type(exc).__name__}: {str(exc)[:300]}"
+    nested, why_nested = nested_sdpa_call(q, k, v, cu, causal)
+    if nested is not None:
+        try:
+            err = (o.float() - nested().float()).abs().max().item()
+            ms = bench(nested)
+            row.update(nested_sdpa_ms=ms, nested_sdpa_tflops=f / (ms * 1e-3) / 1e12, nested_sdpa_max_abs_err=err)
+            row["ratio_vs_nested_sdpa"] = row["xsync_tflops"] / row["nested_sdpa_tflops"]
+        except Exception as exc:  # noqa: BLE001 - reported in the row
+            row["nested_sdpa_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    else:
+        row["nested_sdpa_error"] = why_nested
     if ref is None:
         # Loud: a padded batch does (max_len / mean_len)x the work, so this is not the
         # comparison the row would otherwise claim.

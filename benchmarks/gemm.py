@@ -7,12 +7,13 @@ Times come from ``triton.testing.do_bench`` around the xsync launch of the compi
 kernel (TMA descriptors built per call, launch). Results are printed and written as JSON
 to benchmarks/results/ (and to --out if given).
 
-A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_nodefer]`` (GROUP_M defaults to 8; ``_g1``
+A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_nodefer][_persistent]`` (GROUP_M defaults to 8; ``_g1``
 walks the output row by row without grouping): ``_2cta`` launches with maxnreg=128 and
 24/232 producer/consumer registers, so two CTAs share an SM (their mainloops and
 epilogues overlap); ``_nodefer`` turns off the renderer's wait deferral
 (``defer_mma_wait``: one wgmma stays in flight across K steps) for an A/B in the same
-process. The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
+process; ``_persistent`` runs ``gemm_persistent`` (one program per SM walking the output
+tiles; the loads of the next tile overlap this tile's epilogue). The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
 ``s3_2cta`` / ``s3_2cta_nodefer`` when 3 is among them.
 """
 import argparse
@@ -26,20 +27,35 @@ sys.path.insert(0, ROOT)
 
 
 def main(argv=None):
-    import torch
-    import triton
-
-    import xsync as xs
-    from xsync.kernels.gemm import gemm
-    from xsync.backends.nvidia import compile_kernel
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--stages", type=int, nargs="+", default=[3, 4])
     ap.add_argument("--variants", default=None, help="comma-separated, e.g. s3,s3_nodefer,s3_2cta")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    M = N = K = args.size
+    variants = args.variants.split(",") if args.variants else \
+        [f"s{n}{suffix}" for n in args.stages for suffix in ("", "_nodefer")] + \
+        (["s3_2cta", "s3_2cta_nodefer"] if 3 in args.stages else [])
+    results = measure(args.size, variants)
+    text = json.dumps(results, indent=2)
+    name = f"gemm_{args.size}x{args.size}x{args.size}_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for d in filter(None, [os.path.join(ROOT, "benchmarks", "results"), args.out]):
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+def measure(size: int, variants) -> dict:
+    """torch.matmul, then each variant, then torch.matmul again, on the same tensors."""
+    import torch
+    import triton
+
+    import xsync as xs
+    from xsync.kernels.gemm import gemm, gemm_persistent
+    from xsync.backends.nvidia import compile_kernel
+
+    M = N = K = size
     flops = 2.0 * M * N * K
     torch.manual_seed(0)
     a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
@@ -56,11 +72,12 @@ def main(argv=None):
     t_ref = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=25, rep=200)
     results["torch_matmul"] = {"ms": t_ref, "tflops": tflops(t_ref)}
     print(f"torch.matmul          {t_ref:8.3f} ms  {tflops(t_ref):7.1f} TFLOP/s")
-    variants = args.variants.split(",") if args.variants else \
-        [f"s{n}{suffix}" for n in args.stages for suffix in ("", "_nodefer")] + \
-        (["s3_2cta", "s3_2cta_nodefer"] if 3 in args.stages else [])
-    grid = (triton.cdiv(M, 128), triton.cdiv(N, 128))
+    tiles_grid = (triton.cdiv(M, 128), triton.cdiv(N, 128))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     for name in variants:
+        persistent = "_persistent" in name
+        kernel = gemm_persistent if persistent else gemm
+        grid = (min(sms, tiles_grid[0] * tiles_grid[1]),) if persistent else tiles_grid
         stages = int(name.split("_")[0][1:])
         opts = {}
         if "_2cta" in name:
@@ -69,7 +86,7 @@ def main(argv=None):
             opts["defer_mma_wait"] = False
         group = next((int(part[1:]) for part in name.split("_")[1:] if part[:1] == "g" and part[1:].isdigit()), 8)
         consts = dict(BM=128, BN=128, BK=64, STAGES=stages, GROUP_M=group)
-        lowered = gemm.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32))
+        lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32))
         compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
         kargs = dict(a=a, b=b, c=c, M=M, N=N, K=K)
 
@@ -80,7 +97,7 @@ def main(argv=None):
         torch.cuda.synchronize()
         err = (c - ref.float()).abs().max().item() / ref.float().abs().max().item()
         t = triton.testing.do_bench(run, warmup=25, rep=200)
-        row = {"variant": name, "BM": 128, "BN": 128, "BK": 64, "stages": stages, "group_m": group,
+        row = {"variant": name, "kernel": kernel.__name__, "programs": grid, "BM": 128, "BN": 128, "BK": 64, "stages": stages, "group_m": group,
                "options": opts, "ms": t,
                "tflops": tflops(t), "ratio_vs_torch": t_ref / t, "max_rel_err_vs_torch": err}
         results["xsync"].append(row)
@@ -95,13 +112,7 @@ def main(argv=None):
     for row in results["xsync"]:
         row["ratio_vs_torch_mean"] = t_mean / row["ms"]
         print(f"xsync gemm {row['variant']:16s} {row['ratio_vs_torch_mean']:.2f}x the mean of both torch.matmul runs")
-    text = json.dumps(results, indent=2)
-    name = f"gemm_{M}x{N}x{K}_{time.strftime('%Y%m%d-%H%M%S')}.json"
-    for d in filter(None, [os.path.join(ROOT, "benchmarks", "results"), args.out]):
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, name), "w") as f:
-            f.write(text + "\n")
-    return 0
+    return results
 
 
 if __name__ == "__main__":

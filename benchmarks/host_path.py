@@ -50,7 +50,7 @@ def layers(shape):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from xsync.kernels.flash_attn import attention, ops
+    from xsync.kernels.flash_attn import attention, ops, schedule
 
     b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -75,9 +75,10 @@ def layers(shape):
     o = torch.empty_like(q)
     lse = torch.empty(b * h, s, device="cuda", dtype=torch.float32)
     ar = torch.arange(0, b + 1, dtype=torch.int32, device="cuda")
-    blocks = ops.block_sizes("nvidia")
+    plan = schedule.lookup("nvidia", d, False, s)     # what ops launches for this shape
+    blocks = plan.constexprs()
     tiles = -(-s // (2 * blocks["BM"])) * b * h
-    grid = (ops.programs("nvidia", tiles),)
+    grid = (ops.programs("nvidia", tiles, plan.persistent, q.device),)
     kargs = (q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, ar * s, ar * s,
              float(d ** -0.5), h, 1, b, s, h, s, 0, h, s, 0, h, 0)
     kw = dict(D=d, CAUSAL=0, backend="nvidia", **blocks)

@@ -59,3 +59,53 @@ def gemm(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
             tiles.release()
     with mma:
         xs.store(c, [off_m, off_n], acc)
+
+
+def _persistent_trace_args(settings):
+    """Small launch for `xsync trace`: 2 programs walking 3 output tiles of 4 K steps."""
+    import torch
+
+    cx = dict(BM=16, BN=16, BK=16, STAGES=2)
+    cx.update({k: v for k, v in settings.items() if k in cx})
+    M, N, K = cx["BM"], 3 * cx["BN"], 4 * cx["BK"]
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    c = torch.zeros(M, N)
+    return (2,), (a, b, c, M, N, K), cx
+
+
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32,
+                        BM=128, BN=128, BK=64, STAGES=4), trace=_persistent_trace_args)
+def gemm_persistent(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                    STAGES: xs.constexpr, GROUP_M: xs.constexpr = 8):
+    """The same GEMM with a persistent tile loop: launch one program per SM (or AI core),
+    each walks output tiles p, p + P, ... in the grouped order above. The ring's counters
+    run on from tile to tile, so the load role fetches the next tile's A and B while the
+    matrix role stores this tile's C: the epilogue overlaps the next mainloop."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES,
+                    a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+
+    blocks_m = xs.cdiv(M, BM)
+    blocks_n = xs.cdiv(N, BN)
+    per_group = GROUP_M * blocks_n
+    for tile in range(xs.program_id(0), blocks_m * blocks_n, xs.num_programs(0)):
+        first_m = (tile // per_group) * GROUP_M
+        group_rows = xs.minimum(blocks_m - first_m, GROUP_M)
+        off_m = (first_m + tile % per_group % group_rows) * BM
+        off_n = (tile % per_group // group_rows) * BN
+        with mma:
+            acc = xs.zeros([BM, BN], xs.float32)
+        for k in range(0, K, BK):
+            with load:
+                slot = tiles.acquire()
+                slot.a = xs.load(a, [off_m, k], [BM, BK])
+                slot.b = xs.load(b, [k, off_n], [BK, BN])
+                tiles.commit()
+            with mma:
+                ab = tiles.wait()
+                acc = xs.mma(ab.a, ab.b, acc)
+                acc = xs.mma_wait(acc, pending=0)
+                tiles.release()
+        with mma:
+            xs.store(c, [off_m, off_n], acc)

@@ -251,8 +251,7 @@ _ENV_KEYS = tuple(o.env.encode() for o in OPTIONS)
 
 def _raw_environment() -> tuple:
     if _ENV_DATA is not None:
-        get = _ENV_DATA.get
-        return tuple(get(k) for k in _ENV_KEYS)
+        return tuple(map(_ENV_DATA.get, _ENV_KEYS))
     return tuple(os.environ.get(o.env) for o in OPTIONS)
 
 

@@ -86,6 +86,7 @@ class Kernel:
         self._lock = threading.Lock()
         self._source_hash: str | None = None
         self._launch_memo: dict = {}     # launch-path key (no sorting) -> compiled kernel
+        self.generation = 0              # bumped by clear_cache()
         # Launch-path facts, computed once (every launch needs them).
         self._constexpr_names = tuple(
             name for name, p in self.signature.parameters.items()
@@ -101,6 +102,7 @@ class Kernel:
             self._cache.clear()
             self._launch_memo.clear()
             self._dumped.clear()
+            self.generation += 1      # launch plans made before this are stale
 
     def __repr__(self):
         return f"<xsync kernel {self.fn.__module__}.{self.__name__}>"

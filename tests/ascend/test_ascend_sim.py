@@ -15,7 +15,7 @@ from xsync.backends.ascend.render import AscendModule
 from xsync.backends.ascend.simulator import simulate
 from xsync.errors import BackendError, SimulationError, StallError
 from xsync.kernels.flash_attn import attention, attention_varlen
-from xsync.kernels.gemm import gemm
+from xsync.kernels.gemm import gemm, gemm_persistent
 from xsync.kernels.gemm_softmax import gemm_softmax
 
 pytestmark = pytest.mark.usefixtures("triton_ascend")
@@ -50,6 +50,16 @@ def test_gemm(M, N, K):
     a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
     c = torch.full((M, N), float("nan"))
     gemm[(cdiv(M, 128), cdiv(N, 128))](a, b, c, M, N, K, BM=128, BN=128, BK=64, STAGES=3)
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-4)
+
+
+def test_persistent_gemm():
+    """The persistent GEMM on the simulated cube: 3 programs for 6 output tiles."""
+    torch.manual_seed(0)
+    M, N, K = 200, 300, 96
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    c = torch.full((M, N), float("nan"))
+    gemm_persistent[(3,)](a, b, c, M, N, K, BM=128, BN=128, BK=64, STAGES=2)
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-4)
 
 

@@ -162,21 +162,30 @@ def test_flash_attention_single_source_compiles():
 
 
 def _launched_specializations():
-    from xsync.kernels.flash_attn import ops
-    return [(d, causal) for d in ops.HEAD_DIMS for causal in (0, 1)]
+    """(head_dim, causal, BM, BN, STAGES) of every schedule the ops can launch on Hopper."""
+    from xsync.kernels.flash_attn import ops, schedule
+
+    out = []
+    for d in ops.HEAD_DIMS:
+        for causal in (0, 1):
+            for length in (128, 1024, 2048, 4096, 8192, 16384, 1 << 20):
+                plan = schedule.lookup("nvidia", d, causal, length)
+                out.append((d, causal, plan.BM, plan.BN, plan.STAGES))
+    return sorted(set(out))
 
 
-@pytest.mark.parametrize("d,causal", _launched_specializations())
-def test_every_launched_attention_specialization_compiles(d, causal):
-    """Every (head_dim, causal) the ops launch on Hopper goes through Gluon and ptxas here,
-    so a layout that only d = 64 gets wrong fails in CI, not on the GPU."""
-    from xsync.kernels.flash_attn import attention_fwd, ops
+@pytest.mark.parametrize("d,causal,bm,bn,stages", _launched_specializations())
+def test_every_launched_attention_specialization_compiles(d, causal, bm, bn, stages):
+    """Every specialization the ops launch on Hopper (head_dim, causal, and the tiles the
+    schedule table picks per length) goes through Gluon and ptxas here, so a layout that only
+    one of them gets wrong fails in CI, not on the GPU."""
+    from xsync.kernels.flash_attn import attention_fwd
 
     cx, dtypes = attention_fwd.specialization()
-    cx.update(ops.block_sizes("nvidia"), D=d, CAUSAL=causal)
+    cx.update(BM=bm, BN=bn, STAGES=stages, D=d, CAUSAL=causal)
     r = compile_ptx(attention_fwd.lower("nvidia", cx, dtypes), scalar_types={"sm_scale": "fp32"})
     assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{d}k16\.f32\.bf16\.bf16")   # P @ V
-    assert lines(r.ptx, r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16")    # Q @ K^T
+    assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k16\.f32\.bf16\.bf16")  # Q @ K^T
 
 
 def test_flash_attention_pv_fused_into_accumulator():
@@ -525,3 +534,46 @@ def test_barrier_met_once_per_meeting_by_a_shared_partition():
     assert consumer.count(f"xs_named_barrier_sync({bid}, {threads})") == 1
     assert "met once for this partition at line" in consumer
     assert len(lines(r.ptx, rf"bar\.sync\s+{bid},\s*{threads};")) == 2   # consumer + producer
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_host_descriptor_matches_tritons_constructor(dtype):
+    """The launch path's descriptors (copied from a validated template) hold exactly what
+    Triton's own constructor would make for the same tensor, for every later tensor; the
+    template keeps no tensor alive; an empty tensor still gets the constructor's error."""
+    import gc
+    import weakref
+
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from xsync.backends.nvidia import host_descriptor
+    from xsync.backends.nvidia.render import nvmma_shared_layout
+
+    dt = getattr(torch, dtype)
+    block = [64, 64]
+    layout = nvmma_shared_layout(block, getattr(xs, dtype))
+    templates = {}
+    first = torch.randn(300, 64).to(dt)
+    host_descriptor(templates, "q", first, block, layout, TensorDescriptor)
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    assert gone() is None, "the descriptor template keeps the first tensor alive"
+    for rows, cols, stride in ((128, 64, 64), (77, 64, 128), (1, 64, 64)):
+        x = torch.randn(rows, stride).to(dt)[:, :cols]
+        ours = host_descriptor(templates, "q", x, block, layout, TensorDescriptor)
+        theirs = TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
+        assert ours == theirs and ours.__dict__ == theirs.__dict__
+    with pytest.raises(AssertionError, match="shape must be positive"):
+        host_descriptor(templates, "q", torch.empty(0, 64).to(dt), block, layout, TensorDescriptor)
+
+
+def test_persistent_gemm_keeps_the_deferred_wait():
+    """gemm_persistent compiles with the same hot loop as gemm: one wgmma kept in flight
+    across K steps (wait_group 1 in the loop, 0 after it), TMA loads, producer registers."""
+    from xsync.kernels.gemm import gemm_persistent
+
+    consts = dict(BM=128, BN=128, BK=64, STAGES=4, GROUP_M=8)
+    r = compile_ptx(gemm_persistent, consts, GEMM_DTYPES)
+    common_sync_checks(r.ptx, expect_bytes=32768, wait_groups=(0, 1))

@@ -56,11 +56,23 @@ def availability(name: str) -> tuple[bool, str]:
     return module.availability()
 
 
+_SELECTED: dict[str, str] = {}   # what a backend name resolved to (availability is probed once)
+
+
 def select(name: str | None = None) -> str:
     from xsync import config
 
-    raw = name if name is not None else config.current().backend
-    raw = raw.strip().lower()
+    given = name if name is not None else config.current().backend
+    hit = _SELECTED.get(given)
+    if hit is not None:
+        return hit
+    chosen = _select(given, name is None)
+    _SELECTED[given] = chosen
+    return chosen
+
+
+def _select(given: str, from_environment: bool) -> str:
+    raw = given.strip().lower()
     if raw in ("", "auto"):
         for candidate in ("nvidia", "ascend"):
             ok, _ = availability(candidate)
@@ -68,7 +80,7 @@ def select(name: str | None = None) -> str:
                 return candidate
         return "cpu"
     if raw not in BACKENDS:
-        raise BackendError(f"unknown backend {raw!r} (from XSYNC_BACKEND)" if name is None
+        raise BackendError(f"unknown backend {raw!r} (from XSYNC_BACKEND)" if from_environment
                            else f"unknown backend {raw!r}",
                            fix=f"use one of: {', '.join(BACKENDS)}, or leave XSYNC_BACKEND unset for auto")
     ok, why = availability(raw)

@@ -230,9 +230,8 @@ class CompiledNvidia:
                         f"rows, 16-byte aligned row strides and a 16-byte aligned base",
                         loc=k.loc, objects=(t,),
                         fix=f"pad the last dimension of `{t}` to a multiple of {16 // esz} elements")
-                # built directly (from_tensor re-derives what the plan holds); the descriptor
-                # is made per call: caching it would keep the tensor alive
-                out.append(TensorDescriptor(x, list(x.shape), list(x.stride()), list(shape), lay))
+                out.append(host_descriptor(self.__dict__.setdefault("_desc_templates", {}),
+                                           name, x, shape, lay, TensorDescriptor))
             elif kind == "ptr":
                 x = self._tensor(extra, args)
                 if x.stride(1) != 1:
@@ -285,7 +284,7 @@ class CompiledNvidia:
         key = (device, spec)
         kernels = self.__dict__.setdefault("_kernels", {})
         kernel = kernels.get(key) if spec is not None else None
-        hooks = knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+        hooks = _hook_set(knobs.runtime.launch_enter_hook) or _hook_set(knobs.runtime.launch_exit_hook)
         if kernel is None or hooks:
             kernel = self.jit_fn.run(*argv, grid=grid, warmup=False, **self.launch_options())
             if spec is not None and not hooks:
@@ -294,6 +293,61 @@ class CompiledNvidia:
         stream = driver.active.get_current_stream(device)
         kernel.run(grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None,
                    None, None, *argv)
+
+    def prepare(self, grid, args: dict, varying: tuple[str, ...]):
+        """A launcher for repeated launches that differ from this one only in the data of the
+        `varying` tensors (passed positionally, in that order): same shapes, strides, dtypes
+        and device; everything else (scalars, other tensors, descriptor fields, the grid, the
+        compiled kernel) is bound now. It returns False, launching nothing, where it cannot
+        apply (a base not 16-byte aligned, another current device, a launch hook installed);
+        the caller then launches the usual way. None if this specialization has not been
+        launched yet (the first launch compiles through Triton) or in hang-debug mode.
+        It holds no varying tensor (descriptor templates keep base=None)."""
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+        from triton.runtime.driver import driver
+
+        if self.result.debug_hang:
+            return None
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        argv = self.host_args(args)
+        device = driver.active.get_current_device()
+        kernel = self.__dict__.get("_kernels", {}).get((device, _specialization_key(argv)))
+        if kernel is None:
+            return None
+        position = {name: i for i, name in enumerate(varying)}
+        static, slots = list(argv), []
+        for i, (name, kind, extra, _) in enumerate(self._param_plan()):
+            tensor = extra[0] if kind == "desc" else extra
+            if kind in ("desc", "ptr", "table") and tensor in position:
+                if argv[i].base.data_ptr() % 16 if kind == "desc" else argv[i].data_ptr() % 16:
+                    return None
+                template = {**argv[i].__dict__, "base": None} if kind == "desc" else None
+                slots.append((i, position[tensor], template))
+                static[i] = None
+        new, run, function, meta = object.__new__, kernel.run, kernel.function, kernel.packed_metadata
+        gx, gy, gz = grid
+        current_device, current_stream = driver.active.get_current_device, driver.active.get_current_stream
+        runtime = _runtime_knobs()
+
+        def launch(*tensors) -> bool:
+            if current_device() != device or _hook_set(runtime.launch_enter_hook) or \
+                    _hook_set(runtime.launch_exit_hook):
+                return False
+            argv = static.copy()
+            for i, j, template in slots:
+                x = tensors[j]
+                if x.data_ptr() % 16:
+                    return False
+                if template is None:
+                    argv[i] = x
+                else:
+                    desc = new(TensorDescriptor)
+                    desc.__dict__.update(template)
+                    desc.base = x
+                    argv[i] = desc
+            run(gx, gy, gz, current_stream(device), function, meta, None, None, None, *argv)
+            return True
+        return launch
 
     def _launch_debug(self, grid, args):
         import torch
@@ -368,6 +422,39 @@ class CompiledNvidia:
             objects=tuple(dict.fromkeys(objects)), details="\n".join(lines),
             fix=("run `python -m xsync check module:kernel` with XSYNC_VERIFY=1 for the counterexample; "
                  "the CUDA context is unusable after the trap, restart the process"))
+
+
+def host_descriptor(templates: dict, name: str, x, block, layout, cls):
+    """A host TMA descriptor of `x`, made per call (a cached one would keep the tensor alive).
+    The first per (parameter, dtype) is built by Triton's constructor, which validates it;
+    later ones copy its fields and set base, shape and strides (the constructor costs ~5 us;
+    what it checks beyond those three -- block shape, layout, dtype width -- is fixed by the
+    launch plan, and the caller checked row and base alignment). A non-positive extent takes
+    the constructor, and its error."""
+    shape, strides = list(x.shape), list(x.stride())
+    template = templates.get((name, x.dtype))
+    if template is None or min(shape) <= 0:
+        desc = cls(x, shape, strides, list(block), layout)
+        templates[(name, x.dtype)] = {**desc.__dict__, "base": None}   # holds no tensor
+        return desc
+    desc = object.__new__(cls)
+    desc.__dict__.update(template)
+    desc.base, desc.shape, desc.strides = x, shape, strides
+    return desc
+
+
+def _runtime_knobs():
+    from triton import knobs
+    return knobs.runtime
+
+
+def _hook_set(hook) -> bool:
+    """Whether a launch hook is installed: None, or (Triton 3.6+) an empty HookChain, is not;
+    a launch with hooks (a profiler, proton) goes through Triton's own path, which calls them."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return True if calls is None else bool(calls)
 
 
 def _specialization_key(argv: list):

@@ -1,0 +1,128 @@
+"""Every H200 number the README quotes, in one command and one JSON.
+
+    PYTHONPATH=. python3 benchmarks/suite.py [--sections grid,varlen,host,gemm,variants,backward]
+                                             [--out benchmarks/results] [--update]
+
+Sections (each measured side by side with its torch reference in this one process):
+  grid      attention forward, bf16, d 64/128, s 1k..16k, causal and not, vs SDPA cuDNN and flash
+  varlen    16 packed sequences of 128..8192 tokens vs torch varlen_attn (called as torch 2.11
+            takes it) and nested-jagged SDPA; a fallback reference is named in the row
+  host      wall microseconds per call on tiny problems, xsync vs SDPA (benchmarks/host_path.py)
+  gemm      kernels/gemm.py at 4096^3 and 8192^3 vs torch.matmul, plain and persistent
+  variants  rewrites of the flagship kernel that mean the same, vs the flagship (if present)
+  backward  attention backward vs SDPA backward (if present)
+
+Writes suite.json (``--update`` keeps the sections of an existing file that this run does not
+measure, so a run may be split over calls). README tables come from it only:
+``python benchmarks/readme_tables.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for path in (ROOT, os.path.join(ROOT, "benchmarks")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+SECTIONS = ("grid", "varlen", "host", "gemm", "variants", "backward")
+
+
+def _grid():
+    import flash_attn
+    return [flash_attn.measure_point(p) for p in flash_attn.grid(quick=False)]
+
+
+def _varlen():
+    import flash_attn
+    return [flash_attn.measure_varlen(causal) for causal in (False, True)]
+
+
+def _host():
+    import host_path
+    rows = []
+    for shape in host_path.SHAPES:
+        fns = host_path.layers(shape)
+        row = dict(shape)
+        for name, fn in fns.items():
+            row[f"{name}_wall_us"] = round(host_path.wall_us(fn), 1)
+        for ref in ("sdpa_default", "sdpa_cudnn", "sdpa_flash"):
+            if f"{ref}_wall_us" in row:
+                row[f"ratio_vs_{ref}"] = round(row["xsync_attention_wall_us"] / row[f"{ref}_wall_us"], 2)
+        rows.append(row)
+    return rows
+
+
+def _gemm():
+    import gemm
+    return [gemm.measure(size, ["s3", "s4", "s3_persistent", "s4_persistent"]) for size in (4096, 8192)]
+
+
+def _optional(function_name):
+    import flash_attn
+    fn = getattr(flash_attn, function_name, None)
+    if fn is None:
+        return {"skipped": f"benchmarks/flash_attn.py has no {function_name}()"}
+    return fn()
+
+
+RUNNERS = dict(grid=_grid, varlen=_varlen, host=_host, gemm=_gemm,
+               variants=lambda: _optional("measure_variants"),
+               backward=lambda: _optional("measure_backward"))
+
+
+def main(argv=None) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--update", action="store_true")
+    parser.add_argument("--commit", default=None, help="the source revision measured (default: git HEAD)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/suite.py needs a CUDA GPU; none is visible.", file=sys.stderr)
+        return 2
+    wanted = [s for s in args.sections.split(",") if s]
+    unknown = [s for s in wanted if s not in SECTIONS]
+    if unknown:
+        print(f"unknown section(s) {unknown}; valid: {', '.join(SECTIONS)}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
+    path = os.path.join(args.out, "suite.json")
+    data = {}
+    if args.update and os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+    import triton
+    commit = args.commit
+    try:
+        commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    meta = data.setdefault("meta", {})
+    for name in wanted:
+        start = time.time()
+        print(f"== {name}", flush=True)
+        data[name] = RUNNERS[name]()
+        meta[name] = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                          triton=triton.__version__, cudnn=torch.backends.cudnn.version(),
+                          commit=commit, date=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                          seconds=round(time.time() - start, 1))
+        os.makedirs(args.out, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:      # after every section: a later failure loses nothing
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+        print(json.dumps(data[name])[:2000], flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
