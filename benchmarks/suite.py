@@ -63,17 +63,24 @@ def _gemm():
     return [gemm.measure(size, ["s3", "s4", "s3_persistent", "s4_persistent"]) for size in (4096, 8192)]
 
 
-def _optional(function_name):
+def _variants():
     import flash_attn
-    fn = getattr(flash_attn, function_name, None)
-    if fn is None:
-        return {"skipped": f"benchmarks/flash_attn.py has no {function_name}()"}
-    return fn()
+    rows = []
+    for d, causal, s in flash_attn.variant_points(quick=True):     # d128 s8k, causal and not
+        rows.extend(flash_attn.measure_attention_variants(d, causal, s))
+    rows.extend(flash_attn.measure_gemm_variants())
+    return rows
 
 
-RUNNERS = dict(grid=_grid, varlen=_varlen, host=_host, gemm=_gemm,
-               variants=lambda: _optional("measure_variants"),
-               backward=lambda: _optional("measure_backward"))
+def _backward():
+    import flash_attn
+    if not hasattr(flash_attn, "measure_backward"):
+        return {"skipped": "benchmarks/flash_attn.py has no measure_backward()"}
+    return [flash_attn.measure_backward(p) for p in flash_attn.grid(quick=False)]
+
+
+RUNNERS = dict(grid=_grid, varlen=_varlen, host=_host, gemm=_gemm, variants=_variants,
+               backward=_backward)
 
 
 def main(argv=None) -> int:
