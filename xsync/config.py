@@ -194,11 +194,16 @@ class Settings:
 
     values: tuple[tuple[str, Any], ...]
 
+    def __post_init__(self):
+        # read on every launch: look-ups and the cache key computed once
+        object.__setattr__(self, "_map", dict(self.values))
+        object.__setattr__(self, "_codegen", tuple((k, v) for k, v in self.values if BY_NAME[k].codegen))
+
     def __getattr__(self, name):
         if name.startswith("_") or name == "values":
             raise AttributeError(name)
         try:
-            return dict(self.values)[name]
+            return self._map[name]
         except KeyError:
             raise AttributeError(f"xsync has no option {name!r}") from None
 
@@ -210,7 +215,7 @@ class Settings:
 
     def codegen_key(self) -> tuple:
         """The options that change generated code: part of every compile cache key."""
-        return tuple((k, v) for k, v in self.values if BY_NAME[k].codegen)
+        return self._codegen
 
     def describe(self) -> str:
         lines = []
@@ -224,6 +229,7 @@ class Settings:
 _overrides: contextvars.ContextVar[tuple] = contextvars.ContextVar("xsync_options", default=())
 _kernel_layer: contextvars.ContextVar[dict] = contextvars.ContextVar("xsync_kernel_options", default={})
 _env_cache: dict = {}
+_plain_cache: dict = {}      # environment -> Settings (no kernel options, no overrides)
 
 
 def _check_keywords(kwargs: dict, where: str) -> dict:
@@ -237,13 +243,28 @@ def _check_keywords(kwargs: dict, where: str) -> dict:
     return out
 
 
-def _from_environment() -> dict:
-    raw = tuple(os.environ.get(o.env) for o in OPTIONS)
+# The process environment as bytes (POSIX): one dict lookup per variable instead of an
+# encode-and-decode per os.environ.get; every launch reads the configuration.
+_ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+_ENV_KEYS = tuple(o.env.encode() for o in OPTIONS)
+
+
+def _raw_environment() -> tuple:
+    if _ENV_DATA is not None:
+        get = _ENV_DATA.get
+        return tuple(get(k) for k in _ENV_KEYS)
+    return tuple(os.environ.get(o.env) for o in OPTIONS)
+
+
+def _from_environment(raw: tuple | None = None) -> dict:
+    raw = _raw_environment() if raw is None else raw
     hit = _env_cache.get(raw)
     if hit is not None:
         return hit
     out = {}
     for opt, text in zip(OPTIONS, raw):
+        if isinstance(text, bytes):
+            text = os.fsdecode(text)
         if text is None or (text.strip() == "" and opt.kind != "path"):
             continue
         if opt.kind == "path" and text == "":
@@ -257,12 +278,23 @@ def _from_environment() -> dict:
 
 def current() -> Settings:
     """The configuration in effect here: context overrides, kernel options, environment."""
+    raw = _raw_environment()
+    kernel_layer, overrides = _kernel_layer.get(), _overrides.get()
+    if not kernel_layer and not overrides:
+        hit = _plain_cache.get(raw)       # the common case: the environment alone
+        if hit is not None:
+            return hit
     values = {o.name: o.default for o in OPTIONS}
-    values.update(_from_environment())
-    values.update(_kernel_layer.get())
-    for layer in _overrides.get():
+    values.update(_from_environment(raw))
+    values.update(kernel_layer)
+    for layer in overrides:
         values.update(layer)
-    return Settings(tuple(values.items()))
+    settings = Settings(tuple(values.items()))
+    if not kernel_layer and not overrides:
+        if len(_plain_cache) > 64:
+            _plain_cache.clear()
+        _plain_cache[raw] = settings
+    return settings
 
 
 @contextlib.contextmanager

@@ -29,6 +29,15 @@ from xsync.lowering.placement import Placement, place
 from xsync.lowering.protocol import Skeleton, derive
 from xsync.lowering.verify import VerifyReport, enabled_verification, verify
 
+def _xs_dtype(torch_dtype):
+    """The xsync dtype of a torch dtype (None if unsupported); memoized per dtype object."""
+    hit = _DTYPE_MEMO.get(torch_dtype)
+    if hit is None and torch_dtype not in _DTYPE_MEMO:
+        hit = _DTYPE_MEMO[torch_dtype] = _TORCH_TO_XS.get(str(torch_dtype))
+    return hit
+
+
+_DTYPE_MEMO: dict = {}
 _TORCH_TO_XS = {"torch.float16": api.float16, "torch.bfloat16": api.bfloat16,
                 "torch.float32": api.float32, "torch.int32": api.int32}
 
@@ -76,6 +85,7 @@ class Kernel:
         self._dumped: set = set()
         self._lock = threading.Lock()
         self._source_hash: str | None = None
+        self._launch_memo: dict = {}     # launch-path key (no sorting) -> compiled kernel
         # Launch-path facts, computed once (every launch needs them).
         self._constexpr_names = tuple(
             name for name, p in self.signature.parameters.items()
@@ -84,6 +94,13 @@ class Kernel:
         self._constexpr_defaults = {
             name: self.signature.parameters[name].default for name in self._constexpr_names
             if self.signature.parameters[name].default is not inspect.Parameter.empty}
+
+    def clear_cache(self):
+        """Forget every compiled specialization of this kernel (the next launch compiles)."""
+        with self._lock:
+            self._cache.clear()
+            self._launch_memo.clear()
+            self._dumped.clear()
 
     def __repr__(self):
         return f"<xsync kernel {self.fn.__module__}.{self.__name__}>"
@@ -148,6 +165,9 @@ class Kernel:
         # The resolved configuration is part of the key: changing an option recompiles.
         key = (self.source_hash(), backend, tuple(sorted(constexprs.items())),
                tuple(sorted((k, v.name) for k, v in tensor_dtypes.items())), settings.codegen_key())
+        return self._compiled_for(key, backend, constexprs, tensor_dtypes, settings)
+
+    def _compiled_for(self, key, backend, constexprs, tensor_dtypes, settings):
         with self._lock:
             compiled = self._cache.get(key)
         if compiled is None:
@@ -171,22 +191,45 @@ class Kernel:
         return compiled
 
     # ---------------------------------------------------------------- launch
+    def _binder(self):
+        """``signature.bind`` + ``apply_defaults`` as a generated function (the launch path
+        runs it on every call; inspect's binder costs tens of microseconds)."""
+        fn = self.__dict__.get("_bind_fn")
+        if fn is None:
+            params = self.signature.parameters
+            if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params.values()):
+                fn = self._inspect_bind
+            else:
+                namespace = {f"default_{n}": p.default for n, p in params.items()
+                             if p.default is not p.empty}
+                arglist = ", ".join(n if p.default is p.empty else f"{n}=default_{n}"
+                                    for n, p in params.items())
+                body = ", ".join(f"{n!r}: {n}" for n in params)
+                exec(f"def bind({arglist}):\n    return {{{body}}}\n", namespace)  # noqa: S102
+                fn = namespace["bind"]
+            self.__dict__["_bind_fn"] = fn
+        return fn
+
+    def _inspect_bind(self, *args, **kwargs):
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
     def bind(self, args, kwargs):
         """Split launch arguments into run-time args, constexprs and tensor dtypes."""
         try:
-            bound = self.signature.bind(*args, **kwargs)
-            bound.apply_defaults()
+            arguments = self._binder()(*args, **kwargs)
         except TypeError as exc:
-            raise LaunchError(f"kernel '{self.__name__}': {exc}",
+            raise LaunchError(f"kernel '{self.__name__}': {str(exc).replace('bind()', self.__name__ + '()')}",
                               fix=f"signature is {self.__name__}{self.signature}") from exc
         consts = self._constexpr_names
         run_args, constexprs, dtypes = {}, {}, {}
-        for name, value in bound.arguments.items():
+        for name, value in arguments.items():
             if name in consts:
                 constexprs[name] = value
                 continue
             if hasattr(value, "dtype") and hasattr(value, "shape"):
-                xs_dtype = _TORCH_TO_XS.get(str(value.dtype))
+                xs_dtype = _xs_dtype(value.dtype)
                 if xs_dtype is None:
                     raise LaunchError(f"kernel '{self.__name__}': tensor `{name}` has dtype {value.dtype}",
                                       fix="use float16, bfloat16, float32 or int32 tensors")
@@ -205,18 +248,29 @@ class Kernel:
         return run_args, constexprs, dtypes
 
     def launch(self, grid, args, kwargs, backend: str | None = None):
+        if self.options:
+            with config.kernel_scope(self.options):
+                return self._launch(grid, args, kwargs, backend)
+        return self._launch(grid, args, kwargs, backend)
+
+    def _launch(self, grid, args, kwargs, backend):
         from xsync.backends import select
 
-        with config.kernel_scope(self.options):
-            name = select(backend)
-            run_args, constexprs, dtypes = self.bind(args, kwargs)
-            if callable(grid):
-                grid = grid(constexprs)
-            grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
-            if not grid or any(g < 0 for g in grid) or len(grid) > 3:
-                raise LaunchError(f"kernel '{self.__name__}': grid {grid} must be 1-3 non-negative sizes")
+        name = select(backend)
+        run_args, constexprs, dtypes = self.bind(args, kwargs)
+        if callable(grid):
+            grid = grid(constexprs)
+        grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
+        if not grid or any(g < 0 for g in grid) or len(grid) > 3:
+            raise LaunchError(f"kernel '{self.__name__}': grid {grid} must be 1-3 non-negative sizes")
+        settings = config.current()
+        # bind() yields the constexprs and dtypes in signature order: a key without sorting
+        fast = (name, tuple(constexprs.values()), tuple(dtypes.items()), settings.codegen_key())
+        compiled = self._launch_memo.get(fast)
+        if compiled is None or settings.dump:
             compiled = self._compile(name, constexprs, dtypes)
-            compiled.launch(grid, run_args)
+            self._launch_memo[fast] = compiled
+        compiled.launch(grid, run_args)
         return compiled
 
 

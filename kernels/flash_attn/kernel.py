@@ -86,18 +86,18 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group, batch, ma
     pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D], xs.float32))
 
     # Persistent tiles: program p takes tiles p, p + P, p + 2P, ... (P = programs launched).
-    # A tile is one (sequence, head) pair and 2*BM query rows; tiles are numbered row block
-    # by row block from the last one, so under a causal mask the longest tiles go first and
-    # every program gets a mix. Replicated in every agent: all walk the same tiles, and the
-    # pipes keep their counters from one tile to the next.
+    # A tile is one (sequence, head) pair and 2*BM query rows. Tiles are numbered pair by pair
+    # (programs running at once share a head's K and V in L2), and within a pair from the last
+    # row block, so under a causal mask a head's longest tiles go first. Replicated in every
+    # agent: all walk the same tiles, and the pipes keep their counters from tile to tile.
     pairs = batch * heads
     row_blocks = xs.cdiv(max_q, 2 * BM)
     qk_scale = sm_scale * LOG2E
     for tile in range(xs.program_id(0), row_blocks * pairs, xs.num_programs(0)):
-        b = tile % pairs // heads
-        h = tile % pairs % heads
+        b = tile // row_blocks // heads
+        h = tile // row_blocks % heads
         kv_h = h // group
-        m_block = (row_blocks - 1 - tile // pairs) * (2 * BM)
+        m_block = (row_blocks - 1 - tile % row_blocks) * (2 * BM)
         q_start = xs.load_scalar(cu_q, b)
         q_len = xs.load_scalar(cu_q, b + 1) - q_start
         k_start = xs.load_scalar(cu_k, b)

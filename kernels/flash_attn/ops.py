@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from xsync.kernels.flash_attn import schedule
 from xsync.kernels.flash_attn.kernel import attention_fwd
 from xsync.errors import LaunchError
 
@@ -26,16 +27,10 @@ HEAD_DIMS = (64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
 
 
-def block_sizes(backend: str) -> dict:
-    """Tile shapes per backend: rows per consumer replica (BM; a program takes 2*BM rows),
-    keys per step (BN). Ascend: 64 rows per program as triton-ascend's own attention
-    tutorial, so each vector core's softmax tiles leave the compiler room to double-buffer
-    (see kernel.py for the measured unified-buffer use)."""
-    if backend == "cpu":
-        return dict(BM=16, BN=32, STAGES=2)
-    if backend in ("ascend", "ascend-sim"):
-        return dict(BM=32, BN=128, STAGES=2)
-    return dict(BM=64, BN=128, STAGES=2)
+def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0) -> dict:
+    """The constexprs (BM, BN, STAGES) the ops launch with: the committed schedule table
+    (kernels/flash_attn/schedule.py) for this backend, head_dim and sequence length."""
+    return schedule.lookup(backend, head_dim, causal, max_seq).constexprs()
 
 
 def _fail(msg: str, fix: str):
@@ -124,25 +119,77 @@ def _check_varlen_values(q, k, cu_q, cu_k, max_q, max_k):
                   f"pass {which} >= the longest sequence ({longest})")
 
 
-def programs(backend: str, tiles: int) -> int:
+def programs(backend: str, tiles: int, persistent: bool | None = None, device=None) -> int:
     """Programs to launch for ``tiles`` tiles (the kernel loops over its share of them):
-    one per AI core on Ascend (persistent), one per tile elsewhere."""
+    a persistent schedule runs one per AI core (Ascend) or SM (Hopper), otherwise one per
+    tile. ``persistent=None``: the backend's default schedule."""
+    if persistent is None:
+        persistent = schedule.lookup(backend, 128, False, 0).persistent
+    if not persistent:
+        return max(1, tiles)
     if backend in ("ascend", "ascend-sim"):
         from xsync.backends.ascend import core_count
         return max(1, min(tiles, core_count()[0]))
+    if backend == "nvidia":
+        return max(1, min(tiles, _sm_count(device)))
     return max(1, tiles)
+
+
+_SMS: dict = {}
+
+
+def _sm_count(device) -> int:
+    index = torch.cuda.current_device() if device is None or device.index is None else device.index
+    if index not in _SMS:
+        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SMS[index]
 
 
 def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout):
     from xsync.backends import select
 
     backend = select()
-    blocks = block_sizes(backend)
-    tiles = math.ceil(max_q / (2 * blocks["BM"])) * batch * hq
-    grid = (programs(backend, tiles),)
+    plan = schedule.lookup(backend, d, causal, max_q)
+    tiles = math.ceil(max_q / (2 * plan.BM)) * batch * hq
+    grid = (programs(backend, tiles, plan.persistent, q2.device),)
     attention_fwd[grid](q2, k2, v2, o2, lse2, cu_q, cu_k, float(scale), hq, hq // hk, batch,
                         int(max_q), *layout, D=d, CAUSAL=int(bool(causal)), backend=backend,
-                        **blocks)
+                        **plan.constexprs())
+
+
+_OFFSETS: dict = {}     # (batch, sq, sk, device) -> (cu_q, cu_k), read-only for the kernels
+
+
+def _dense_offsets(b: int, sq: int, sk: int, device):
+    """The cumulative lengths of a dense batch (0, S, 2S, ...). Made once per shape and
+    device: two small kernels and two allocations per call cost more than the attention of
+    a short sequence. Not cached while a CUDA graph is being captured (the graph's copy
+    would only be filled when it replays)."""
+    key = (b, sq, sk, device)
+    hit = _OFFSETS.get(key)
+    if hit is not None:
+        return hit
+    ar = torch.arange(0, b + 1, dtype=torch.int32, device=device)
+    pair = (ar * sq, ar * sk)
+    if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+        if len(_OFFSETS) > 256:
+            _OFFSETS.clear()
+        _OFFSETS[key] = pair
+    return pair
+
+
+def _direct(*tensors) -> bool:
+    """Whether an eager call may skip the torch.library dispatcher (about 100 us a call on
+    an H200 host) and run the implementation itself: plain tensors, no autograd to record,
+    no tracing, no torch function or dispatch mode. Anything else goes through the op."""
+    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled() or \
+            torch._C._len_torch_dispatch_stack():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if type(t) is not torch.Tensor or (grad and t.requires_grad):
+            return False
+    return True
 
 
 def _default_scale(q, sm_scale):
@@ -160,11 +207,11 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
     lse = torch.empty((b * hq, sq), dtype=torch.float32, device=q.device)
     if sq == 0 or b == 0 or hq == 0:
         return o, lse.view(b, hq, sq)
-    ar = torch.arange(0, b + 1, dtype=torch.int32, device=q.device)
+    cu_q, cu_k = _dense_offsets(b, sq, sk, q.device)
     # [B, H, S, D] as [B*H*S, D]: token t of sequence b, head h is row
     # (b*H + h)*S + t = cu[b]*H + h*S + t with cu[b] = b*S, column 0.
     layout = (hq, sq, 0, hk, sk, 0, hq, 0)
-    _run(q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, ar * sq, ar * sk,
+    _run(q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k,
          sq, b, hq, hk, d, causal, scale, layout)
     return o, lse.view(b, hq, sq)
 
@@ -235,7 +282,10 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
     The checks run inside the op (and its fake implementation), so a bad input gives the same
     error eagerly, through torch.ops.xsync.attention and under torch.compile."""
     _tensor_args(q=q, k=k, v=v)
-    return _attention_op(q, k, v, bool(causal), _scale_arg(q, sm_scale))
+    scale = _scale_arg(q, sm_scale)
+    if _direct(q, k, v):
+        return attention_impl(q, k, v, bool(causal), scale)
+    return _attention_op(q, k, v, bool(causal), scale)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -248,6 +298,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     with ``xsync.options(check_inputs=True)`` (XSYNC_CHECK_INPUTS=1), elsewhere; see
     attention_varlen_impl for the cost."""
     _tensor_args(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    if _direct(q, k, v, cu_seqlens_q, cu_seqlens_k):
+        return attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, _int_arg(max_seqlen_q),
+                                     _int_arg(max_seqlen_k), bool(causal), _scale_arg(q, sm_scale))
     return _attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, _int_arg(max_seqlen_q),
                                 _int_arg(max_seqlen_k), bool(causal), _scale_arg(q, sm_scale))
 

@@ -149,7 +149,7 @@ def test_flags_allocated_from_the_top_of_the_documented_range(monkeypatch):
 def test_dump_shows_flags_per_direction_and_workspace(tmp_path, monkeypatch):
     monkeypatch.setenv("XSYNC_DUMP", str(tmp_path))
     monkeypatch.setenv("XSYNC_ASCEND_FORM", "release")
-    gemm_softmax._cache.clear()
+    gemm_softmax.clear_cache()
     gemm_softmax.compile("ascend")
     ids = dict(gemm_softmax.lower("ascend").allocation.event_ids)
     (table_path,) = tmp_path.glob("gemm_softmax.ascend*.alloc.txt")     # named by specialization

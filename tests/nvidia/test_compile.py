@@ -162,6 +162,24 @@ def test_flash_attention_single_source_compiles():
     assert "DotOperandLayout(operand_index=0" in r.source     # register A operand (P)
 
 
+def _launched_specializations():
+    from xsync.kernels.flash_attn import ops
+    return [(d, causal) for d in ops.HEAD_DIMS for causal in (0, 1)]
+
+
+@pytest.mark.parametrize("d,causal", _launched_specializations())
+def test_every_launched_attention_specialization_compiles(d, causal):
+    """Every (head_dim, causal) the ops launch on Hopper goes through Gluon and ptxas here,
+    so a layout that only d = 64 gets wrong fails in CI, not on the GPU."""
+    from xsync.kernels.flash_attn import attention_fwd, ops
+
+    cx, dtypes = attention_fwd.specialization()
+    cx.update(ops.block_sizes("nvidia"), D=d, CAUSAL=causal)
+    r = compile_ptx(attention_fwd.lower("nvidia", cx, dtypes), scalar_types={"sm_scale": "fp32"})
+    assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{d}k16\.f32\.bf16\.bf16")   # P @ V
+    assert lines(r.ptx, r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16")    # Q @ K^T
+
+
 def test_flash_attention_pv_fused_into_accumulator():
     """The kernel writes the split form (`pv = mma(p, v)`, then `o_acc = o_acc * alpha + pv`
     in the softmax role); on Hopper both ends share a partition, so the renderer fuses it

@@ -132,3 +132,114 @@ def test_flash_attention_single_source(d, causal, sq, sk, monkeypatch):
         s = s.masked_fill(j > i + (sk - sq), float("-inf"))
     torch.testing.assert_close(o.float(), torch.softmax(s, -1) @ v.float(), atol=3e-2, rtol=2e-2)
     torch.testing.assert_close(lse, torch.logsumexp(s, -1), atol=1e-3, rtol=1e-3)
+
+
+def _reference(q, k, v, causal):
+    import math
+
+    import torch
+
+    sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
+    group = q.shape[1] // k.shape[1]
+    kk, vv = (x.float().repeat_interleave(group, 1) for x in (k, v))
+    s = (q.float() @ kk.transpose(-1, -2)) / math.sqrt(d)
+    if causal:
+        i = torch.arange(sq, device="cuda")[:, None]
+        j = torch.arange(sk, device="cuda")[None, :]
+        s = s.masked_fill(j > i + (sk - sq), float("-inf"))
+    return torch.softmax(s, -1) @ vv, torch.logsumexp(s, -1)
+
+
+@pytest.mark.parametrize("programs", [1, 3, 7])
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_tile_loop_on_hopper(programs, causal):
+    """Fewer programs than tiles: each walks its share (tiles p, p + P, ...), with the
+    pipes' counters carried from tile to tile; odd lengths and GQA."""
+    import math
+
+    import torch
+
+    from xsync.kernels.flash_attn.kernel import attention_fwd
+
+    torch.manual_seed(5)
+    b, hq, hk, sq, sk, d = 2, 4, 2, 333, 270, 128
+    q = torch.randn(b, hq, sq, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, hk, sk, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(b, hk, sk, d, device="cuda", dtype=torch.bfloat16)
+    o = torch.empty_like(q)
+    lse = torch.empty(b * hq, sq, device="cuda", dtype=torch.float32)
+    ar = torch.arange(0, b + 1, dtype=torch.int32, device="cuda")
+    attention_fwd[(programs,)](q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse,
+                               ar * sq, ar * sk, 1 / math.sqrt(d), hq, hq // hk, b, sq,
+                               hq, sq, 0, hk, sk, 0, hq, 0, D=d, CAUSAL=int(causal), BM=64, BN=128,
+                               STAGES=2, backend="nvidia")
+    ref_o, ref_lse = _reference(q, k, v, causal)
+    torch.testing.assert_close(o.float(), ref_o, atol=3e-2, rtol=2e-2)
+    torch.testing.assert_close(lse.view(b, hq, sq), ref_lse, atol=1e-3, rtol=1e-3)
+
+
+def test_cuda_graph_replays_with_new_inputs(monkeypatch):
+    """The launch path makes no host sync and keeps nothing per call that a graph would
+    freeze wrongly: capture once, change q/k/v in place, replay, compare."""
+    import torch
+
+    from xsync.kernels.flash_attn import attention
+
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    torch.manual_seed(6)
+    q, k, v = (torch.randn(1, 8, 300, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            attention(q, k, v, causal=True)          # compile and warm up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, lse = attention(q, k, v, causal=True)
+    for step in range(3):
+        for x in (q, k, v):
+            x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_o, ref_lse = _reference(q, k, v, True)
+        torch.testing.assert_close(o.float(), ref_o, atol=3e-2, rtol=2e-2)
+        torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-3)
+
+
+def test_direct_launch_keys_match_tritons_specialization(monkeypatch):
+    """The launch path reuses a compiled kernel when its own key matches
+    (xsync.backends.nvidia._specialization_key): that key must never join two launches
+    that Triton would specialize differently. Recorded over shapes whose ints hit 1,
+    multiples of 16 and odd values, and tensors at odd offsets."""
+    import torch
+    from triton.runtime.driver import driver
+
+    from xsync.backends import nvidia
+    from xsync.kernels.flash_attn import attention, attention_varlen
+
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    seen = []
+    original = nvidia.CompiledNvidia.run_argv
+
+    def recording(self, grid, argv):
+        seen.append((self, list(argv)))
+        return original(self, grid, argv)
+
+    monkeypatch.setattr(nvidia.CompiledNvidia, "run_argv", recording)
+    for b, h, s in ((1, 1, 1), (1, 1, 16), (2, 3, 17), (1, 16, 128), (3, 2, 129)):
+        q, k, v = (torch.randn(b, h, s, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        attention(q, k, v)
+    flat = torch.randn(4 * 200 * 128 + 8, device="cuda", dtype=torch.bfloat16)
+    q = flat[8:].view(200, 4, 128)                      # 16-byte aligned, not 128
+    cu = torch.tensor([0, 50, 200], dtype=torch.int32, device="cuda")
+    attention_varlen(q, q, q, cu, cu, 150, 150)
+    device = driver.active.get_current_device()
+    classes = {}
+    for compiled, argv in seen:
+        binder = compiled.jit_fn.device_caches[device][4]
+        _, spec, _ = binder(*argv, **compiled.launch_options())
+        key = (id(compiled), nvidia._specialization_key(argv))
+        classes.setdefault(key, set()).add(str(spec))
+    assert len(seen) >= 6
+    assert all(len(specs) == 1 for specs in classes.values()), classes

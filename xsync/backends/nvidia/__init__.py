@@ -191,18 +191,30 @@ class CompiledNvidia:
         return getattr(self.module, self.result.kernel_name)
 
     # ------------------------------------------------------------ host arguments
+    def _param_plan(self) -> list:
+        """The kernel parameters with what each needs, computed once (layouts included)."""
+        plan = self.__dict__.get("_plan")
+        if plan is None:
+            from xsync.backends.nvidia.render import nvmma_shared_layout
+
+            plan = []
+            for name, kind, extra in self.result.params:
+                layout = None
+                if kind == "desc":
+                    layout = nvmma_shared_layout(extra[1], self.result.descriptor_layouts[name][2])
+                plan.append((name, kind, extra, layout))
+            self.__dict__["_plan"] = plan
+        return plan
+
     def host_args(self, args: dict, dbg_ptr: int | None = None) -> list:
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-        from xsync.backends.nvidia.render import nvmma_shared_layout
-
         k = self.kernel
         out = []
-        for name, kind, extra in self.result.params:
+        for name, kind, extra, lay in self._param_plan():
             if kind == "desc":
                 t, shape = extra
                 x = self._tensor(t, args)
-                lay = nvmma_shared_layout(shape, self.result.descriptor_layouts[name][2])
                 esz = x.element_size()
                 if x.stride(1) != 1 or (x.stride(0) * esz) % 16 or x.data_ptr() % 16:
                     raise LaunchError(
@@ -211,7 +223,9 @@ class CompiledNvidia:
                         f"rows, 16-byte aligned row strides and a 16-byte aligned base",
                         loc=k.loc, objects=(t,),
                         fix=f"pad the last dimension of `{t}` to a multiple of {16 // esz} elements")
-                out.append(TensorDescriptor.from_tensor(x, list(shape), lay))
+                # built directly (from_tensor re-derives what the plan holds); the descriptor
+                # is made per call: caching it would keep the tensor alive
+                out.append(TensorDescriptor(x, list(x.shape), list(x.stride()), list(shape), lay))
             elif kind == "ptr":
                 x = self._tensor(extra, args)
                 if x.stride(1) != 1:
@@ -250,7 +264,29 @@ class CompiledNvidia:
         grid = tuple(grid) + (1,) * (3 - len(grid))
         if self.result.debug_hang:
             return self._launch_debug(grid, args)
-        self.jit_fn[grid](*self.host_args(args), **self.launch_options())
+        self.run_argv(grid, self.host_args(args))
+
+    def run_argv(self, grid: tuple, argv: list):
+        """Launch with prepared arguments. The first launch of each specialization goes
+        through Triton's JIT (compile, cache); later ones call the compiled kernel's launcher
+        directly, which skips re-deriving the specialization Triton already keyed it by."""
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        device = driver.active.get_current_device()
+        spec = _specialization_key(argv)
+        key = (device, spec)
+        kernels = self.__dict__.setdefault("_kernels", {})
+        kernel = kernels.get(key) if spec is not None else None
+        hooks = knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+        if kernel is None or hooks:
+            kernel = self.jit_fn.run(*argv, grid=grid, warmup=False, **self.launch_options())
+            if spec is not None and not hooks:
+                kernels[key] = kernel
+            return
+        stream = driver.active.get_current_stream(device)
+        kernel.run(grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None,
+                   None, None, *argv)
 
     def _launch_debug(self, grid, args):
         import torch
@@ -325,6 +361,31 @@ class CompiledNvidia:
             objects=tuple(dict.fromkeys(objects)), details="\n".join(lines),
             fix=("run `python -m xsync check module:kernel` with XSYNC_VERIFY=1 for the counterexample; "
                  "the CUDA context is unusable after the trap, restart the process"))
+
+
+def _specialization_key(argv: list):
+    """What Triton 3.6-3.9 specializes a launch on, per argument (an int: == 1, divisible by
+    16, 32 or 64 bits; a tensor: dtype and 16-byte alignment; a host TMA descriptor, a float,
+    a bool: its type alone), so equal keys always meet the same compiled kernel; None for an
+    argument kind it does not know (that launch takes Triton's own path)."""
+    import torch
+
+    key = []
+    for x in argv:
+        t = type(x)
+        if t is int:
+            key.append((x == 1, x % 16 == 0, -(1 << 31) <= x < (1 << 31), x < (1 << 63)))
+        elif t is float:
+            key.append(0.0)
+        elif t is bool:
+            key.append(("u1",))
+        elif isinstance(x, torch.Tensor):
+            key.append((x.dtype, x.data_ptr() % 16 == 0))
+        elif t.__name__ == "TensorDescriptor":
+            key.append(("desc", x.base.dtype, tuple(x.block_shape)))
+        else:
+            return None
+    return tuple(key)
 
 
 def render_source(kernel: ir.KernelIR, placement: Placement, allocation, options=None) -> str:

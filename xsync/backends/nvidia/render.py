@@ -1382,6 +1382,12 @@ class NvidiaRenderer(PythonRenderer):
             code, t = self.want_cvt(code, t, want)
         else:
             code, t = self.tx(v, want)
+            if t.kind == "tile" and want is not None and t.layout != want and (
+                    target in self.prefs or (prev is not None and prev.kind == "tile"
+                                             and t.shape == prev.shape)):
+                # a value defined again (a loop-carried one, or a peeled copy of a loop body)
+                # keeps one layout: convert where the expression does not produce it
+                code, t = self.want_cvt(code, t, want)
         if t.kind == "tile" and len(t.shape) == 2 and t.shape[1] > 1 and self.usual_cols is None:
             self.usual_cols = t.shape[1]
         note = f"  # line {s.loc.line}: async wgmma" if isinstance(v, ir.Call) and v.op == "mma" else ""
@@ -1655,11 +1661,16 @@ class NvidiaRenderer(PythonRenderer):
                 stmts = overlap_softmax(stmts, k, self.placement)
             self.prefs = {}
             first_site = len(self.wait_sites)
-            for _ in range(2):
+            # render until the layout preferences settle: a use may ask an earlier definition
+            # for a layout (a loop-carried value, a peeled copy of the loop body)
+            for attempt in range(4):
+                settled = dict(self.prefs)
                 del self.wait_sites[first_site:]
                 self.out = Emitter()
                 self.out.depth = 1
                 self.render_agent_body(agent, agent.replicas, stmts)
+                if attempt >= 1 and self.prefs == settled:
+                    break
             agent_src[agent.name] = (self.out, stmts)
 
         o = body_out

@@ -1,0 +1,141 @@
+"""Host cost per call: wall microseconds of back-to-back calls (no sync in between, so a
+launch path slower than the GPU shows as wall time), for xsync's attention and torch SDPA on
+the same tiny problems, plus each layer of xsync's path on its own (where the time goes).
+
+    python benchmarks/host_path.py [--out DIR] [--profile]
+
+Writes host_path.json (and, with --profile, a cProfile listing of the full xsync call).
+Needs a CUDA GPU (Hopper for the xsync nvidia backend).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+SHAPES = (dict(b=1, h=1, s=128, d=64), dict(b=1, h=32, s=1024, d=128))
+
+
+def wall_us(fn, calls=300, rounds=5) -> float:
+    """Median over rounds of (wall time of `calls` back-to-back calls + one sync) / calls."""
+    import torch
+
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    out.sort()
+    return out[len(out) // 2]
+
+
+def gpu_us(fn) -> float:
+    import triton.testing
+    return triton.testing.do_bench(fn, warmup=10, rep=50) * 1e3
+
+
+def layers(shape):
+    """name -> zero-argument callable, from the public op down to Triton's launch."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from xsync.kernels.flash_attn import attention, ops
+
+    b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = {}
+    for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
+        def sdpa(backend=backend):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        try:
+            sdpa()
+            out[name] = sdpa
+        except RuntimeError:
+            pass
+    out["sdpa_default"] = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    out["xsync_attention"] = lambda: attention(q, k, v)
+    out["xsync_torch_op"] = lambda: torch.ops.xsync.attention(q, k, v, False, d ** -0.5)
+    out["xsync_impl"] = lambda: ops.attention_impl(q, k, v, False, d ** -0.5)
+    # below the op: the kernel launch as ops._run makes it, the compiled kernel's launch, the
+    # host arguments (TMA descriptors) alone, and Triton's JIT launch with prepared arguments
+    from xsync.kernels.flash_attn.kernel import attention_fwd
+
+    o = torch.empty_like(q)
+    lse = torch.empty(b * h, s, device="cuda", dtype=torch.float32)
+    ar = torch.arange(0, b + 1, dtype=torch.int32, device="cuda")
+    blocks = ops.block_sizes("nvidia")
+    tiles = -(-s // (2 * blocks["BM"])) * b * h
+    grid = (ops.programs("nvidia", tiles),)
+    kargs = (q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, ar * s, ar * s,
+             float(d ** -0.5), h, 1, b, s, h, s, 0, h, s, 0, h, 0)
+    kw = dict(D=d, CAUSAL=0, backend="nvidia", **blocks)
+    compiled = attention_fwd[grid](*kargs, **kw)
+    out["xsync_kernel_launch"] = lambda: attention_fwd[grid](*kargs, **kw)
+    run_args, _, _ = attention_fwd.bind(kargs, {k: v for k, v in kw.items() if k != "backend"})
+    out["xsync_compiled_launch"] = lambda: compiled.launch(grid, run_args)
+    out["xsync_host_args"] = lambda: compiled.host_args(run_args)
+    argv, opts = compiled.host_args(run_args), compiled.launch_options()
+    grid3 = tuple(grid) + (1, 1)
+    out["triton_jit_launch"] = lambda: compiled.jit_fn[grid3](*argv, **opts)
+    return out
+
+
+def profile(fn, path):
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(300):
+        fn()
+    prof.disable()
+    with open(path, "w") as f:
+        pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(45)
+
+
+def main(argv=None) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/host_path.py needs a CUDA GPU; none is visible.", file=sys.stderr)
+        return 2
+    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
+    rows = []
+    os.makedirs(args.out, exist_ok=True)
+    for shape in SHAPES:
+        fns = layers(shape)
+        row = dict(shape)
+        for name, fn in fns.items():
+            row[f"{name}_wall_us"] = round(wall_us(fn), 1)
+        row["xsync_gpu_us"] = round(gpu_us(fns["xsync_attention"]), 1)
+        row["sdpa_cudnn_gpu_us"] = round(gpu_us(fns["sdpa_cudnn"]), 1) if "sdpa_cudnn" in fns else None
+        ref = row.get("sdpa_cudnn_wall_us") or row["sdpa_default_wall_us"]
+        row["ratio_wall_vs_sdpa"] = round(row["xsync_attention_wall_us"] / ref, 2)
+        rows.append(row)
+        print(row, flush=True)
+        if args.profile:
+            tag = f"b{shape['b']}h{shape['h']}s{shape['s']}d{shape['d']}"
+            profile(fns["xsync_attention"], os.path.join(args.out, f"host_profile_{tag}.txt"))
+    with open(os.path.join(args.out, "host_path.json"), "w") as f:
+        json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

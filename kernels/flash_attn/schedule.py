@@ -1,0 +1,64 @@
+"""Tiles and schedules of the attention kernel, per backend, head_dim and sequence length:
+a small committed table, looked up per call (no search at run time).
+
+A schedule fixes the kernel's constexprs (BM rows per consumer replica, BN keys per step,
+STAGES of the K/V rings) and how many programs run the persistent tile loop (``persistent``:
+one program per SM on Hopper, each walking its share of the tiles, instead of one program per
+tile). The Hopper rows come from ``benchmarks/flash_attn_tune.py`` on the H200 (the run is
+committed under benchmarks/results/); the CPU and Ascend rows from what their memories hold
+(see kernel.py for the Ascend budgets).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Schedule:
+    BM: int                 # query rows per consumer replica (a tile is 2 * BM rows)
+    BN: int                 # keys per step
+    STAGES: int             # K/V ring slots
+    persistent: bool        # programs = min(tiles, cores/SMs) instead of one per tile
+
+    def constexprs(self) -> dict:
+        return dict(BM=self.BM, BN=self.BN, STAGES=self.STAGES)
+
+
+@dataclass(frozen=True)
+class Row:
+    backend: str            # "nvidia" | "ascend" | "cpu"
+    head_dim: int | None    # None: any
+    causal: bool | None     # None: either
+    max_seq: int | None     # the row applies up to this query length (None: any)
+    schedule: Schedule
+
+
+CPU = Schedule(BM=16, BN=32, STAGES=2, persistent=False)
+ASCEND = Schedule(BM=32, BN=128, STAGES=2, persistent=True)      # one program per AI core
+HOPPER = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
+
+# First matching row wins; each backend ends with a catch-all.
+TABLE: tuple[Row, ...] = (
+    Row("nvidia", None, None, None, HOPPER),
+    Row("ascend", None, None, None, ASCEND),
+    Row("cpu", None, None, None, CPU),
+)
+
+
+def target(backend: str) -> str:
+    return "ascend" if backend in ("ascend", "ascend-sim") else backend
+
+
+def lookup(backend: str, head_dim: int, causal: bool, max_seq: int) -> Schedule:
+    want = target(backend)
+    for row in TABLE:
+        if row.backend != want:
+            continue
+        if row.head_dim is not None and row.head_dim != head_dim:
+            continue
+        if row.causal is not None and row.causal != bool(causal):
+            continue
+        if row.max_seq is not None and max_seq > row.max_seq:
+            continue
+        return row.schedule
+    raise LookupError(f"no attention schedule for backend {backend!r}")
