@@ -23,23 +23,19 @@ import math
 
 import torch
 
-from xsync.kernels.flash_attn import ops
+from xsync.kernels.flash_attn import ops, schedule
 from xsync.kernels.flash_attn.backward import (attention_bwd_dkdv, attention_bwd_dq,
                                                attention_bwd_preprocess)
 from xsync.kernels.flash_attn.ops import _check, _check_varlen_args, _check_varlen_values, _fail
 
 
-def block_sizes(backend: str) -> dict:
-    """Tiles of the backward kernels: BM keys (dK/dV) or query rows (dQ) per replica, a
-    program takes 2*BM; BN query rows (dK/dV) or keys (dQ) per step. The CPU emulator's cost
-    is per step (thread hand-offs), so it takes large steps; Ascend takes the forward's 64 rows
-    per program; Hopper 128 rows per program with 64-wide steps, so two fp32 accumulators and
-    two score tiles fit one consumer warpgroup's registers."""
-    if backend == "cpu":
-        return dict(BM=32, BN=64, STAGES=2)
-    if backend in ("ascend", "ascend-sim"):
-        return dict(BM=32, BN=128, STAGES=2)
-    return dict(BM=64, BN=64, STAGES=2)
+def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0) -> dict:
+    """The backward kernels' constexprs (BM, BN, STAGES) from schedule.BACKWARD_TABLE."""
+    return _plan(backend, head_dim, causal, max_seq).constexprs()
+
+
+def _plan(backend, head_dim, causal, max_seq):
+    return schedule.lookup(backend, head_dim, causal, max_seq, table=schedule.BACKWARD_TABLE)
 
 
 PREPROCESS_BM = 64      # rows per replica of the delta kernel (elementwise: no cube, no pipes)
@@ -71,20 +67,25 @@ def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, lay
 
     q, k, v, o, do, lse, dlse, delta, dq, dk, dv = tensors
     backend = select()
-    blocks = block_sizes(backend)
+    plan = _plan(backend, d, causal, max(max_q, max_k))
+    blocks = plan.constexprs()
     cx = dict(D=d, CAUSAL=int(bool(causal)), backend=backend)
     q_layout, lse_layout = layout[:3], layout[6:]
+
+    def grid(tiles):
+        return (ops.programs(backend, tiles, plan.persistent, q.device),)
+
     pre_tiles = math.ceil(max_q / (2 * PREPROCESS_BM)) * batch * hq
-    attention_bwd_preprocess[(ops.programs(backend, pre_tiles),)](
+    attention_bwd_preprocess[grid(pre_tiles)](
         o, do, dlse, delta, cu_q, hq, batch, int(max_q), *q_layout, *lse_layout,
         BM=PREPROCESS_BM, D=d, backend=backend)
     if max_k > 0:
         kv_tiles = math.ceil(max_k / (2 * blocks["BM"])) * batch * hk
-        attention_bwd_dkdv[(ops.programs(backend, kv_tiles),)](
+        attention_bwd_dkdv[grid(kv_tiles)](
             q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, float(scale), hq, hq // hk, batch,
             int(max_k), *layout, **blocks, **cx)
     q_tiles = math.ceil(max_q / (2 * blocks["BM"])) * batch * hq
-    attention_bwd_dq[(ops.programs(backend, q_tiles),)](
+    attention_bwd_dq[grid(q_tiles)](
         q, k, v, do, lse, delta, dq, cu_q, cu_k, float(scale), hq, hq // hk, batch, int(max_q),
         *layout, **blocks, **cx)
 
