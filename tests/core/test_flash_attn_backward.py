@@ -303,3 +303,15 @@ def test_toy_model_trains_like_sdpa():
     assert (ours_m[0] - theirs_m[0]).abs() < 1e-2, (ours_m, theirs_m)
     assert (ours_m - theirs_m).abs().max() < 0.2, (ours_m, theirs_m)
     assert ours_m[-1] < 0.3 * ours_m[0] and theirs_m[-1] < 0.3 * theirs_m[0], (ours_m, theirs_m)
+
+
+def test_backward_op_names_a_bad_gradient():
+    from xsync.kernels.flash_attn import attention_backward
+
+    q, k, v = (torch.randn(1, 2, 8, 64).bfloat16() for _ in range(3))
+    o, lse = attention(q, k, v)
+    with pytest.raises(xs.LaunchError, match="grad_o is .* the backward needs") as info:
+        attention_backward(o[:, :1].contiguous(), None, q, k, v, o, lse)
+    assert "grad_o" in info.value.fix
+    with pytest.raises(xs.LaunchError, match="grad_lse is"):
+        attention_backward(torch.randn_like(o), lse.double(), q, k, v, o, lse)
