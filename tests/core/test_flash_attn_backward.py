@@ -197,6 +197,7 @@ def test_opcheck_forward_ops_with_gradients_and_backward_ops():
 def test_compile_fullgraph_forward_and_backward():
     """torch.compile traces the forward and the backward graph (the backward op's fake
     implementation); the gradients equal the eager ones."""
+    from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
     graphs = {}
@@ -204,7 +205,7 @@ def test_compile_fullgraph_forward_and_backward():
     def keep(kind):
         def compiler(gm, _inputs):
             graphs[kind] = gm.code
-            return gm
+            return make_boxed_func(gm.forward)
         return compiler
 
     def loss(q, k, v):
