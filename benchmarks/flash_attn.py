@@ -10,7 +10,12 @@ SDPA over the padded batch; such a row says so (``reference_fallback`` in the JS
 "FALLBACK" in the table, a warning on stderr), since padding makes the comparison a
 different one.
 
-    python benchmarks/flash_attn.py [--quick] [--out benchmarks/results]
+    python benchmarks/flash_attn.py [--quick] [--out benchmarks/results] [--backward] [--no-forward]
+
+``--backward`` adds the backward section (measure_backward): the same grid, the time of
+dQ, dK and dV from a retained forward graph, FLOPs = 2.5x the forward's, xsync vs SDPA's
+cuDNN and flash backward in the same process; its rows (kind "backward") go into the same
+JSON and a second table.
 
 Plus ``variants`` (``--no-variants`` skips them): the attention and GEMM kernels written other
 ways with the same meaning (kernels/flash_attn/variants.py, kernels/gemm_variants.py), one
@@ -286,11 +291,69 @@ def variants_table(rows) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- backward section
+def backward_runner(forward, q, k, v):
+    """Time only the backward: one forward, then dQ, dK, dV from the retained graph."""
+    import torch
+
+    o = forward(q, k, v)
+    grad_o = torch.randn_like(o)
+
+    def run():
+        return torch.autograd.grad(o, (q, k, v), grad_o, retain_graph=True)
+    return run, grad_o
+
+
+def measure_backward(p):
+    """One backward row: TFLOP/s of xsync, SDPA cuDNN and SDPA flash (FLOPs = 2.5x the
+    forward's: 5 matmuls against the forward's 2), and the largest gradient difference from
+    cuDNN's."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from xsync.kernels.flash_attn import attention
+
+    b, h, s, d, causal = p["b"], p["h"], p["s"], p["d"], p["causal"]
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    row = dict(p, kind="backward")
+    f = 2.5 * flops(b, h, s, d, causal)
+
+    def sdpa(backend):
+        def forward(q, k, v):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return forward
+
+    forwards = {"xsync": lambda q, k, v: attention(q, k, v, causal=causal)[0],
+                "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+                "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION)}
+    grads = {}
+    grad_o = None
+    for name, forward in forwards.items():
+        try:
+            torch.manual_seed(1)            # the same grad_o for every implementation
+            run, grad_o = backward_runner(forward, q, k, v)
+            grads[name] = run()
+            ms = bench(run)
+            row[f"{name}_ms"] = ms
+            row[f"{name}_tflops"] = f / (ms * 1e-3) / 1e12
+        except Exception as exc:  # noqa: BLE001 - a backend missing on this torch is reported
+            row[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if "xsync" in grads and "sdpa_cudnn" in grads:
+        row["max_abs_err_vs_sdpa"] = max((a.float() - r.float()).abs().max().item()
+                                         for a, r in zip(grads["xsync"], grads["sdpa_cudnn"]))
+    for name in ("cudnn", "flash"):
+        if f"sdpa_{name}_tflops" in row and "xsync_tflops" in row:
+            row[f"ratio_vs_{name}"] = row["xsync_tflops"] / row[f"sdpa_{name}_tflops"]
+    return row
+
+
 def table(rows) -> str:
     head = "| d | causal | s | b | h | xsync TFLOP/s | cuDNN | flash | xsync/cuDNN | xsync/flash | max err |"
     out = [head, "|" + "---|" * 11]
     for r in rows:
-        if r.get("kind") == "varlen":
+        if r.get("kind") in ("varlen", "backward"):
             continue
 
         def cell(key, fmt="{:.0f}"):
@@ -308,7 +371,22 @@ def table(rows) -> str:
                        f"d={r['d']}, causal={r['causal']}): xsync {r['xsync_tflops']:.0f} TFLOP/s, "
                        f"{r['reference']}{note} {r['reference_tflops']:.0f} TFLOP/s, "
                        f"ratio {r['ratio_vs_reference']:.2f}{err}")
+    backward = [r for r in rows if r.get("kind") == "backward"]
+    if backward:
+        out += ["", "backward (FLOPs = 2.5x forward; max err: largest |dQ, dK, dV - cuDNN's|)", "",
+                head, "|" + "---|" * 11]
+        for r in backward:
+            out.append(table_row(r))
     return "\n".join(out)
+
+
+def table_row(r) -> str:
+    def cell(key, fmt="{:.0f}"):
+        return fmt.format(r[key]) if key in r else "n/a"
+    return (f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {cell('xsync_tflops')} "
+            f"| {cell('sdpa_cudnn_tflops')} | {cell('sdpa_flash_tflops')} "
+            f"| {cell('ratio_vs_cudnn', '{:.2f}')} | {cell('ratio_vs_flash', '{:.2f}')} "
+            f"| {cell('max_abs_err_vs_sdpa', '{:.1e}')} |")
 
 
 def main(argv=None, progress=True) -> int:
@@ -320,12 +398,14 @@ def main(argv=None, progress=True) -> int:
     parser.add_argument("--no-varlen", action="store_true")
     parser.add_argument("--no-variants", action="store_true",
                         help="skip the same-meaning variants (kernels/flash_attn/variants.py, kernels/gemm_variants.py)")
+    parser.add_argument("--backward", action="store_true", help="also the backward section (same grid)")
+    parser.add_argument("--no-forward", action="store_true", help="skip the forward rows (with --backward)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/flash_attn.py needs a CUDA GPU; none is visible.", file=sys.stderr)
         return 2
     os.environ.setdefault("XSYNC_BACKEND", "nvidia")
-    points = list(grid(args.quick))
+    points = [] if args.no_forward else list(grid(args.quick))
     rows = []
     start = time.time()
     for i, p in enumerate(points, 1):
@@ -337,13 +417,20 @@ def main(argv=None, progress=True) -> int:
                   f"xsync {r.get('xsync_tflops', float('nan')):.0f} TFLOP/s", end="", flush=True)
     if progress:
         print()
-    if not args.no_varlen:
+    if not args.no_varlen and not args.no_forward:
         rows.extend(measure_varlen(causal) for causal in (False, True))
     variant_rows = []
-    if not args.no_variants:
+    if not args.no_variants and not args.no_forward:
         for d, causal, s in variant_points(args.quick):
             variant_rows.extend(measure_attention_variants(d, causal, s))
         variant_rows.extend(measure_gemm_variants())
+    if args.backward:
+        for p in grid(args.quick):
+            rows.append(measure_backward(p))
+            if progress:
+                r = rows[-1]
+                print(f"backward d={p['d']} causal={p['causal']} s={p['s']}: "
+                      f"xsync {r.get('xsync_tflops', float('nan')):.0f} TFLOP/s", flush=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                 seconds=round(time.time() - start, 1))
     try:
@@ -354,7 +441,7 @@ def main(argv=None, progress=True) -> int:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "flash_attn.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows, variants=variant_rows), f, indent=1)
-    md = f"# flash attention forward, {meta['device']}, torch {meta['torch']}\n\n" + table(rows) + "\n"
+    md = f"# flash attention, {meta['device']}, torch {meta['torch']}\n\n" + table(rows) + "\n"
     if variant_rows:
         md += "\n## variants (same meaning; ratio to the flagship, same process)\n\n" + variants_table(variant_rows) + "\n"
     with open(os.path.join(args.out, "flash_attn.md"), "w") as f:

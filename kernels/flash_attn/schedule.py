@@ -34,6 +34,10 @@ class Row:
 
 
 CPU = Schedule(BM=16, BN=32, STAGES=2, persistent=False)
+# The emulator's cost is per step (thread hand-offs), not per element: long sequences take
+# large tiles (3001 tokens: 1 s instead of 28 s for one head); short ones keep the small tiles,
+# so the tests still walk several blocks and the masked boundary blocks.
+CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
 ASCEND = Schedule(BM=32, BN=128, STAGES=2, persistent=True)      # one program per AI core
 HOPPER = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
 
@@ -53,7 +57,19 @@ TABLE: tuple[Row, ...] = (
     Row("nvidia", 128, None, None, Schedule(BM=64, BN=128, STAGES=3, persistent=False)),
     Row("nvidia", None, None, None, HOPPER),
     Row("ascend", None, None, None, ASCEND),
-    Row("cpu", None, None, None, CPU),
+    Row("cpu", None, None, 256, CPU),
+    Row("cpu", None, None, None, CPU_LONG),
+)
+
+# The backward kernels (backward.py). BM: keys per replica of dK/dV, query rows per replica of
+# dQ (a program takes 2*BM); BN: query rows (dK/dV) or keys (dQ) per step. Hopper: 128 rows per
+# program with 64-wide steps, so two fp32 accumulators and two score tiles fit one consumer
+# warpgroup's registers (not yet tuned on the H200); Ascend: the forward's 64 rows per program.
+BACKWARD_TABLE: tuple[Row, ...] = (
+    Row("nvidia", None, None, None, Schedule(BM=64, BN=64, STAGES=2, persistent=False)),
+    Row("ascend", None, None, None, Schedule(BM=32, BN=128, STAGES=2, persistent=True)),
+    Row("cpu", None, None, 256, CPU),
+    Row("cpu", None, None, None, CPU_LONG),
 )
 
 
@@ -61,9 +77,11 @@ def target(backend: str) -> str:
     return "ascend" if backend in ("ascend", "ascend-sim") else backend
 
 
-def lookup(backend: str, head_dim: int, causal: bool, max_seq: int) -> Schedule:
+def lookup(backend: str, head_dim: int, causal: bool, max_seq: int,
+           table: tuple[Row, ...] = TABLE) -> Schedule:
+    """The first row of ``table`` (the forward's by default, or BACKWARD_TABLE) that fits."""
     want = target(backend)
-    for row in TABLE:
+    for row in table:
         if row.backend != want:
             continue
         if row.head_dim is not None and row.head_dim != head_dim:

@@ -16,7 +16,8 @@ import xsync.kernels as kernels
 from xsync.backends.ascend import hivm
 from xsync.backends.ascend.render import core_of_kind
 from xsync.kernel import Kernel
-from xsync.kernels.flash_attn import ops
+from xsync.kernels.flash_attn import grad, ops
+from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq, attention_bwd_preprocess
 from xsync.kernels.flash_attn.kernel import attention_fwd
 from xsync.kernels.gemm_softmax import gemm_softmax
 
@@ -37,9 +38,11 @@ def all_kernels():
 
 
 def specializations():
-    """The examples at their example= specialization and the attention kernel at every
-    specialization ops.py launches on Ascend (dense and varlen share them)."""
-    out = [pytest.param(k, {}, id=k.__name__) for k in all_kernels() if k is not attention_fwd]
+    """The examples at their example= specialization, and the attention kernels (forward and
+    backward) at every specialization ops.py and grad.py launch on Ascend (dense and varlen
+    share them)."""
+    launched = (attention_fwd, attention_bwd_dkdv, attention_bwd_dq, attention_bwd_preprocess)
+    out = [pytest.param(k, {}, id=k.__name__) for k in all_kernels() if k not in launched]
     out.append(pytest.param(cases.ping_pong, {}, id="case-ping_pong"))   # N -> N rings
     blocks = ops.block_sizes("ascend")
     for d in ops.HEAD_DIMS:
@@ -50,6 +53,13 @@ def specializations():
     for d in ops.HEAD_DIMS:
         cx = dict(blocks, BM=64, D=d, CAUSAL=1)
         out.append(pytest.param(attention_fwd, cx, id=f"attention-bm64-d{d}-causal"))
+    backward = grad.block_sizes("ascend")
+    for d in ops.HEAD_DIMS:
+        out.append(pytest.param(attention_bwd_preprocess, dict(D=d), id=f"attention-bwd-preprocess-d{d}"))
+        for causal in (0, 1):
+            cx = dict(backward, D=d, CAUSAL=causal)
+            for k, name in ((attention_bwd_dkdv, "dkdv"), (attention_bwd_dq, "dq")):
+                out.append(pytest.param(k, cx, id=f"attention-bwd-{name}-d{d}-{'causal' if causal else 'full'}"))
     return out
 
 

@@ -26,3 +26,19 @@ def test_varlen_reference_binds_to_the_installed_torch(causal):
     run, why = bench.varlen_attn_call(q, q, q, cu, 6, causal)
     assert why is None, why
     assert callable(run)
+
+
+def test_backward_section_runs_its_autograd_calls():
+    """The backward section's runner (timed on the GPU) returns dQ, dK, dV from the retained
+    graph, repeatedly; here on the installed torch with the CPU emulator."""
+    from xsync.kernels.flash_attn import attention
+
+    bench = benchmark_module()
+    q, k, v = (torch.randn(1, 2, 20, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    run, grad_o = bench.backward_runner(lambda q, k, v: attention(q, k, v, causal=True)[0], q, k, v)
+    first, second = run(), run()
+    assert grad_o.shape == q.shape
+    for a, b, t in zip(first, second, (q, k, v)):
+        assert a.shape == t.shape and torch.equal(a, b)
+    row = dict(kind="backward", d=64, causal=True, s=1024, b=16, h=32, xsync_tflops=1.0)
+    assert "| 64 | True | 1024 |" in bench.table([row])

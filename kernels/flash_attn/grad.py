@@ -1,0 +1,241 @@
+"""The attention backward as torch ops, and autograd for the forward ops.
+
+    attention_backward(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale) -> (dq, dk, dv)
+        dense [B, H, S, D] tensors as ``xsync::attention`` takes and returns them;
+        grad_lse ([B, Hq, Sq] float32) may be None (only O was used)
+    attention_varlen_backward(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                              max_seqlen_q, max_seqlen_k, causal, sm_scale) -> (dq, dk, dv)
+        packed [total, H, D] tensors as ``xsync::attention_varlen``
+
+Both are ``torch.library`` custom ops (``xsync::attention_backward``,
+``xsync::attention_varlen_backward``) with fake implementations, and ``register_autograd``
+makes them the backward of ``xsync::attention`` and ``xsync::attention_varlen``: the forward
+saves q, k, v, O and the LSE, so ``o.sum().backward()`` and ``torch.compile`` (forward and
+backward graphs) work. A gradient reaching the LSE output is honoured (dS gains P * dLSE).
+
+Three launches of the kernels in backward.py: delta = rowsum(dO * O) - dLSE, then dK/dV per
+key block (summed over the query heads of a GQA group inside the kernel), then dQ per query
+block. Deterministic: no atomics, one fixed summation order.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from xsync.kernels.flash_attn import ops, schedule
+from xsync.kernels.flash_attn.backward import (attention_bwd_dkdv, attention_bwd_dq,
+                                               attention_bwd_preprocess)
+from xsync.kernels.flash_attn.ops import _check, _check_varlen_args, _check_varlen_values, _fail
+
+
+def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0) -> dict:
+    """The backward kernels' constexprs (BM, BN, STAGES) from schedule.BACKWARD_TABLE."""
+    return _plan(backend, head_dim, causal, max_seq).constexprs()
+
+
+def _plan(backend, head_dim, causal, max_seq):
+    return schedule.lookup(backend, head_dim, causal, max_seq, table=schedule.BACKWARD_TABLE)
+
+
+PREPROCESS_BM = 64      # rows per replica of the delta kernel (elementwise: no cube, no pipes)
+
+
+def _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed: bool, sm_scale):
+    _check(q, k, v, packed=packed, sm_scale=sm_scale)
+    lse_shape = (q.shape[1], q.shape[0]) if packed else tuple(q.shape[:3])
+    for name, t, shape, dtype in (("grad_o", grad_o, tuple(q.shape), q.dtype),
+                                  ("o", o, tuple(q.shape), q.dtype),
+                                  ("lse", lse, lse_shape, torch.float32),
+                                  ("grad_lse", grad_lse, lse_shape, torch.float32)):
+        if t is None and name == "grad_lse":
+            continue
+        if not isinstance(t, torch.Tensor):
+            _fail(f"{name} is a {type(t).__name__}", "pass torch tensors")
+        if tuple(t.shape) != shape or t.dtype != dtype or t.device != q.device:
+            _fail(f"{name} is {tuple(t.shape)} {t.dtype} on {t.device}; the backward needs "
+                  f"{shape} {dtype} on {q.device}",
+                  f"pass the forward's outputs and gradients of their shapes ({name})")
+        if not t.is_contiguous():
+            _fail(f"{name} is not contiguous", f"pass {name}.contiguous()")
+
+
+def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, layout):
+    """Launch the three kernels. ``tensors``: 2-D views (q, k, v, o, do, lse, dlse, delta,
+    dq, dk, dv) in the kernels' layout; ``layout`` is the forward's 8 layout scalars."""
+    from xsync.backends import select
+
+    q, k, v, o, do, lse, dlse, delta, dq, dk, dv = tensors
+    backend = select()
+    plan = _plan(backend, d, causal, max(max_q, max_k))
+    blocks = plan.constexprs()
+    cx = dict(D=d, CAUSAL=int(bool(causal)), backend=backend)
+    q_layout, lse_layout = layout[:3], layout[6:]
+
+    def grid(tiles):
+        return (ops.programs(backend, tiles, plan.persistent, q.device),)
+
+    pre_tiles = math.ceil(max_q / (2 * PREPROCESS_BM)) * batch * hq
+    attention_bwd_preprocess[grid(pre_tiles)](
+        o, do, dlse, delta, cu_q, hq, batch, int(max_q), *q_layout, *lse_layout,
+        BM=PREPROCESS_BM, D=d, backend=backend)
+    if max_k > 0:
+        kv_tiles = math.ceil(max_k / (2 * blocks["BM"])) * batch * hk
+        attention_bwd_dkdv[grid(kv_tiles)](
+            q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, float(scale), hq, hq // hk, batch,
+            int(max_k), *layout, **blocks, **cx)
+    q_tiles = math.ceil(max_q / (2 * blocks["BM"])) * batch * hq
+    attention_bwd_dq[grid(q_tiles)](
+        q, k, v, do, lse, delta, dq, cu_q, cu_k, float(scale), hq, hq // hk, batch, int(max_q),
+        *layout, **blocks, **cx)
+
+
+def attention_backward_impl(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale):
+    _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=False, sm_scale=sm_scale)
+    b, hq, sq, d = q.shape
+    hk, sk = k.shape[1], k.shape[2]
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if b == 0 or hq == 0 or sq == 0 or sk == 0:
+        # no query, or no key (O = 0 does not depend on q, k, v): zero gradients
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    if grad_lse is None:
+        grad_lse = torch.zeros_like(lse)
+    delta = torch.empty_like(lse)
+    ar = torch.arange(0, b + 1, dtype=torch.int32, device=q.device)
+    layout = (hq, sq, 0, hk, sk, 0, hq, 0)          # as ops.attention_impl
+    views = (q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), grad_o.view(-1, d),
+             lse.view(b * hq, sq), grad_lse.view(b * hq, sq), delta.view(b * hq, sq),
+             dq.view(-1, d), dk.view(-1, d), dv.view(-1, d))
+    _run(views, ar * sq, ar * sk, sq, sk, b, hq, hk, d, causal, sm_scale, layout)
+    return dq, dk, dv
+
+
+def attention_varlen_backward_impl(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                                   max_seqlen_q, max_seqlen_k, causal, sm_scale):
+    """Rows past cu_seqlens_k[-1] of dK and dV (k may hold more tokens than the sequences
+    use) get zero gradients; the varlen contract is checked as in the forward."""
+    from xsync import config
+    from xsync.backends import select
+
+    _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=True, sm_scale=sm_scale)
+    _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    checked = select() == "cpu" or config.current().check_inputs
+    if checked:
+        _check_varlen_values(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    total_q, hq, d = q.shape
+    hk = k.shape[1]
+    batch = cu_seqlens_q.numel() - 1
+    dq = torch.empty_like(q) if checked else torch.zeros_like(q)
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    if batch <= 0 or total_q == 0 or max_seqlen_q == 0:
+        return dq.zero_(), dk, dv
+    if grad_lse is None:
+        grad_lse = torch.zeros_like(lse)
+    delta = torch.empty_like(lse)
+    layout = (1, 0, d, 1, 0, d, 0, 1)               # as ops.attention_varlen_impl
+    views = (q.view(total_q, hq * d), k.view(-1, hk * d), v.view(-1, hk * d),
+             o.view(total_q, hq * d), grad_o.view(total_q, hq * d), lse, grad_lse, delta,
+             dq.view(total_q, hq * d), dk.view(-1, hk * d), dv.view(-1, hk * d))
+    _run(views, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), batch, hq, hk, d,
+         causal, sm_scale, layout)
+    return dq, dk, dv
+
+
+# ---------------------------------------------------------------- the backward ops
+@torch.library.custom_op("xsync::attention_backward", mutates_args=())
+def _attention_backward_op(grad_o: torch.Tensor, grad_lse: torch.Tensor | None, q: torch.Tensor,
+                           k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                           causal: bool, sm_scale: float
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return attention_backward_impl(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale)
+
+
+@_attention_backward_op.register_fake
+def _(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale):
+    _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=False, sm_scale=sm_scale)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+@torch.library.custom_op("xsync::attention_varlen_backward", mutates_args=())
+def _attention_varlen_backward_op(grad_o: torch.Tensor, grad_lse: torch.Tensor | None,
+                                  q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                  o: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                                  cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                                  causal: bool, sm_scale: float
+                                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return attention_varlen_backward_impl(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q,
+                                          cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, sm_scale)
+
+
+@_attention_varlen_backward_op.register_fake
+def _(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+      causal, sm_scale):
+    _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=True, sm_scale=sm_scale)
+    _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def attention_backward(grad_o, grad_lse, q, k, v, o, lse, causal: bool = False,
+                       sm_scale: float | None = None):
+    """Gradients (dq, dk, dv) of ``xsync::attention`` for output gradients grad_o (and
+    grad_lse, or None); non-contiguous gradients are made contiguous."""
+    ops._tensor_args(grad_o=grad_o, q=q, k=k, v=v, o=o, lse=lse)
+    return _attention_backward_op(grad_o.contiguous(), _contiguous(grad_lse), q, k, v, o, lse,
+                                  bool(causal), ops._scale_arg(q, sm_scale))
+
+
+def attention_varlen_backward(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                              max_seqlen_q, max_seqlen_k, causal: bool = False,
+                              sm_scale: float | None = None):
+    """Gradients (dq, dk, dv) of ``xsync::attention_varlen``."""
+    ops._tensor_args(grad_o=grad_o, q=q, k=k, v=v, o=o, lse=lse, cu_seqlens_q=cu_seqlens_q,
+                     cu_seqlens_k=cu_seqlens_k)
+    return _attention_varlen_backward_op(
+        grad_o.contiguous(), _contiguous(grad_lse), q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+        ops._int_arg(max_seqlen_q), ops._int_arg(max_seqlen_k), bool(causal),
+        ops._scale_arg(q, sm_scale))
+
+
+def _contiguous(t):
+    return None if t is None else t.contiguous()
+
+
+# ---------------------------------------------------------------- autograd of the forward ops
+def _setup_dense(ctx, inputs, output):
+    q, k, v, causal, sm_scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.sm_scale = causal, sm_scale
+
+
+def _backward_dense(ctx, grad_o, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = _attention_backward_op(_grad_like(grad_o, o), _contiguous(grad_lse), q, k, v, o,
+                                        lse, ctx.causal, ctx.sm_scale)
+    return dq, dk, dv, None, None
+
+
+def _setup_varlen(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, sm_scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+    ctx.max_q, ctx.max_k, ctx.causal, ctx.sm_scale = max_q, max_k, causal, sm_scale
+
+
+def _backward_varlen(ctx, grad_o, grad_lse):
+    q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = _attention_varlen_backward_op(
+        _grad_like(grad_o, o), _contiguous(grad_lse), q, k, v, o, lse, cu_q, cu_k, ctx.max_q,
+        ctx.max_k, ctx.causal, ctx.sm_scale)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+def _grad_like(grad, out):
+    """The gradient of O as the backward op takes it (autograd may pass None, or an
+    expanded view such as the gradient of o.sum())."""
+    return torch.zeros_like(out) if grad is None else grad.contiguous()
+
+
+torch.library.register_autograd("xsync::attention", _backward_dense, setup_context=_setup_dense)
+torch.library.register_autograd("xsync::attention_varlen", _backward_varlen,
+                                setup_context=_setup_varlen)

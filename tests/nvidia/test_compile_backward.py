@@ -1,0 +1,32 @@
+"""The attention backward kernels (kernels/flash_attn/backward.py) at every specialization
+grad.py launches on Hopper go through Gluon and ptxas to an sm_90a cubin (no GPU needed).
+They have not run on a GPU yet: this is the compile stage of the Hopper bring-up."""
+import re
+
+import pytest
+
+from xsync.backends.nvidia import compile_ptx
+from xsync.kernels.flash_attn import grad, ops
+from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq, attention_bwd_preprocess
+
+
+def launched():
+    out = [pytest.param(attention_bwd_preprocess, dict(D=d), id=f"preprocess-d{d}") for d in ops.HEAD_DIMS]
+    for kernel, name in ((attention_bwd_dkdv, "dkdv"), (attention_bwd_dq, "dq")):
+        for d in ops.HEAD_DIMS:
+            for causal in (0, 1):
+                cx = dict(grad.block_sizes("nvidia", d, bool(causal)), D=d, CAUSAL=causal)
+                out.append(pytest.param(kernel, cx, id=f"{name}-d{d}-{'causal' if causal else 'full'}"))
+    return out
+
+
+@pytest.mark.parametrize("kernel,constexprs", launched())
+def test_backward_kernels_compile_for_hopper(kernel, constexprs):
+    cx, dtypes = kernel.specialization()
+    cx.update(constexprs)
+    r = compile_ptx(kernel.lower("nvidia", cx, dtypes), scalar_types={"sm_scale": "fp32"})
+    assert re.search(r"\.target sm_90a", r.ptx) and len(r.cubin) > 10_000
+    if kernel is not attention_bwd_preprocess:
+        # Sᵀ/S and dPᵀ/dP, then the accumulating dV, dK or dQ products: all wgmma
+        assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16", r.ptx)
+        assert re.search(r"mbarrier\.try_wait\.parity", r.ptx)
