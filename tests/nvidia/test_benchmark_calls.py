@@ -28,10 +28,13 @@ def test_varlen_reference_binds_to_the_installed_torch(causal):
     assert callable(run)
 
 
-def test_backward_section_runs_its_autograd_calls():
+def test_backward_section_runs_its_autograd_calls(monkeypatch):
     """The backward section's runner (timed on the GPU) returns dQ, dK, dV from the retained
-    graph, repeatedly; here on the installed torch with the CPU emulator."""
+    graph, repeatedly; here on the installed torch with the CPU emulator (also on a GPU
+    machine, where the backend would otherwise be picked as nvidia)."""
     from xsync.kernels.flash_attn import attention
+
+    monkeypatch.setenv("XSYNC_BACKEND", "cpu")
 
     bench = benchmark_module()
     q, k, v = (torch.randn(1, 2, 20, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
