@@ -80,15 +80,31 @@ def gemm_table(runs) -> list[str]:
     return out
 
 
-def variants_table(section) -> list[str]:
-    rows = section.get("rows", []) if isinstance(section, dict) else section
-    if not rows:
-        return [f"not measured: {section.get('skipped', 'no rows')}" if isinstance(section, dict) else "not measured"]
-    keys = [k for k in rows[0] if k not in ("source",)]
-    out = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+def variants_table(rows) -> list[str]:
+    out = ["| kernel | variant (same meaning, written differently) | shape | variant TFLOP/s | flagship TFLOP/s | variant / flagship |",
+           "|---|---|---|---|---|---|"]
     for r in rows:
-        out.append("| " + " | ".join(_f(r[k], "{:.2f}") if isinstance(r[k], float) else str(r[k])
-                                     for k in keys) + " |")
+        if r["kind"] == "attention":
+            shape = f"b{r['b']} h{r['h']} s{r['s'] // 1024}k d{r['d']}{' causal' if r['causal'] else ''}"
+        else:
+            shape = f"{r['M']}³"
+        kernel = "attention" if r["kind"] == "attention" else "gemm"
+        if "error" in r:
+            out.append(f"| {kernel} | {r['variant']} | {shape} | failed: {r['error'][:80]} | | |")
+            continue
+        out.append(f"| {kernel} | {r['variant']} | {shape} | {_f(r['tflops'])} | {_f(r['flagship_tflops'])} "
+                   f"| {_f(r['ratio_vs_flagship'], '{:.3f}')} |")
+    return out
+
+
+def backward_table(rows) -> list[str]:
+    out = ["| d | causal | s | xsync | cuDNN | SDPA flash | xsync / cuDNN | xsync / flash | max abs diff vs cuDNN |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['d']} | {'yes' if r['causal'] else 'no'} | {r['s'] // 1024}k "
+                   f"| {_f(r.get('xsync_tflops'))} | {_f(r.get('sdpa_cudnn_tflops'))} "
+                   f"| {_f(r.get('sdpa_flash_tflops'))} | {_f(r.get('ratio_vs_cudnn'), '{:.2f}')} "
+                   f"| {_f(r.get('ratio_vs_flash'), '{:.2f}')} | {_f(r.get('max_abs_err_vs_sdpa'), '{:.1e}')} |")
     return out
 
 
@@ -100,8 +116,8 @@ def render(data: dict) -> str:
                 ("varlen", "Varlen: 16 packed sequences of 128–8192 tokens, h 16, d 128, TFLOP/s", varlen_table),
                 ("host", "Host cost per call, wall µs (back-to-back calls)", host_table),
                 ("gemm", "GEMM (kernels/gemm.py), bf16 in, fp32 out", gemm_table),
-                ("variants", "Rewrites of the flagship kernel that mean the same", variants_table),
-                ("backward", "Attention backward", variants_table))
+                ("variants", "Rewrites of the flagships that mean the same (docs/design.md), same process", variants_table),
+                ("backward", "Attention backward, bf16, FLOPs = 2.5× the forward's, TFLOP/s", backward_table))
     for key, title, fn in sections:
         parts.append(f"**{title}** — " + (_meta_line(data, [key]) or "not measured"))
         parts.append("")
