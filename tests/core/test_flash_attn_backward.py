@@ -10,7 +10,7 @@ import xsync as xs
 from xsync.kernels.flash_attn import attention, attention_varlen, ops
 from xsync.kernels.flash_attn.backward import (attention_bwd_dkdv, attention_bwd_dq,
                                                attention_bwd_preprocess)
-from xsync.lowering.placement import BACKENDS
+from xsync.backends import TARGETS as BACKENDS     # the placements a kernel lowers for
 
 
 def reference(q, k, v, causal, scale):
@@ -269,19 +269,19 @@ class Block(torch.nn.Module):
         return x + self.out(o.float().transpose(1, 2).reshape(b, s, w))
 
 
-def train(sdpa, steps=200):
+def train(sdpa, steps=200, device="cpu"):
     """A 2-layer causal model learning to answer, at every position, the sequence's first
-    token (only attention can carry it there)."""
+    token (only attention can carry it there). tests/nvidia runs it on the GPU too."""
     torch.manual_seed(0)
     vocab, width, heads, seq, batch = 16, 64, 1, 16, 4
     model = torch.nn.Sequential(torch.nn.Embedding(vocab, width),
                                 *[Block(width, heads, sdpa) for _ in range(2)],
-                                torch.nn.LayerNorm(width), torch.nn.Linear(width, vocab))
+                                torch.nn.LayerNorm(width), torch.nn.Linear(width, vocab)).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     data = torch.Generator().manual_seed(1)
     losses = []
     for _ in range(steps):
-        tokens = torch.randint(0, vocab, (batch, seq), generator=data)
+        tokens = torch.randint(0, vocab, (batch, seq), generator=data).to(device)
         logits = model(tokens)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab),
                                                  tokens[:, :1].expand(batch, seq).reshape(-1))
