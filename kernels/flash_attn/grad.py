@@ -26,7 +26,7 @@ import torch
 from xsync.kernels.flash_attn import ops, schedule
 from xsync.kernels.flash_attn.backward import (attention_bwd_dkdv, attention_bwd_dq,
                                                attention_bwd_preprocess)
-from xsync.kernels.flash_attn.ops import _check, _check_varlen_args, _check_varlen_values, _fail
+from xsync.kernels.flash_attn.ops import _check, _check_varlen_args, _fail
 
 
 def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0) -> dict:
@@ -114,14 +114,8 @@ def attention_varlen_backward_impl(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens
                                    max_seqlen_q, max_seqlen_k, causal, sm_scale):
     """Rows past cu_seqlens_k[-1] of dK and dV (k may hold more tokens than the sequences
     use) get zero gradients; the varlen contract is checked as in the forward."""
-    from xsync import config
-    from xsync.backends import select
-
     _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=True, sm_scale=sm_scale)
-    _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    checked = select() == "cpu" or config.current().check_inputs
-    if checked:
-        _check_varlen_values(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    checked = ops.varlen_contract(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     total_q, hq, d = q.shape
     hk = k.shape[1]
     batch = cu_seqlens_q.numel() - 1

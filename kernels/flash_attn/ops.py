@@ -119,6 +119,19 @@ def _check_varlen_values(q, k, cu_q, cu_k, max_q, max_k):
                   f"pass {which} >= the longest sequence ({longest})")
 
 
+def varlen_contract(q, k, cu_q, cu_k, max_q, max_k) -> bool:
+    """Check the varlen arguments, and their values where the contract is checked (always on
+    the CPU backend, elsewhere with check_inputs); True if the values were checked."""
+    from xsync import config
+    from xsync.backends import select
+
+    _check_varlen_args(q, k, cu_q, cu_k, max_q, max_k)
+    checked = select() == "cpu" or config.current().check_inputs
+    if checked:
+        _check_varlen_values(q, k, cu_q, cu_k, max_q, max_k)
+    return checked
+
+
 def programs(backend: str, tiles: int, persistent: bool | None = None, device=None) -> int:
     """Programs to launch for ``tiles`` tiles (the kernel loops over its share of them):
     a persistent schedule runs one per AI core (Ascend) or SM (Hopper), otherwise one per
@@ -264,15 +277,9 @@ def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     elsewhere with the check_inputs option (XSYNC_CHECK_INPUTS=1): reading the lengths costs a
     device-to-host copy and a sync. Without it the outputs are zero-filled first (no result
     holds uninitialized memory) and rows outside the described sequences stay 0."""
-    from xsync import config
-    from xsync.backends import select
-
     scale = _default_scale(q, sm_scale)
     _check(q, k, v, packed=True, sm_scale=scale)
-    _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    checked = select() == "cpu" or config.current().check_inputs
-    if checked:
-        _check_varlen_values(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    checked = varlen_contract(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     total_q, hq, d = q.shape
     hk = k.shape[1]
     batch = cu_seqlens_q.numel() - 1

@@ -37,32 +37,11 @@ from __future__ import annotations
 import dataclasses
 
 from xsync.lowering import ir
+from xsync.lowering.passes.dataflow import substitute
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import NotConstant, evaluate
 
 NAME = "cross-agent-pipeline"
-
-
-# ---------------------------------------------------------------- substitution
-def substitute(e, names: dict):
-    """``e`` with every ``ir.Name`` in ``names`` replaced by its expression."""
-    if isinstance(e, ir.Name):
-        return names.get(e.id, e)
-    if not dataclasses.is_dataclass(e) or isinstance(e, type):
-        return e
-    changes = {}
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
-        if isinstance(v, tuple):
-            nv = tuple(substitute(x, names) if not isinstance(x, tuple) else
-                       tuple(substitute(y, names) for y in x) for x in v)
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type) and not isinstance(v, ir.SourceLoc):
-            nv = substitute(v, names)
-        else:
-            continue
-        if nv != v:
-            changes[f.name] = nv
-    return dataclasses.replace(e, **changes) if changes else e
 
 
 # ---------------------------------------------------------------- reads and writes
