@@ -21,7 +21,8 @@ def reference(q, k, v, causal, scale):
     s = q @ k.transpose(-1, -2) * scale
     sq, sk = q.shape[2], k.shape[2]
     if causal:
-        i, j = torch.arange(sq)[:, None], torch.arange(sk)[None, :]
+        i = torch.arange(sq, device=q.device)[:, None]    # tests/nvidia use it on the GPU
+        j = torch.arange(sk, device=q.device)[None, :]
         s = s.masked_fill(j > i + (sk - sq), float("-inf"))
     lse = torch.logsumexp(s, -1)
     seen = torch.isfinite(lse)

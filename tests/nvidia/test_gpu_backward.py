@@ -1,5 +1,6 @@
-"""The attention backward on the H200: gradients against float64 autograd, and the toy model
-of tests/core trained with the xsync op against the same model with SDPA."""
+"""The attention backward on the H200: gradients against float64 autograd (tests/core's
+reference), and the toy model of tests/core trained with the xsync op against the same model
+with SDPA."""
 import math
 
 import pytest
@@ -10,30 +11,13 @@ REASON = gpu_reason()
 pytestmark = pytest.mark.skipif(bool(REASON), reason=f"needs a Hopper GPU: {REASON}")
 
 
-def _reference_grads(q, k, v, causal, grad_o):
-    import torch
-
-    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    kk, vv = (x.repeat_interleave(group, 1) for x in (k64, v64))
-    sq, sk = q.shape[2], k.shape[2]
-    s = (q64 @ kk.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    if causal:
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        s = s.masked_fill(j > i + (sk - sq), float("-inf"))
-    empty = torch.isneginf(s).all(-1, keepdim=True)          # rows that see no key: O = 0
-    p = torch.softmax(s.masked_fill(empty, 0.0), -1).masked_fill(empty, 0.0)
-    (p @ vv).backward(grad_o.double())
-    return q64.grad, k64.grad, v64.grad
-
-
 @pytest.mark.parametrize("d,causal", [(64, True), (128, False)])
 def test_backward_matches_float64_on_hopper(d, causal, monkeypatch):
     """GQA 4:2, more queries than keys (causal rows that see no key get zero gradients), odd
     lengths; dQ, dK, dV from autograd through the xsync op."""
     import torch
 
+    from tests.core.test_flash_attn_backward import reference_grads
     from xsync.kernels.flash_attn import attention
 
     monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
@@ -45,7 +29,8 @@ def test_backward_matches_float64_on_hopper(d, causal, monkeypatch):
     o, _ = attention(q, k, v, causal=causal)
     grad_o = torch.randn_like(o)
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), grad_o)
-    for ours, ref, name in zip((dq, dk, dv), _reference_grads(q, k, v, causal, grad_o), "qkv"):
+    refs = reference_grads(q, k, v, causal, 1 / math.sqrt(d), grad_o)
+    for ours, ref, name in zip((dq, dk, dv), refs, "qkv"):
         assert torch.isfinite(ours).all(), name
         scale = ref.abs().max().item()
         err = (ours.double() - ref).abs().max().item()
