@@ -106,6 +106,28 @@ def profile(fn, path):
         pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(45)
 
 
+def measure(profile_dir: str | None = None) -> list[dict]:
+    """One row per shape: wall us of every layer, GPU us of xsync and cuDNN, and xsync's wall
+    ratio to each SDPA call; with `profile_dir`, a cProfile listing of the full xsync call."""
+    rows = []
+    for shape in SHAPES:
+        fns = layers(shape)
+        row = dict(shape)
+        for name, fn in fns.items():
+            row[f"{name}_wall_us"] = round(wall_us(fn), 1)
+        row["xsync_gpu_us"] = round(gpu_us(fns["xsync_attention"]), 1)
+        row["sdpa_cudnn_gpu_us"] = round(gpu_us(fns["sdpa_cudnn"]), 1) if "sdpa_cudnn" in fns else None
+        for ref in ("sdpa_default", "sdpa_cudnn", "sdpa_flash"):
+            if f"{ref}_wall_us" in row:
+                row[f"ratio_vs_{ref}"] = round(row["xsync_attention_wall_us"] / row[f"{ref}_wall_us"], 2)
+        rows.append(row)
+        print(row, flush=True)
+        if profile_dir:
+            tag = f"b{shape['b']}h{shape['h']}s{shape['s']}d{shape['d']}"
+            profile(fns["xsync_attention"], os.path.join(profile_dir, f"host_profile_{tag}.txt"))
+    return rows
+
+
 def main(argv=None) -> int:
     import torch
 
@@ -117,22 +139,8 @@ def main(argv=None) -> int:
         print("benchmarks/host_path.py needs a CUDA GPU; none is visible.", file=sys.stderr)
         return 2
     os.environ.setdefault("XSYNC_BACKEND", "nvidia")
-    rows = []
     os.makedirs(args.out, exist_ok=True)
-    for shape in SHAPES:
-        fns = layers(shape)
-        row = dict(shape)
-        for name, fn in fns.items():
-            row[f"{name}_wall_us"] = round(wall_us(fn), 1)
-        row["xsync_gpu_us"] = round(gpu_us(fns["xsync_attention"]), 1)
-        row["sdpa_cudnn_gpu_us"] = round(gpu_us(fns["sdpa_cudnn"]), 1) if "sdpa_cudnn" in fns else None
-        ref = row.get("sdpa_cudnn_wall_us") or row["sdpa_default_wall_us"]
-        row["ratio_wall_vs_sdpa"] = round(row["xsync_attention_wall_us"] / ref, 2)
-        rows.append(row)
-        print(row, flush=True)
-        if args.profile:
-            tag = f"b{shape['b']}h{shape['h']}s{shape['s']}d{shape['d']}"
-            profile(fns["xsync_attention"], os.path.join(args.out, f"host_profile_{tag}.txt"))
+    rows = measure(args.out if args.profile else None)
     with open(os.path.join(args.out, "host_path.json"), "w") as f:
         json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
     return 0

@@ -45,17 +45,7 @@ def _varlen():
 
 def _host():
     import host_path
-    rows = []
-    for shape in host_path.SHAPES:
-        fns = host_path.layers(shape)
-        row = dict(shape)
-        for name, fn in fns.items():
-            row[f"{name}_wall_us"] = round(host_path.wall_us(fn), 1)
-        for ref in ("sdpa_default", "sdpa_cudnn", "sdpa_flash"):
-            if f"{ref}_wall_us" in row:
-                row[f"ratio_vs_{ref}"] = round(row["xsync_attention_wall_us"] / row[f"{ref}_wall_us"], 2)
-        rows.append(row)
-    return rows
+    return host_path.measure()
 
 
 def _gemm():
