@@ -324,7 +324,7 @@ class CompiledNvidia:
                 template = {**argv[i].__dict__, "base": None} if kind == "desc" else None
                 slots.append((i, position[tensor], template))
                 static[i] = None
-        new, run, function, meta = object.__new__, kernel.run, kernel.function, kernel.packed_metadata
+        run, function, meta = kernel.run, kernel.function, kernel.packed_metadata
         gx, gy, gz = grid
         current_device, current_stream = driver.active.get_current_device, driver.active.get_current_stream
         runtime = _runtime_knobs()
@@ -338,13 +338,7 @@ class CompiledNvidia:
                 x = tensors[j]
                 if x.data_ptr() % 16:
                     return False
-                if template is None:
-                    argv[i] = x
-                else:
-                    desc = new(TensorDescriptor)
-                    desc.__dict__.update(template)
-                    desc.base = x
-                    argv[i] = desc
+                argv[i] = x if template is None else from_template(TensorDescriptor, template, base=x)
             run(gx, gy, gz, current_stream(device), function, meta, None, None, None, *argv)
             return True
         return launch
@@ -437,9 +431,15 @@ def host_descriptor(templates: dict, name: str, x, block, layout, cls):
         desc = cls(x, shape, strides, list(block), layout)
         templates[(name, x.dtype)] = {**desc.__dict__, "base": None}   # holds no tensor
         return desc
+    return from_template(cls, template, base=x, shape=shape, strides=strides)
+
+
+def from_template(cls, template: dict, **fields):
+    """A descriptor with a validated one's fields, `fields` replaced; no constructor (and
+    none of its checks: the caller guarantees what they would check)."""
     desc = object.__new__(cls)
     desc.__dict__.update(template)
-    desc.base, desc.shape, desc.strides = x, shape, strides
+    desc.__dict__.update(fields)
     return desc
 
 
