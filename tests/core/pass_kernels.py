@@ -65,3 +65,61 @@ def carried_into_the_hand_off(a, b, out, n, BM: xs.constexpr, BN: xs.constexpr):
             back.release()
     with mma:
         xs.store(out, [0, 0], acc)
+
+
+# ---------------------------------------------------------------- merge-pipes (Hopper)
+EX_AB = dict(a=xs.bfloat16, b=xs.bfloat16, out=xs.float32, BM=64, BN=64, STAGES=3)
+
+
+@xs.kernel(example=EX_AB)
+def b_after_an_answer(a, b, out, n, BM: xs.constexpr, BN: xs.constexpr, STAGES: xs.constexpr):
+    """The producer fills B only after the consumer has answered A: one ring for both would
+    hold A back until B is filled, and B waits for the answer to A (merge-pipes rule 2)."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    a_in = xs.pipe(load, mma, stages=STAGES, a=xs.tile([BM, BN], a.dtype))
+    b_in = xs.pipe(load, mma, stages=STAGES, b=xs.tile([BN, BN], b.dtype))
+    answered = xs.event(mma, load)
+    for i in range(0, n, 1):
+        with load:
+            sa = a_in.acquire()
+            sa.a = xs.load(a, [i * BM, 0], [BM, BN])
+            a_in.commit()
+            xs.wait(answered)
+            sb = b_in.acquire()
+            sb.b = xs.load(b, [i * BN, 0], [BN, BN])
+            b_in.commit()
+        with mma:
+            ta = a_in.wait()
+            xs.signal(answered)
+            tb = b_in.wait()
+            z = xs.mma(ta.a, tb.b)
+            z = xs.mma_wait(z, pending=0)
+            a_in.release()
+            b_in.release()
+            xs.store(out, [i * BM, 0], z)
+
+
+@xs.kernel(example=EX_AB)
+def released_b_first(a, b, out, n, BM: xs.constexpr, BN: xs.constexpr, STAGES: xs.constexpr):
+    """A and B filled back to back, but B released before A (merge-pipes rule 3)."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    a_in = xs.pipe(load, mma, stages=STAGES, a=xs.tile([BM, BN], a.dtype))
+    b_in = xs.pipe(load, mma, stages=STAGES, b=xs.tile([BN, BN], b.dtype))
+    for i in range(0, n, 1):
+        with load:
+            sa = a_in.acquire()
+            sa.a = xs.load(a, [i * BM, 0], [BM, BN])
+            a_in.commit()
+            sb = b_in.acquire()
+            sb.b = xs.load(b, [i * BN, 0], [BN, BN])
+            b_in.commit()
+        with mma:
+            ta = a_in.wait()
+            tb = b_in.wait()
+            z = xs.mma(ta.a, tb.b)
+            z = xs.mma_wait(z, pending=0)
+            b_in.release()
+            a_in.release()
+            xs.store(out, [i * BM, 0], z)

@@ -6,13 +6,17 @@ import dataclasses
 import pytest
 
 import xsync as xs
-from xsync.backends.nvidia.passes import defer_wait, overlap, pingpong
+from tests.core import pass_kernels
+from xsync.backends.nvidia.passes import defer_wait, merge_pipes, overlap, pingpong
 from xsync.errors import DeadlockError, LeftoverError, PhaseAliasingError, ProtocolError
 from xsync.kernels import gemm_variants
 from xsync.kernels.flash_attn import attention_fwd
 from xsync.kernels.gemm import gemm
 from xsync.lowering import ir
 from xsync.lowering.placement import Unit
+
+
+THREE_STAGES = dict(attention_fwd.specialization()[0], STAGES=3)   # what the ops launch on Hopper
 
 
 def notes(lowered, pass_name):
@@ -83,8 +87,8 @@ def test_planted_bug_missing_wait_in_rotated_loop(monkeypatch):
         k = max(i for i, s in enumerate(body) if isinstance(s, ir.SyncOp) and s.verb == "wait" and s.obj == "v_in")
         return [ir.If(guard.cond, tuple(body[:k] + body[k + 1:]), guard.orelse, guard.loc)]
     planted(monkeypatch, overlap, "_rotate", no_last_v_wait)
-    with pytest.raises(ProtocolError) as err:
-        attention_fwd.lower("nvidia", check=True)
+    with pytest.raises(ProtocolError) as err, xs.options(nv_merge_pipes=False):
+        attention_fwd.lower("nvidia", THREE_STAGES, check=True)
     assert "v_in" in str(err.value)
 
 
@@ -127,3 +131,45 @@ def test_copy_roles_with_different_replica_counts_are_producer_partitions():
     assert len(producers) == 3 and all(p.warps == 1 for p in producers)
     assert len(consumers) == 2 and all(p.warps == 4 for p in consumers)
     assert len({p.regs for p in producers}) == 1 and all(p.regs < c.regs for p in producers for c in consumers)
+
+
+# ---------------------------------------------------------------- merge-pipes
+def test_merge_pipes_gives_k_and_v_one_ring_at_three_stages():
+    low = attention_fwd.lower("nvidia", THREE_STAGES, check=True)
+    (note,) = notes(low, "merge-pipes")
+    assert note.applied and "'k_in' and 'v_in'" in note.where, note
+    (ring,) = [p for p in low.kernel.pipes if p.made_by == merge_pipes.NAME]
+    assert (ring.name, ring.origin, ring.stages) == ("k_in_v_in", "k_in+v_in", 3)
+    assert [f.name for f in ring.fields] == ["k", "v"] and ring.slot_bytes == 2 * 128 * 128 * 2
+    assert not {"k_in", "v_in"} & {p.name for p in low.kernel.pipes}
+    assert low.report.complete, low.report.summary()
+    ops = [s for s in ir.walk(low.kernel.all_statements()) if isinstance(s, ir.SyncOp) and s.obj == ring.name]
+    assert sorted({s.verb for s in ops}) == ["acquire", "commit", "release", "wait"]
+    # the GEMM written with A and B in two pipes gets one ring too
+    assert notes(gemm_variants.gemm_two_pipes.lower("nvidia", check=True), "merge-pipes")[0].applied
+
+
+def test_merge_pipes_refusals_name_their_rule():
+    (two_stages,) = notes(attention_fwd.lower("nvidia", dict(THREE_STAGES, STAGES=2)), "merge-pipes")
+    assert not two_stages.applied and two_stages.why.startswith("rule 5"), two_stages
+    with xs.options(nv_merge_pipes=False):
+        assert notes(attention_fwd.lower("nvidia", THREE_STAGES), "merge-pipes") == []
+    # B filled only after the consumer answered A: merging would hold A back behind that answer
+    low = pass_kernels.b_after_an_answer.lower("nvidia", check=True)
+    (note,) = notes(low, "merge-pipes")
+    assert not note.applied and note.why.startswith("rule 2") and low.report.complete, note
+    (note,) = notes(pass_kernels.released_b_first.lower("nvidia", check=True), "merge-pipes")
+    assert not note.applied and note.why.startswith("rule 3"), note
+
+
+def test_planted_bug_merged_ring_never_released(monkeypatch):
+    """merge-pipes that drops the merged release: the producer's acquire STAGES blocks later
+    never passes (or the slots are left over) -- rejected before anything is rendered."""
+    def no_release(out):
+        kernel, name = out
+        return dataclasses.replace(kernel, body=drop(kernel.body, lambda s: isinstance(s, ir.SyncOp)
+                                                     and s.verb == "release" and s.obj == name)), name
+    planted(monkeypatch, merge_pipes, "_merge", no_release)
+    with pytest.raises((LeftoverError, DeadlockError)) as err:
+        attention_fwd.lower("nvidia", THREE_STAGES, check=True)
+    assert "k_in_v_in" in str(err.value)

@@ -38,12 +38,29 @@ def test_backward_matches_float64_on_hopper(d, causal, monkeypatch):
 
 
 def test_toy_model_trains_like_sdpa_on_hopper(monkeypatch):
-    """tests/core's toy model (2 causal attention layers, 200 steps) on the GPU: the xsync op's
-    loss curve against SDPA's, the same tolerance as on the CPU emulator."""
-    from tests.core.test_flash_attn_backward import train
+    """tests/core's toy model (2 causal attention layers) on the GPU, trained with the xsync op
+    and with SDPA. bf16 training amplifies rounding: two correct SDPA backends (flash, math,
+    memory-efficient) drift apart by up to 0.18 nats in 20-step means within 200 steps and
+    0.58 within 300 (benchmarks/results/runs/toy_training_backends.json). So the curves must
+    agree closely for the first 80 steps (a wrong gradient shows there, before the drift),
+    stay within 1.5x the SDPA backends' own spread (at least 0.25) for 200 steps, and both
+    learn; and at 5 points of SDPA's run the gradients of the same weights on the same batch
+    agree within 5%, which does not drift."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from tests.core.test_flash_attn_backward import gradients_along_sdpa_training, train
 
     monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
     ours, theirs = train(sdpa=False, device="cuda"), train(sdpa=True, device="cuda")
+    others = []
+    for backend in (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+        with sdpa_kernel(backend):
+            others.append(train(sdpa=True, device="cuda").view(-1, 20).mean(1))
     ours_m, theirs_m = ours.view(-1, 20).mean(1), theirs.view(-1, 20).mean(1)
-    assert (ours_m - theirs_m).abs().max() < 0.2, (ours_m, theirs_m)
+    spread = max((m - theirs_m).abs().max().item() for m in others)
+    assert (ours_m[:4] - theirs_m[:4]).abs().max() < 0.02, (ours_m, theirs_m)
+    assert (ours_m - theirs_m).abs().max() < max(0.25, 1.5 * spread), (ours_m, theirs_m, spread)
     assert ours_m[-1] < 0.3 * ours_m[0] and theirs_m[-1] < 0.3 * theirs_m[0], (ours_m, theirs_m)
+    worst = gradients_along_sdpa_training(steps=200, every=40, device="cuda")
+    assert worst < 0.05, worst

@@ -18,18 +18,20 @@ GEMM_DTYPES = dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32)
 
 
 @functools.cache
-def attention_loops(name: str):
+def attention_loops(name: str, merge: bool = True):
     kernel = attention_fwd if name == "flagship" else variants.VARIANTS[name]
     cx, dtypes = attention_fwd.specialization()
     cx.update(ops.block_sizes("nvidia"), D=128, CAUSAL=0)
-    lowered = kernel.lower("nvidia", cx, dtypes)
+    with xs.options(nv_merge_pipes=merge):
+        lowered = kernel.lower("nvidia", cx, dtypes)
     return hot_loops(compile_ptx(lowered, scalar_types={"sm_scale": "fp32"}).ptx), lowered.passes.text()
 
 
 @functools.cache
-def gemm_loops(name: str):
+def gemm_loops(name: str, merge: bool = True):
     kernel = gemm if name == "gemm" else getattr(gemm_variants, name)
-    lowered = kernel.lower("nvidia", dict(BM=128, BN=128, BK=64, STAGES=3), GEMM_DTYPES)
+    with xs.options(nv_merge_pipes=merge):
+        lowered = kernel.lower("nvidia", dict(BM=128, BN=128, BK=64, STAGES=3), GEMM_DTYPES)
     return hot_loops(compile_ptx(lowered).ptx), lowered.passes.text()
 
 
@@ -48,19 +50,23 @@ def test_flagship_hot_loops_are_the_overlapped_schedule():
     assert "pass overlap-softmax: applied" in log
 
 
-@pytest.mark.parametrize("name", ["v_wait_first", "pv_first", "accumulate_form", "late_k_release"])
+@pytest.mark.parametrize("name", ["v_wait_first", "pv_first", "accumulate_form", "late_k_release",
+                                  "kv_one_pipe"])
 def test_attention_variant_has_the_flagship_hot_loop(name):
     loops, log = attention_loops(name)
     assert loops == attention_loops("flagship")[0], log
 
 
-def test_attention_kv_in_one_pipe_has_the_flagship_tensor_core_schedule():
-    """One slot carries K and V: the same wgmma issues and group waits, one mbarrier wait
-    and one release per block instead of two (PV_{n-1} reads the previous block's slot)."""
+def test_merge_pipes_is_what_gives_k_and_v_in_two_pipes_one_ring():
+    """Without the merge-pipes pass the flagship's two rings cost one more mbarrier wait and
+    one more release per block than K and V written in one pipe (the same wgmma issues and
+    group waits); with it the hot loops are identical (above)."""
     loops, log = attention_loops("kv_one_pipe")
-    flagship = attention_loops("flagship")[0]
-    assert [tensor_core_ops(x) for x in loops] == [tensor_core_ops(x) for x in flagship], log
-    for one, two in zip(loops, flagship):
+    two_rings, two_log = attention_loops("flagship", merge=False)
+    assert "pass merge-pipes: applied" in attention_loops("flagship")[1]
+    assert "merge-pipes" not in two_log
+    assert [tensor_core_ops(x) for x in loops] == [tensor_core_ops(x) for x in two_rings], log
+    for one, two in zip(loops, two_rings):
         for op in ("mbarrier.try_wait.parity", "mbarrier.arrive"):
             assert one.count(op) == two.count(op) - 1, (op, one, two)
     assert "pass overlap-softmax: applied" in log
@@ -80,8 +86,10 @@ def test_gemm_split_form_has_the_accumulate_form_hot_loop(name, reference):
 def test_gemm_hot_loops_keep_one_wgmma_in_flight():
     flagship, _ = gemm_loops("gemm")
     assert len(flagship) == 1 and "wait_group 1" in flagship[0] and "wait_group 0" not in flagship[0]
-    # A and B in two pipes: the same tensor-core sequence, one more mbarrier wait and release
-    (two,), _ = gemm_loops("gemm_two_pipes")
+    # A and B in two pipes: merge-pipes gives them the flagship's one ring; without the pass,
+    # the same tensor-core sequence with one more mbarrier wait and release per K step
+    assert gemm_loops("gemm_two_pipes")[0] == flagship, gemm_loops("gemm_two_pipes")[1]
+    (two,), _ = gemm_loops("gemm_two_pipes", merge=False)
     assert tensor_core_ops(two) == tensor_core_ops(flagship[0])
     for op in ("mbarrier.try_wait.parity", "mbarrier.arrive"):
         assert two.count(op) == flagship[0].count(op) + 1, (op, two, flagship[0])

@@ -21,12 +21,12 @@ Environment:
   ``worker_num_regs`` per partition (``setmaxnreg``); ``XSYNC_NV_MAXNREG`` -- the
   launch option ``maxnreg``. The same keys (lower case, without the prefix) can be
   passed in ``options``.
-* ``XSYNC_NV_FUSE_MMA=0`` / ``XSYNC_NV_DEFER_MMA_WAIT=0`` / ``XSYNC_NV_OVERLAP=0`` /
-  ``XSYNC_NV_PINGPONG=0|1|each|first|wrap`` (``xsync.options(nv_fuse_mma=..., ...)``;
-  ``compile_ptx`` also takes them as ``fuse_mma`` / ``defer_mma_wait`` / ``overlap_softmax`` /
-  ``pingpong`` in ``options``) -- switch the Hopper schedule passes
-  (:mod:`xsync.backends.nvidia.passes`: fuse-accumulating-mma, defer-mma-wait, pingpong,
-  overlap-softmax). They act when the kernel is lowered: the verifier checks what they emit.
+* ``XSYNC_NV_MERGE_PIPES=0`` / ``XSYNC_NV_FUSE_MMA=0`` / ``XSYNC_NV_DEFER_MMA_WAIT=0`` /
+  ``XSYNC_NV_OVERLAP=0`` / ``XSYNC_NV_PINGPONG=0|1|each|first|wrap``
+  (``xsync.options(nv_fuse_mma=..., ...)``; ``compile_ptx`` also takes them as ``merge_pipes`` /
+  ``fuse_mma`` / ``defer_mma_wait`` / ``overlap_softmax`` / ``pingpong`` in ``options``) --
+  switch the Hopper schedule passes (:mod:`xsync.backends.nvidia.passes`: merge-pipes,
+  fuse-accumulating-mma, defer-mma-wait, pingpong, overlap-softmax). They act when the kernel is lowered: the verifier checks what they emit.
 """
 from __future__ import annotations
 
@@ -85,14 +85,14 @@ def _probe() -> tuple[bool, str]:
 # renderer option -> xsync.config option (None there means "the renderer's default")
 _OPTION_NAMES = {"producer_regs": "nv_producer_regs", "consumer_regs": "nv_consumer_regs",
                  "maxnreg": "nv_maxnreg", "hang_timeout_ms": "hang_timeout_ms",
-                 "debug_hang": "debug_hang", "fuse_mma": "nv_fuse_mma",
+                 "debug_hang": "debug_hang", "merge_pipes": "nv_merge_pipes", "fuse_mma": "nv_fuse_mma",
                  "defer_mma_wait": "nv_defer_mma_wait", "overlap_softmax": "nv_overlap",
                  "pingpong": "nv_pingpong"}
 
 
 # compile_ptx option -> the configuration option it sets while the kernel is lowered: the
 # schedule passes and the allocator (register budgets) read them then
-LOWERING_OPTIONS = {"fuse_mma": "nv_fuse_mma", "defer_mma_wait": "nv_defer_mma_wait",
+LOWERING_OPTIONS = {"merge_pipes": "nv_merge_pipes", "fuse_mma": "nv_fuse_mma", "defer_mma_wait": "nv_defer_mma_wait",
                     "overlap_softmax": "nv_overlap", "pingpong": "nv_pingpong",
                     "producer_regs": "nv_producer_regs", "consumer_regs": "nv_consumer_regs",
                     "maxnreg": "nv_maxnreg"}
