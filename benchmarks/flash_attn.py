@@ -229,6 +229,18 @@ def interleaved(runs: dict, rounds: int = ROUNDS) -> dict:
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
+def against_flagship(rows: dict, runs: dict, flagship: str, flop: float) -> list:
+    """``rows`` (one per variant) with TFLOP/s and the ratio to ``runs[flagship]``, all of
+    ``runs`` timed in turn (a variant that failed has no thunk and keeps its error)."""
+    ms = interleaved(runs)
+    for name, row in rows.items():
+        row["flagship_tflops"] = flop / (ms[flagship] * 1e-3) / 1e12
+        if name in ms:
+            row.update(ms=ms[name], tflops=flop / (ms[name] * 1e-3) / 1e12)
+            row["ratio_vs_flagship"] = row["tflops"] / row["flagship_tflops"]
+    return list(rows.values())
+
+
 def measure_attention_variants(d: int, causal: bool, s: int):
     import torch
     from xsync.kernels.flash_attn import attention_fwd, variants
@@ -250,13 +262,7 @@ def measure_attention_variants(d: int, causal: bool, s: int):
         except Exception as exc:  # noqa: BLE001 - a failing variant is reported, not fatal
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         rows[name] = row
-    ms = interleaved(runs)
-    for name, row in rows.items():
-        row["flagship_tflops"] = f / (ms["flagship"] * 1e-3) / 1e12
-        if name in ms:
-            row.update(ms=ms[name], tflops=f / (ms[name] * 1e-3) / 1e12)
-            row["ratio_vs_flagship"] = row["tflops"] / row["flagship_tflops"]
-    return list(rows.values())
+    return against_flagship(rows, runs, "flagship", f)
 
 
 def measure_gemm_variants():
@@ -290,14 +296,7 @@ def measure_gemm_variants():
         except Exception as exc:  # noqa: BLE001 - a failing variant is reported, not fatal
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         rows[name] = row
-    ms = interleaved(runs)
-    for name, row in rows.items():
-        row["flagship_tflops"] = f / (ms["gemm"] * 1e-3) / 1e12
-        if name in ms:
-            row.update(ms=ms[name], tflops=f / (ms[name] * 1e-3) / 1e12)
-            row["ratio_vs_flagship"] = row["tflops"] / row["flagship_tflops"]
-    rows = list(rows.values())
-    return rows
+    return against_flagship(rows, runs, "gemm", f)
 
 
 def variants_table(rows) -> str:
