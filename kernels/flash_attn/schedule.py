@@ -48,9 +48,9 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # 332 vs 302), lose for causal ones (the strided share is unbalanced: d128 s16k 410 vs 568);
 # BN=64 helps short causal d128 (fewer masked keys per boundary step: 267 vs 246 at 1k).
 # Three K/V stages everywhere: with three the merge-pipes pass gives K and V one ring
-# (xsync/backends/nvidia/passes/merge_pipes.py), which beat every two-ring schedule measured
-# side by side (benchmarks/results/runs/merge_pipes_ab.json, s8k: d128 583 vs 543 non-causal,
-# 516 vs 514 causal, d64 causal 392 vs 388; d128 s2k 525 vs 482).
+# (xsync/backends/nvidia/passes/merge_pipes.py), which beats two rings of two or three stages,
+# interleaved in one process (benchmarks/flash_attn_ab.py, results/runs/flash_attn_ab_20261201.json,
+# d128: s8k 578 vs 544 / 536 non-causal, 530 vs 515 / 511 causal; s16k causal 591 vs 560 / 559).
 TABLE: tuple[Row, ...] = (
     Row("nvidia", None, False, 4096, Schedule(BM=64, BN=128, STAGES=3, persistent=True)),
     Row("nvidia", 128, True, 2048, Schedule(BM=64, BN=64, STAGES=3, persistent=False)),

@@ -1,0 +1,167 @@
+"""Side-by-side A/B of attention kernel sources on the H200, interleaved in one process.
+
+Between-process comparisons of two trees drift by several percent on a shared GPU (the same
+kernel measured 649 and 588 TFLOP/s an hour apart). This times candidates round after round
+in one process on the same tensors, next to SDPA's cuDNN backend, and reports medians:
+
+* ``flagship``: kernels/flash_attn/kernel.py as the ops launch it (table schedule);
+* ``flagship_s2`` / ``no_merge``: the same at two K/V stages, or with the merge-pipes pass off;
+* ``single_tile``: the flagship without the persistent tile loop (one tile per program);
+* ``older``: an older revision's kernel source (``--older PATH``, e.g. the file from
+  ``git show 00e8dd1:kernels/flash_attn/kernel.py``), lowered by this xsync with its own
+  launch layout (grid (row blocks, batch*heads), no ``batch``/``max_q`` arguments).
+
+    PYTHONPATH=. python3 benchmarks/flash_attn_ab.py [--older PATH] [--shapes 128:1:16384,128:1:8192]
+
+Compiles every candidate in parallel processes first (Triton's disk cache), then measures.
+Writes flash_attn_ab.json under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+TILE_LOOP = "    for tile in range(xs.program_id(0), row_blocks * pairs, xs.num_programs(0)):\n"
+ONE_TILE = "    tile = xs.program_id(0)\n    if tile < row_blocks * pairs:\n"
+CANDIDATES = {   # name -> (source edit or None, STAGES, merge-pipes on)
+    "flagship": (None, 3, True),
+    "flagship_s2": (None, 2, True),
+    "no_merge": (None, 3, False),
+    "single_tile": ((TILE_LOOP, ONE_TILE), 3, True),
+    "older": (None, 2, True),
+}
+
+
+def _kernel(name: str, older: str | None):
+    """The candidate's attention_fwd, from an edited copy of the source file."""
+    edit = CANDIDATES[name][0]
+    path = older if name == "older" else os.path.join(ROOT, "kernels", "flash_attn", "kernel.py")
+    text = open(path).read()
+    if edit is not None:
+        if text.count(edit[0]) != 1:
+            raise ValueError(f"{name}: kernel.py no longer holds the tile loop this candidate edits")
+        text = text.replace(*edit)
+    copy = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"xsync_ab_{name}.py")
+    with open(copy, "w") as f:
+        f.write(text)
+    spec = importlib.util.spec_from_file_location(f"xsync_ab_{name}", copy)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.attention_fwd
+
+
+def _launcher(name, kernel, q, k, v, causal):
+    """(o, thunk) launching ``kernel`` as the ops do (the older source: its own layout)."""
+    import torch
+
+    import xsync as xs
+    from xsync.kernels.flash_attn import ops, schedule
+
+    b, h, s, d = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty((b * h, s), dtype=torch.float32, device=q.device)
+    cu_q, cu_k = ops._dense_offsets(b, s, s, q.device)
+    plan = schedule.lookup("nvidia", d, causal, s)
+    _, stages, merge = CANDIDATES[name]
+    cx = dict(plan.constexprs(), STAGES=stages, D=d, CAUSAL=int(causal))
+    rows = q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k, d ** -0.5
+    layout = (h, s, 0, h, s, 0, h, 0)
+    if name == "older":
+        grid = (math.ceil(s / (2 * cx["BM"])), b * h)
+        args = (*rows, h, 1, *layout)
+    else:
+        tiles = math.ceil(s / (2 * cx["BM"])) * b * h
+        persistent = plan.persistent and name != "single_tile"
+        grid = (ops.programs("nvidia", tiles, persistent, q.device),)
+        args = (*rows, h, 1, b, s, *layout)
+
+    def run():
+        with xs.options(nv_merge_pipes=merge):
+            kernel[grid](*args, backend="nvidia", **cx)
+    return o, run
+
+
+def _shapes(text: str):
+    return [tuple(int(x) for x in item.split(":")) for item in text.split(",") if item]
+
+
+def _compile(job):
+    name, older, d, causal = job
+    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
+    import torch
+    q, k, v = (torch.randn(1, 2, 256, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    _, run = _launcher(name, _kernel(name, older), q, k, v, bool(causal))
+    run()
+    torch.cuda.synchronize()
+    return job
+
+
+def main(argv=None) -> int:
+    import torch
+    import triton.testing
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--older", default=None, help="an older revision's kernels/flash_attn/kernel.py")
+    parser.add_argument("--shapes", default="128:1:16384,128:1:8192", help="d:causal:s,...")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
+    names = [n for n in CANDIDATES if n != "older" or args.older]
+    shapes = _shapes(args.shapes)
+    jobs = [(n, args.older, d, c) for d, c, _ in shapes for n in names]
+    with mp.get_context("spawn").Pool(min(len(jobs), 12)) as pool:
+        list(pool.imap_unordered(_compile, jobs))
+    rows = []
+    for d, causal, s in shapes:
+        b, h = 16384 // s, 2048 // d
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+        flop = 4.0 * b * h * s * s * d / (2 if causal else 1)
+        runs, errs = {}, {}
+        for name in names:
+            o, runs[name] = _launcher(name, _kernel(name, args.older), q, k, v, bool(causal))
+            runs[name]()
+            errs[name] = (o.float() - ref.float()).abs().max().item()
+
+        def cudnn():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+        runs["sdpa_cudnn"], errs["sdpa_cudnn"] = cudnn, 0.0
+        times = {name: [] for name in runs}
+        for _ in range(args.rounds):
+            for name, run in runs.items():
+                times[name].append(triton.testing.do_bench(run, warmup=10, rep=60))
+        for name, ms in times.items():
+            med = sorted(ms)[len(ms) // 2]
+            row = dict(d=d, causal=bool(causal), s=s, b=b, h=h, candidate=name, tflops=flop / med / 1e9,
+                       rounds=[flop / t / 1e9 for t in ms], max_abs_err_vs_sdpa=errs[name])
+            rows.append(row)
+            print(f"d={d} causal={bool(causal)} s={s} {name}: {row['tflops']:.0f} TFLOP/s "
+                  f"(rounds {', '.join(f'{x:.0f}' for x in row['rounds'])})", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                older=args.older, date=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    with open(os.path.join(args.out, "flash_attn_ab.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
