@@ -16,7 +16,7 @@ Placement does the rest:
 * Hopper: mma and softmax share a consumer warpgroup per replica, so s_out / p_in / pv_out
   are register hand-offs; the schedule passes fuse the PV product into the accumulator
   (`o_acc = mma(p, v, o_acc * alpha)`) and overlap the softmax with the next S and the
-  previous PV; the load role is a 1-warp TMA producer feeding K and V rings in shared memory.
+  previous PV; the load role is a 1-warp TMA producer (K and V: one ring after merge-pipes).
 * Ascend: load and mma sit on the cube core (it computes S and PV for both vector
   cores, replica after replica), the softmax on the two vector cores; s_out, p_in and
   pv_out cross cores through global-memory workspace slots and cube<->vector flags.
