@@ -185,12 +185,28 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     steps = 0
     results = []
     after = 0             # assignments checked since the first finding
+    # Assignments that unroll to the same programs (they differ in a value no sync action
+    # depends on) have the same runs: a run that found nothing is not repeated (its steps are
+    # counted again, so the report reads as if it had been). Whether the leads were measured
+    # changes the steps, so it is part of the key.
+    clean: dict[tuple, _Run] = {}
     for assignment, obs in found:
-        run = _Run(skel, sc, assignment, obs, leads, tables)
         # only look for bugs worse than the worst one found (at smaller scalar values), and
         # only among the next LOOK_FURTHER assignments: a hang found soon after a leftover
         # is the one to report
-        found_here = run.find(worst[0] if worst else 4, exhaustive)
+        below = worst[0] if worst else 4
+        ids = sc.unroll(assignment)
+        key = (tuple(map(tuple, ids)), below > 1)
+        run = clean.get(key)
+        if run is None:
+            run = _Run(skel, sc, assignment, obs, leads, tables, ids)
+            found_here = run.find(below, exhaustive)
+            if found_here is None:
+                clean[key] = run
+        else:
+            # the same programs found nothing at a threshold at least as high (the threshold
+            # only falls): nothing below this one either
+            found_here = None
         steps += run.steps
         results.append((assignment, obs, run))
         if found_here is not None:
@@ -381,6 +397,17 @@ class _Tables:
         self.keys = keys
         self.nkeys = len(keys)
         self.meet_key = [k[1] == "meet" for k in keys]
+        # Slot order from the positions (``_Run.slot_order``): per held slot (an endpoint's
+        # acquire/commit or wait/release of one pipe), the counters that take and give it
+        # back. That reading needs every counter's actions to lie in one instance's program
+        # (they do: a counter is one endpoint's or, for a meeting, one instance's).
+        self.local = all(self.key_inst[self.kid[aid]] == sc.act_inst[aid] for aid in range(len(sc.acts)))
+        sides: dict[int, dict[int, int]] = {}
+        for aid, held in enumerate(self.slot):
+            if held is not None:
+                sides.setdefault(held[0], {})[held[1]] = self.kid[aid]
+        self.slot_pairs = [(self.key_inst[next(iter(v.values()))], v.get(1), v[-1])
+                           for _, v in sorted(sides.items()) if -1 in v]
         # leads the target bounds, as counter ids: (spec, minuend ids, subtrahend id, use_min)
         self.holds: dict[int, list] = {}
         for idx, spec in enumerate(_Leads(skel).specs):
@@ -397,10 +424,10 @@ class _Tables:
 
 class _Run:
     def __init__(self, skel: Skeleton, sc: Scalars, assignment: Assignment, obs: dict,
-                 leads: _Leads, tables: _Tables):
+                 leads: _Leads, tables: _Tables, ids: list[list[int]] | None = None):
         self.skel, self.sc, self.assignment, self.obs, self.leads = skel, sc, assignment, obs, leads
         self.tables = tables
-        self.ids: list[list[int]] = sc.unroll(assignment)
+        self.ids: list[list[int]] = sc.unroll(assignment) if ids is None else ids
         self.lens = [len(p) for p in self.ids]
         self.links = {x.obj: x for x in skel.links}
         self.bars = {b.obj: b for b in skel.barriers}
@@ -555,6 +582,24 @@ class _Run:
     def slot_order(self):
         """(instance, position) of a commit without a slot from acquire or a release without a
         slot from wait, or None."""
+        if self.tables.local:
+            # the j-th give-back (commit, release) needs the j-th take (acquire, wait) before
+            # it: the first one without is where a scan of the program would stop
+            first = [INF] * len(self.ids)
+            pos = self.pos
+            for inst, take, give in self.tables.slot_pairs:
+                took, gave = (pos[take] if take is not None else ()), pos[give]
+                bad = gave[len(took)] if len(gave) > len(took) else INF
+                for t, g in zip(took, gave):
+                    if g < t:
+                        bad = g
+                        break
+                if bad < first[inst]:
+                    first[inst] = bad
+            for i, k in enumerate(first):
+                if k < INF:
+                    return i, k
+            return None
         slot = self.tables.slot
         for i, prog in enumerate(self.ids):
             held = [0] * self.tables.nkeys
