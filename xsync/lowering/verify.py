@@ -190,19 +190,31 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     # counted again, so the report reads as if it had been). Whether the leads were measured
     # changes the steps, so it is part of the key.
     clean: dict[tuple, _Run] = {}
+    # Programs that repeat, c times over, programs whose run found nothing at all (every
+    # instance runs the same block c times: a persistent tile loop checked for c tiles) are
+    # clean as well where the target bounds no lead (docs/verifier.md, "Repeated programs"):
+    # not run again, their steps are one per action, as their run would count them.
+    repeats = not leads.specs and not exhaustive
+    fully_clean: set[tuple] = set()
     for assignment, obs in found:
         # only look for bugs worse than the worst one found (at smaller scalar values), and
         # only among the next LOOK_FURTHER assignments: a hang found soon after a leftover
         # is the one to report
         below = worst[0] if worst else 4
         ids = sc.unroll(assignment)
-        key = (tuple(map(tuple, ids)), below > 1)
+        programs = tuple(map(tuple, ids))
+        key = (programs, below > 1)
         run = clean.get(key)
-        if run is None:
+        if run is None and repeats and _repeats_clean(programs, fully_clean):
+            run = _Repeated(sum(map(len, programs)))
+            found_here = None
+        elif run is None:
             run = _Run(skel, sc, assignment, obs, leads, tables, ids)
             found_here = run.find(below, exhaustive)
             if found_here is None:
                 clean[key] = run
+                if below == 4:
+                    fully_clean.add(programs)
         else:
             # the same programs found nothing at a threshold at least as high (the threshold
             # only falls): nothing below this one either
@@ -235,6 +247,38 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
                         tuple(unproven), sum(r[2].cross_checked for r in results),
                         tuple(sorted(sc.episodes)))
+
+
+@dataclass(frozen=True)
+class _Repeated:
+    """The run of programs that repeat a clean run's programs (``_repeats_clean``)."""
+
+    steps: int
+    cross_checked: int = 0
+
+
+def _repeats_clean(programs: tuple, fully_clean: set) -> bool:
+    """Whether every instance's program is, for one c >= 2, c copies of its program in a run
+    that found nothing (no deadlock, leftover or slot out of order; no lead is bounded).
+
+    Such a run ends with every channel balanced: as many commits as waits as releases per
+    consumer, acquires as commits, signals as waits per source, arrivals per member. Running
+    the clean run's interleaving c times in a row is then an interleaving of the repeated
+    programs: in copy r every action waits for the same action of copy r as in the clean
+    run (the counts of the copies before balance), or for one of an earlier copy, already
+    done. So the repeated programs finish (by confluence every maximal run does), their
+    slots pair up copy by copy and they end balanced."""
+    lens = [len(p) for p in programs]
+    g = 0
+    for n in lens:
+        g = math.gcd(g, n)
+    for c in range(2, min(g, 64) + 1):
+        if g % c:
+            continue
+        base = tuple(p[:len(p) // c] for p in programs)
+        if base in fully_clean and all(p == q * c for p, q in zip(programs, base)):
+            return True
+    return False
 
 
 def loop_bounds(sc: Scalars, skel: Skeleton):
