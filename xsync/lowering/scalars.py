@@ -935,10 +935,15 @@ class Scalars:
                 return None, names
             # every loop reaches its bound, where the scalars allow it
             short = [o for o in trips if o.loop_line in bounds and
-                     max(_trip_of(k[1].get(o)) for k in found) < bounds[o.loop_line]]
+                     max(_trip_of(v) for v in self._column(found, o)) < bounds[o.loop_line]]
             if not short or scale >= 8:
                 return found, names
             scale *= 2
+
+    def _column(self, found, o) -> list:
+        """The value of observation ``o`` in every assignment of ``found``."""
+        k = self.obs_index.get(o)
+        return [None] * len(found) if k is None else [values.values[k] for _, values in found]
 
     def _reach(self, var, trips, bounds) -> int:
         """A value of ``var`` by which every loop it bounds has run its bound."""
@@ -1082,23 +1087,18 @@ class Scalars:
             # The innermost loop. Its observations read v{j} and a few outer scalars; for given
             # values of those they are one list, whatever the other outer scalars are: built
             # once (``_memo``), keeping the first value of v{j} for each distinct tuple of them
-            # -- a later one gives a key already in ``out``.
-            # The keys this loop adds are then a function of the outer observations and those
-            # outer scalars: once they have been added, another prefix with the same ones adds
-            # nothing (``_done``).
+            # -- a later one gives a key already in ``out``. ``_added[outer observations]``
+            # holds the tuples whose key is in ``out``: a prefix whose tuples are all there
+            # adds nothing.
             here = [k for k in range(len(obs)) if obs_depth[k] == j]
             outer = [k for k in range(len(obs)) if obs_depth[k] < j]
             reads = sorted({slot(v)[0] for k in here for f in obs_forms[k] for v in _free(f)} - {j, -1})
             mine = "(" + "".join(f"o{k}, " for k in here) + ")"
             rest = "(" + "".join(f"v{i}, " for i in range(n)) + ")"
             out.append(pad + "_mk = (" + "".join(f"v{i}, " for i in reads) + ")")
-            out.append(pad + "_pk = (_mk, " + "".join(f"o{k}, " for k in outer) + ")")
-            out.append(pad + "if _pk in _done:")
-            out.append(pad + "    continue" if j > 0 else pad + "    return")
-            out.append(pad + "_done.add(_pk)")
-            out.append(pad + "_lst = _memo.get(_mk)")
-            out.append(pad + "if _lst is None:")
-            out.append(pad + "    _lst = _memo[_mk] = []")
+            out.append(pad + "_got = _memo.get(_mk)")
+            out.append(pad + "if _got is None:")
+            out.append(pad + "    _lst = []")
             out.append(pad + "    _seen = set()")
             out.append(pad + f"    for v{j} in D[{j}]:")
             inner = pad + "        "
@@ -1113,7 +1113,18 @@ class Scalars:
             out.append(inner + "if _t not in _seen:")
             out.append(inner + "    _seen.add(_t)")
             out.append(inner + f"    _lst.append((v{j}, _t))")
-            out.append(pad + f"for v{j}, {mine} in _lst:")
+            out.append(pad + "    _got = _memo[_mk] = (_lst, _seen)")
+            out.append(pad + "_pk = (" + "".join(f"o{k}, " for k in outer) + ")")
+            out.append(pad + "_add = _added.get(_pk)")
+            out.append(pad + "if _add is None:")
+            out.append(pad + "    _add = _added[_pk] = set()")
+            out.append(pad + "if _got[1] <= _add:")
+            out.append(pad + ("    continue" if j > 0 else "    return"))
+            out.append(pad + f"for v{j}, _t in _got[0]:")
+            out.append(pad + "    if _t in _add:")
+            out.append(pad + "        continue")
+            out.append(pad + "    _add.add(_t)")
+            out.append(pad + f"    {mine} = _t")
             out.append(pad + f"    key = {keys}")
             out.append(pad + f"    if key not in out: out[key] = {rest}")
 
@@ -1121,7 +1132,7 @@ class Scalars:
             out.append(pad + f"key = {keys}")
             out.append(pad + "out[key] = ()")
         else:
-            out.append(pad + "_memo, _done = {}, set()")
+            out.append(pad + "_memo, _added = {}, {}")
             emit(-1, pad)
         ns: dict = {}
         exec(compile("\n".join(out) + "\n", "<xsync scalars>", "exec"), ns)  # noqa: S102

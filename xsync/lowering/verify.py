@@ -195,7 +195,7 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     # clean as well where the target bounds no lead (docs/verifier.md, "Repeated programs"):
     # not run again, their steps are one per action, as their run would count them.
     repeats = not leads.specs and not exhaustive
-    fully_clean: set[tuple] = set()
+    fully_clean: dict[tuple, set] = {}      # program lengths -> programs of clean runs
     for assignment, obs in found:
         # only look for bugs worse than the worst one found (at smaller scalar values), and
         # only among the next LOOK_FURTHER assignments: a hang found soon after a leftover
@@ -214,7 +214,7 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
             if found_here is None:
                 clean[key] = run
                 if below == 4:
-                    fully_clean.add(programs)
+                    fully_clean.setdefault(tuple(map(len, programs)), set()).add(programs)
         else:
             # the same programs found nothing at a threshold at least as high (the threshold
             # only falls): nothing below this one either
@@ -257,7 +257,7 @@ class _Repeated:
     cross_checked: int = 0
 
 
-def _repeats_clean(programs: tuple, fully_clean: set) -> bool:
+def _repeats_clean(programs: tuple, fully_clean: dict) -> bool:
     """Whether every instance's program is, for one c >= 2, c copies of its program in a run
     that found nothing (no deadlock, leftover or slot out of order; no lead is bounded).
 
@@ -269,14 +269,15 @@ def _repeats_clean(programs: tuple, fully_clean: set) -> bool:
     done. So the repeated programs finish (by confluence every maximal run does), their
     slots pair up copy by copy and they end balanced."""
     lens = [len(p) for p in programs]
-    g = 0
-    for n in lens:
-        g = math.gcd(g, n)
+    g = math.gcd(*lens)
     for c in range(2, min(g, 64) + 1):
         if g % c:
             continue
+        clean = fully_clean.get(tuple(n // c for n in lens))
+        if not clean:
+            continue
         base = tuple(p[:len(p) // c] for p in programs)
-        if base in fully_clean and all(p == q * c for p, q in zip(programs, base)):
+        if base in clean and all(p == q * c for p, q in zip(programs, base)):
             return True
     return False
 
