@@ -70,7 +70,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xsync.errors import (VerifierLimitError, DeadlockError, LeftoverError, ProtocolError, SlotOrderError,
                           XSyncError)
@@ -99,6 +99,9 @@ class VerifyReport:
     unproven: tuple[str, ...] = ()
     cross_checked: int = 0      # runs also searched interleaving by interleaving (exhaustive=True)
     episodes: tuple[int, ...] = ()   # loops whose iterations are independent (scalars.episode_loops)
+    # assignments whose programs were simulated; the others unrolled to programs already run,
+    # or to a clean run's programs repeated (_repeats_clean). Not part of the verdict.
+    simulated: int = field(default=0, compare=False, repr=False)
 
     @property
     def trip_values(self) -> tuple[int, ...]:
@@ -196,6 +199,7 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     # not run again, their steps are one per action, as their run would count them.
     repeats = not leads.specs and not exhaustive
     fully_clean: dict[tuple, set] = {}      # program lengths -> programs of clean runs
+    simulated = 0
     for assignment, obs in found:
         # only look for bugs worse than the worst one found (at smaller scalar values), and
         # only among the next LOOK_FURTHER assignments: a hang found soon after a leftover
@@ -211,6 +215,7 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
         elif run is None:
             run = _Run(skel, sc, assignment, obs, leads, tables, ids)
             found_here = run.find(below, exhaustive)
+            simulated += 1
             if found_here is None:
                 clean[key] = run
                 if below == 4:
@@ -246,7 +251,7 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
                   if ln in runtime)
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
                         tuple(unproven), sum(r[2].cross_checked for r in results),
-                        tuple(sorted(sc.episodes)))
+                        tuple(sorted(sc.episodes)), simulated)
 
 
 @dataclass(frozen=True)
