@@ -732,6 +732,8 @@ class Scalars:
                                [where[k][0] for k in carried], depth)
         fn = _SWEEPS.get(source)
         if fn is None:
+            if len(_SWEEPS) >= _CACHE_CAP:
+                _SWEEPS.clear()
             ns = {"_cdiv": _cdiv}
             exec(compile(source, "<xsync episode sweep>", "exec"), ns)  # noqa: S102
             fn = _SWEEPS[source] = ns["_sweep"]
@@ -1236,6 +1238,7 @@ def _run_fast(prog, env, steps, values, overrides):
 
 
 _UNROLLERS: dict = {}       # generated unroller source -> factory (process-wide cache)
+_CACHE_CAP = 512            # generated functions kept per cache
 _NESTING_CAP = 12           # deeper programs keep the interpreter (Python's block limit is 20)
 
 
@@ -1314,6 +1317,8 @@ def _unroller(prog):
               f"    return _unroll\n")
     factory = _UNROLLERS.get(source)
     if factory is None:
+        if len(_UNROLLERS) >= _CACHE_CAP:
+            _UNROLLERS.clear()       # a long run of many kernels (the differential test)
         ns = {"trip": trip}
         exec(compile(source, "<xsync unroll>", "exec"), ns)  # noqa: S102
         factory = _UNROLLERS[source] = ns["_factory"]
