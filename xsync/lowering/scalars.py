@@ -50,6 +50,7 @@ TRIP_CAP = 512        # no loop bound beyond this many iterations is tried
 EPISODE_TRIPS = 3     # iterations of an episode loop checked (see episode_loops)
 Q_CAP = 64            # candidate multiples of a scalar's unit
 PERIOD_CAP = 64
+COMPILE_AFTER = 16    # unrolls interpreted before the programs are compiled (compiling costs ~1 ms)
 
 
 # ---------------------------------------------------------------- symbolic forms
@@ -188,6 +189,10 @@ def _py(x, var) -> str:
 _EVALUATORS: dict = {}      # generated code -> compiled evaluator (process-wide cache)
 
 
+def _env_ref(key: str) -> str:
+    return f"E[{key!r}]"
+
+
 def _cdiv(a, b):
     return -(-a // b)
 
@@ -276,6 +281,8 @@ class Scalars:
         self.loops: dict[int, LoopFacts] = {}
         self.opaque: dict[str, str] = {}      # key -> "bool" | "trip"
         self.programs = []
+        self._unrollers = None    # one generated function per program (see _unroller)
+        self._unrolled = 0        # unrolls so far (the first few are interpreted)
         self.acts: list[Act] = []                 # action index -> action
         self.act_inst: list[int] = []             # action index -> instance
         self._carried = False      # some bound or condition reads a value carried across iterations
@@ -367,7 +374,12 @@ class Scalars:
             fn = _EVALUATORS[code] = eval(f"lambda E: {code}", {"_cdiv": _cdiv})  # noqa: S307
         return fn
 
-    def _code(self, e):
+    def _code(self, e, ref=None):
+        """Python source of IR expression ``e`` (None: opaque). ``ref(key)`` spells a read of
+        the value named ``key`` (a name, ``xs.program_id(0)``, ``xs.load_scalar(cu, b)``);
+        by default ``E[key]``, a lookup in the evaluator's environment."""
+        if ref is None:
+            ref = _env_ref
         if isinstance(e, ir.Const):
             return repr(e.value)
         if isinstance(e, ir.Name):
@@ -375,25 +387,25 @@ class Scalars:
                 return repr(self.consts[e.id])
             if self.params.get(e.id) == "tensor" or e.id in self._opaque_names:
                 return None
-            return f"E[{e.id!r}]"
+            return ref(e.id)
         if isinstance(e, (ir.BinOp, ir.Compare)):
-            a, b = self._code(e.left), self._code(e.right)
+            a, b = self._code(e.left, ref), self._code(e.right, ref)
             return None if a is None or b is None else f"({a} {e.op} {b})"
         if isinstance(e, ir.UnaryOp):
-            a = self._code(e.operand)
+            a = self._code(e.operand, ref)
             return None if a is None else (f"(not {a})" if e.op == "not" else f"({e.op}{a})")
         if isinstance(e, ir.BoolOp):
-            parts = [self._code(v) for v in e.values]
+            parts = [self._code(v, ref) for v in e.values]
             return None if None in parts else "(" + f" {e.op} ".join(parts) + ")"
         if isinstance(e, ir.TupleExpr):
-            parts = [self._code(v) for v in e.items]
+            parts = [self._code(v, ref) for v in e.items]
             return None if None in parts else "(" + "".join(p + ", " for p in parts) + ")"
         if isinstance(e, ir.Call):
             if e.op in ("program_id", "num_programs", "load_scalar"):
-                return f"E[{text(e)!r}]"
+                return ref(text(e))
             if e.op == "replica_id":
                 return repr(self._inst.replica)
-            parts = [self._code(a) for a in e.args]
+            parts = [self._code(a, ref) for a in e.args]
             if None in parts:
                 return None
             if e.op == "cdiv":
@@ -403,6 +415,16 @@ class Scalars:
             if e.op == "where":
                 return f"({parts[1]} if {parts[0]} else {parts[2]})"
         return None
+
+    def _reads(self, e) -> list[str]:
+        """The environment keys the evaluator of ``e`` reads, in order of first use."""
+        found: dict[str, None] = {}
+
+        def ref(key):
+            found[key] = None
+            return _env_ref(key)
+        self._code(e, ref)
+        return list(found)
 
     # ------------------------------------------------------------ compile programs
     def _compile_block(self, nodes) -> list:
@@ -645,42 +667,126 @@ class Scalars:
             axes = sorted({k[k.index("("):] for k in keys if k.startswith(("xs.program_id", "xs.num_programs"))})
             others = sorted(k for k in keys if not k.startswith(("xs.program_id", "xs.num_programs")))
             dims = [[(p, m) for m in range(1, 5) for p in range(m)] for _ in axes] + [small for _ in others]
-            lets = [(m, [self._evaluator(v, None) for v in
-                         ((m.value,) if len(m.targets) == 1 else getattr(m.value, "items", ()))])
-                    for m in before]
-            bounds = self._evaluator(ir.TupleExpr((n.start, n.stop, n.step)), None)
             inner = [(m, [self._evaluator(m.value, None)]) for m in hoisted]
             targets = [(n.var, n.loc.line)] + [(m.targets[0], m.loc.line) for m, _ in inner]
             for key in targets:
                 images.setdefault(key, set())
             size = math.prod(len(d) for d in dims)
             stride = max(1, size // 50_000)      # a spread sample when the product is large
-            for combo in itertools.islice(itertools.product(*dims), 0, None, stride):
-                env = {}
-                for axis, (p, m) in zip(axes, combo):
-                    env[f"xs.program_id{axis}"], env[f"xs.num_programs{axis}"] = p, m
-                env.update(zip(others, combo[len(axes):]))
-                try:
-                    for m, fns in lets:
-                        for t, f in zip(m.targets, fns):
-                            if f is not None:
-                                env[t] = f(env)
-                    start, stop, step = bounds(env)
-                except (KeyError, TypeError, ZeroDivisionError, ValueError):
-                    continue
-                if not step:
-                    continue
-                for counter in itertools.islice(range(start, stop, step), 16):
-                    env[n.var] = counter
+            self._episode_sweep(n, before, inner, axes, others, dims, stride, targets, images)
+        # a value whose definition never evaluated stays symbolic (no image, no guess)
+        return {k: sorted(v) for k, v in images.items() if v}
+
+    def _episode_sweep(self, loop, before, inner, axes, others, dims, stride, targets, images):
+        """Add to ``images`` the values of ``targets`` (the counter of episode loop ``loop`` and
+        the tile coordinates computed from it by ``inner``) over the combinations of ``dims``
+        whose index in their product is a multiple of ``stride``: for each, the assignments
+        ``before`` the loop and its bounds are evaluated (a combination where one of them
+        fails is skipped), then the loop's first 16 iterations run.
+
+        One generated function does it (``_sweep_source``): nested loops over ``dims``, each
+        assignment evaluated at the depth of the last dimension it reads, and the iterations
+        run once per distinct (bounds, values the coordinates read) -- nothing else reaches
+        them, so the images are those of running every combination."""
+        where: dict[str, tuple[str, int]] = {}      # environment key -> (local name, depth)
+        for j, axis in enumerate(axes):
+            where[f"xs.program_id{axis}"] = (f"p{j}", j)
+            where[f"xs.num_programs{axis}"] = (f"q{j}", j)
+        for j, key in enumerate(others, len(axes)):
+            where[key] = (f"v{j}", j)
+        lets: list[tuple[int, str, str]] = []      # (depth, local, code) in program order
+
+        def spelled(e):
+            """(code over the locals, depth), or None when every combination fails there."""
+            reads = self._reads(e)
+            if any(k not in where for k in reads):
+                return None          # reads a value no combination defines: a KeyError
+            code = self._code(e, lambda k: where[k][0])
+            return code, max((where[k][1] for k in reads), default=-1)
+
+        for m in before:
+            values = (m.value,) if len(m.targets) == 1 else getattr(m.value, "items", ())
+            for t, v in zip(m.targets, values):
+                if self._code(v) is None:
+                    continue         # opaque: left unset, as the evaluator would
+                got = spelled(v)
+                if got is None:
+                    return
+                local = f"a{len(lets)}"
+                lets.append((got[1], local, got[0]))
+                where[t] = (local, got[1])
+        bounds_expr = ir.TupleExpr((loop.start, loop.stop, loop.step))
+        if self._code(bounds_expr) is None:
+            return                   # opaque bounds: every combination fails to unpack them
+        bounds = spelled(bounds_expr)
+        if bounds is None:
+            return
+        # what the iterations read from the environment before the loop
+        seen_keys: dict[str, None] = {}
+        for m, (f,) in inner:
+            if f is not None:
+                seen_keys.update(dict.fromkeys(self._reads(m.value)))
+        carried = [k for k in seen_keys if k in where]
+        depth = max([bounds[1]] + [d for d, _, _ in lets] + [where[k][1] for k in carried])
+        source = _sweep_source([len(d) for d in dims], len(axes), stride, lets, bounds,
+                               [where[k][0] for k in carried], depth)
+        fn = _SWEEPS.get(source)
+        if fn is None:
+            if len(_SWEEPS) >= _CACHE_CAP:
+                _SWEEPS.clear()
+            ns = {"_cdiv": _cdiv}
+            exec(compile(source, "<xsync episode sweep>", "exec"), ns)  # noqa: S102
+            fn = _SWEEPS[source] = ns["_sweep"]
+        fns = [f for _, (f,) in inner]
+        names = [key[0] for key in targets[1:]]
+
+        def iterations(start, stop, step, values):
+            """The original iteration loop (the values persist from one iteration to the next)."""
+            env = dict(zip(carried, values))
+            for counter in itertools.islice(range(start, stop, step), 16):
+                env[loop.var] = counter
+                images[targets[0]].add(counter)
+                for f, key in zip(fns, targets[1:]):
+                    try:
+                        env[key[0]] = f(env)
+                        images[key].add(env[key[0]])
+                    except (KeyError, TypeError, ZeroDivisionError, ValueError):
+                        env.pop(key[0], None)
+
+        # An iteration that reads only the counter, the values before the loop and the
+        # coordinates it computed itself is a function of (counter, those values): each such
+        # pair is run once. Its images are then the same sets as running every iteration;
+        # where a value is not a plain int the set's members could depend on the order they
+        # were added in (1 == 1.0), so that case runs the iterations in their original order.
+        reads = [set(self._reads(m.value)) if f is not None else set() for (m, (f,)) in inner]
+        independent = len(set(names)) == len(names) and loop.var not in names and all(
+            r <= (set(carried) - set(names)) | {loop.var} | set(names[:k]) for k, r in enumerate(reads))
+        if independent:
+            counters: dict[tuple, set] = {}
+
+            def collect(start, stop, step, values):
+                got = counters.get(values)
+                if got is None:
+                    got = counters[values] = set()
+                got.update(itertools.islice(range(start, stop, step), 16))
+            snapshot = {key: set(v) for key, v in images.items()}
+            fn(dims, collect)
+            for values, seen in counters.items():
+                base = dict(zip(carried, values))
+                for counter in sorted(seen):
+                    env = dict(base)
+                    env[loop.var] = counter
                     images[targets[0]].add(counter)
-                    for (m, (f,)), key in zip(inner, targets[1:]):
+                    for f, key in zip(fns, targets[1:]):
                         try:
                             env[key[0]] = f(env)
                             images[key].add(env[key[0]])
                         except (KeyError, TypeError, ZeroDivisionError, ValueError):
                             env.pop(key[0], None)
-        # a value whose definition never evaluated stays symbolic (no image, no guess)
-        return {k: sorted(v) for k, v in images.items() if v}
+            if all(type(x) is int for key in targets for x in images[key]):
+                return
+            images.update(snapshot)      # run again in the original order
+        fn(dims, iterations)
 
     # ------------------------------------------------------------ cut variables
     def _cuts(self):
@@ -831,10 +937,15 @@ class Scalars:
                 return None, names
             # every loop reaches its bound, where the scalars allow it
             short = [o for o in trips if o.loop_line in bounds and
-                     max(_trip_of(k[1].get(o)) for k in found) < bounds[o.loop_line]]
+                     max(_trip_of(v) for v in self._column(found, o)) < bounds[o.loop_line]]
             if not short or scale >= 8:
                 return found, names
             scale *= 2
+
+    def _column(self, found, o) -> list:
+        """The value of observation ``o`` in every assignment of ``found``."""
+        k = self.obs_index.get(o)
+        return [None] * len(found) if k is None else [values.values[k] for _, values in found]
 
     def _reach(self, var, trips, bounds) -> int:
         """A value of ``var`` by which every loop it bounds has run its bound."""
@@ -906,7 +1017,7 @@ class Scalars:
 
         levels: dict[int, list[str]] = {}
         risky: dict[int, bool] = {}     # a level divides by a scalar (or steps by one)
-        guard_depth, obs_depth = [], []
+        guard_depth, obs_depth, obs_forms = [], [], []
         for k, o in enumerate(obs):
             guards = [g for g, _ in o.guard]
             forms = list(o.form) if o.kind == "trip" else [o.form]
@@ -915,6 +1026,7 @@ class Scalars:
                     _divides_by_scalar(f) for f in forms + guards):
                 risky[d] = True
             obs_depth.append(d)
+            obs_forms.append(forms + guards)
             guard_depth.append(depth(guards))
             guard = " and ".join(f"({_py(g, var)})" if pol else f"(not {_py(g, var)})"
                                  for g, pol in o.guard) or "True"
@@ -958,6 +1070,9 @@ class Scalars:
                 out.append(pad + f"    if key not in out: out[key] = {rest}")
                 out.append(pad + "    continue")
             j = level + 1
+            if j == n - 1:
+                last(j, pad)
+                return
             out.append(pad + f"for v{j} in D[{j}]:")
             inner = pad + "    "
             if levels.get(j) and risky.get(j):
@@ -970,10 +1085,56 @@ class Scalars:
                 out.extend(inner + ln for ln in levels.get(j, []))
             emit(j, inner)
 
+        def last(j, pad):
+            # The innermost loop. Its observations read v{j} and a few outer scalars; for given
+            # values of those they are one list, whatever the other outer scalars are: built
+            # once (``_memo``), keeping the first value of v{j} for each distinct tuple of them
+            # -- a later one gives a key already in ``out``. ``_added[outer observations]``
+            # holds the tuples whose key is in ``out``: a prefix whose tuples are all there
+            # adds nothing.
+            here = [k for k in range(len(obs)) if obs_depth[k] == j]
+            outer = [k for k in range(len(obs)) if obs_depth[k] < j]
+            reads = sorted({slot(v)[0] for k in here for f in obs_forms[k] for v in _free(f)} - {j, -1})
+            mine = "(" + "".join(f"o{k}, " for k in here) + ")"
+            rest = "(" + "".join(f"v{i}, " for i in range(n)) + ")"
+            out.append(pad + "_mk = (" + "".join(f"v{i}, " for i in reads) + ")")
+            out.append(pad + "_got = _memo.get(_mk)")
+            out.append(pad + "if _got is None:")
+            out.append(pad + "    _lst = []")
+            out.append(pad + "    _seen = set()")
+            out.append(pad + f"    for v{j} in D[{j}]:")
+            inner = pad + "        "
+            if risky.get(j):
+                out.append(inner + "try:")
+                out.extend(inner + "    " + ln for ln in levels[j])
+                out.append(inner + "except (ZeroDivisionError, ValueError):")
+                out.append(inner + "    continue")
+            else:
+                out.extend(inner + ln for ln in levels[j])
+            out.append(inner + f"_t = {mine}")
+            out.append(inner + "if _t not in _seen:")
+            out.append(inner + "    _seen.add(_t)")
+            out.append(inner + f"    _lst.append((v{j}, _t))")
+            out.append(pad + "    _got = _memo[_mk] = (_lst, _seen)")
+            out.append(pad + "_pk = (" + "".join(f"o{k}, " for k in outer) + ")")
+            out.append(pad + "_add = _added.get(_pk)")
+            out.append(pad + "if _add is None:")
+            out.append(pad + "    _add = _added[_pk] = set()")
+            out.append(pad + "if _got[1] <= _add:")
+            out.append(pad + ("    continue" if j > 0 else "    return"))
+            out.append(pad + f"for v{j}, _t in _got[0]:")
+            out.append(pad + "    if _t in _add:")
+            out.append(pad + "        continue")
+            out.append(pad + "    _add.add(_t)")
+            out.append(pad + f"    {mine} = _t")
+            out.append(pad + f"    key = {keys}")
+            out.append(pad + f"    if key not in out: out[key] = {rest}")
+
         if n == 0:
             out.append(pad + f"key = {keys}")
             out.append(pad + "out[key] = ()")
         else:
+            out.append(pad + "_memo, _added = {}, {}")
             emit(-1, pad)
         ns: dict = {}
         exec(compile("\n".join(out) + "\n", "<xsync scalars>", "exec"), ns)  # noqa: S102
@@ -1011,13 +1172,25 @@ class Scalars:
         or Steps with their loop iterations when ``iters``."""
         values, overrides = dict(a.values), dict(a.overrides)
         out = []
+        if not iters:
+            self._unrolled += 1
+            if self._unrollers is None and self._unrolled > COMPILE_AFTER:
+                self._unrollers = [_unroller(prog) for prog in self.programs]
+            if self._unrollers is None:
+                for prog in self.programs:
+                    steps: list = []
+                    _run_fast(prog, dict(values), steps, values, overrides)
+                    out.append(steps)
+                return out
+            for fn in self._unrollers:
+                steps = []
+                fn(dict(values), steps, values, overrides)
+                out.append(steps)
+            return out
         for prog in self.programs:
-            steps: list = []
+            steps = []
             env = dict(values)
-            if iters:
-                _run(prog, env, (), steps, values, overrides, self.acts)
-            else:
-                _run_fast(prog, env, steps, values, overrides)
+            _run(prog, env, (), steps, values, overrides, self.acts)
             out.append(steps)
         return out
 
@@ -1064,6 +1237,94 @@ def _run_fast(prog, env, steps, values, overrides):
             _run_fast(n.body if value else n.orelse, env, steps, values, overrides)
 
 
+_UNROLLERS: dict = {}       # generated unroller source -> factory (process-wide cache)
+_CACHE_CAP = 512            # generated functions kept per cache
+_NESTING_CAP = 12           # deeper programs keep the interpreter (Python's block limit is 20)
+
+
+def _unroller(prog):
+    """``_run_fast`` for one program as a generated function ``fn(env, steps, values,
+    overrides)``: the same statements in the same order, without the interpretation -- a run
+    of consecutive actions is one ``extend`` of a constant tuple, and a loop whose body holds
+    only actions extends by the body times its trip count."""
+    consts: list = []           # the evaluators, passed to the factory as C0, C1, ...
+
+    def const(x) -> str:
+        consts.append(x)
+        return f"C{len(consts) - 1}"
+
+    lines: list[str] = []
+    depth = [0]
+
+    def block(nodes, pad, level):
+        depth[0] = max(depth[0], level)
+        start = len(lines)
+        run: list[int] = []
+
+        def flush():
+            if run:
+                lines.append(pad + f"ext({tuple(run)!r})")
+                run.clear()
+        for n in nodes:
+            if n.__class__ is int:
+                run.append(n)
+                continue
+            flush()
+            u = len(lines)
+            if isinstance(n, _XLet):
+                for t, f in zip(n.targets, n.fns):
+                    key = repr((t, n.line))
+                    lines.append(pad + f"if {key} in OV:")
+                    lines.append(pad + f"    E[{t!r}] = OV[{key}]")
+                    if f is not None:
+                        lines.append(pad + "else:")
+                        lines.append(pad + "    try:")
+                        lines.append(pad + f"        E[{t!r}] = {const(f)}(E)")
+                        lines.append(pad + f"    except {_FAILS}:")
+                        lines.append(pad + f"        E.pop({t!r}, None)")
+            elif isinstance(n, _XLoop):
+                if n.opaque:
+                    lines.append(pad + f"s{u}, c{u}, d{u} = 0, V[{n.opaque!r}], 1")
+                else:
+                    lines.append(pad + f"s{u}, e{u}, d{u} = {const(n.bounds)}(E)")
+                    lines.append(pad + f"c{u} = trip(s{u}, e{u}, d{u})")
+                if n.body and all(x.__class__ is int for x in n.body):
+                    # the body only appends: as _run_fast's loop of one action
+                    lines.append(pad + f"ext({tuple(n.body)!r} * c{u})")
+                    lines.append(pad + f"if c{u}:")
+                    lines.append(pad + f"    E[{n.var!r}] = s{u} + (c{u} - 1) * d{u}")
+                else:
+                    lines.append(pad + f"for i{u} in range(c{u}):")
+                    lines.append(pad + f"    E[{n.var!r}] = s{u} + i{u} * d{u}")
+                    block(n.body, pad + "    ", level + 1)
+            elif isinstance(n, _XBranch):
+                cond = f"V[{n.opaque!r}]" if n.opaque else f"{const(n.cond)}(E)"
+                lines.append(pad + f"if {cond}:")
+                block(n.body, pad + "    ", level + 1)
+                lines.append(pad + "else:")
+                block(n.orelse, pad + "    ", level + 1)
+        flush()
+        if len(lines) == start:
+            lines.append(pad + "pass")
+
+    block(prog, "        ", 1)
+    if depth[0] > _NESTING_CAP:
+        return lambda env, steps, values, overrides: _run_fast(prog, env, steps, values, overrides)
+    names = "".join(f"C{k}, " for k in range(len(consts)))
+    source = (f"def _factory({names}):\n"
+              f"    def _unroll(E, S, V, OV):\n"
+              f"        ext = S.extend\n" + "\n".join(lines) + "\n"
+              f"    return _unroll\n")
+    factory = _UNROLLERS.get(source)
+    if factory is None:
+        if len(_UNROLLERS) >= _CACHE_CAP:
+            _UNROLLERS.clear()       # a long run of many kernels (the differential test)
+        ns = {"trip": trip}
+        exec(compile(source, "<xsync unroll>", "exec"), ns)  # noqa: S102
+        factory = _UNROLLERS[source] = ns["_factory"]
+    return factory(*consts)
+
+
 def _run(prog, env, iters, steps, values, overrides, acts):
     for n in prog:
         if n.__class__ is int:
@@ -1090,6 +1351,77 @@ def _run(prog, env, iters, steps, values, overrides, acts):
         elif isinstance(n, _XBranch):
             value = values[n.opaque] if n.opaque else n.cond(env)
             _run(n.body if value else n.orelse, env, iters, steps, values, overrides, acts)
+
+
+_SWEEPS: dict = {}          # generated sweep source -> function (process-wide cache)
+_FAILS = "(KeyError, TypeError, ZeroDivisionError, ValueError)"
+
+
+def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
+    """Source of ``_sweep(D, visit)`` for ``Scalars._episode_sweep``: loops over dimensions
+    0 .. ``depth`` (the deeper ones change nothing the iterations see: they only count, for
+    the sample), ``lets`` = (depth, local, code) evaluated at their depth, a failure skipping
+    every combination below, then ``visit(start, stop, step, carried values)`` once per
+    distinct call. With ``stride`` > 1 a prefix is visited only if the block of product
+    indices under it holds a multiple of the stride."""
+    out = ["def _sweep(D, visit):", "    seen = set()"]
+    bounds_code, bounds_depth = bounds
+    key = "(start, stop, step, " + "".join(c + ", " for c in carried) + ")"
+
+    def body(level, pad):
+        # what is computed once the dimensions up to ``level`` are fixed
+        here = [(local, code) for d, local, code in lets if d == level]
+        if here or bounds_depth == level:
+            out.append(pad + "try:")
+            out.extend(pad + f"    {local} = {code}" for local, code in here)
+            if bounds_depth == level:
+                out.append(pad + f"    start, stop, step = {bounds_code}")
+            out.append(pad + f"except {_FAILS}:")
+            out.append(pad + ("    return" if level < 0 else "    continue"))
+            if bounds_depth == level:
+                out.append(pad + "if not step:")
+                out.append(pad + ("    return" if level < 0 else "    continue"))
+
+    def loops(level, pad):
+        body(level, pad)
+        if level == depth:
+            if stride > 1:
+                below = math.prod(lens[level + 1:])
+                if not below:
+                    return
+                # indices [f * below, (f + 1) * below) hold a multiple of the stride
+                out.append(pad + f"if -((-f{level} * {below}) // {stride}) * {stride} >= "
+                                 f"(f{level} + 1) * {below}:")
+                out.append(pad + "    continue")
+            elif not math.prod(lens[level + 1:]):
+                return
+            out.append(pad + f"k = {key}")
+            out.append(pad + "if k not in seen:")
+            out.append(pad + "    seen.add(k)")
+            out.append(pad + f"    visit(start, stop, step, ({''.join(c + ', ' for c in carried)}))")
+            return
+        j = level + 1
+        if stride > 1:
+            out.append(pad + f"for i{j}, x{j} in enumerate(D[{j}]):")
+            prev = f"f{level} * {lens[j]} + " if level >= 0 else ""
+            out.append(pad + f"    f{j} = {prev}i{j}")
+        else:
+            out.append(pad + f"for x{j} in D[{j}]:")
+        if j < n_axes:
+            out.append(pad + f"    p{j}, q{j} = x{j}")
+        else:
+            out.append(pad + f"    v{j} = x{j}")
+        loops(j, pad + "    ")
+
+    if depth < 0:       # no dimension read: one visit if the product is not empty
+        body(-1, "    ")
+        if not math.prod(lens):
+            out.append("    return")
+        else:
+            out.append(f"    visit(start, stop, step, ({''.join(c + ', ' for c in carried)}))")
+    else:
+        loops(-1, "    ")
+    return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------- episode loops

@@ -70,7 +70,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xsync.errors import (VerifierLimitError, DeadlockError, LeftoverError, ProtocolError, SlotOrderError,
                           XSyncError)
@@ -99,6 +99,9 @@ class VerifyReport:
     unproven: tuple[str, ...] = ()
     cross_checked: int = 0      # runs also searched interleaving by interleaving (exhaustive=True)
     episodes: tuple[int, ...] = ()   # loops whose iterations are independent (scalars.episode_loops)
+    # assignments whose programs were simulated; the others unrolled to programs already run,
+    # or to a clean run's programs repeated (_repeats_clean). Not part of the verdict.
+    simulated: int = field(default=0, compare=False, repr=False)
 
     @property
     def trip_values(self) -> tuple[int, ...]:
@@ -185,12 +188,42 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     steps = 0
     results = []
     after = 0             # assignments checked since the first finding
+    # Assignments that unroll to the same programs (they differ in a value no sync action
+    # depends on) have the same runs: a run that found nothing is not repeated (its steps are
+    # counted again, so the report reads as if it had been). Whether the leads were measured
+    # changes the steps, so it is part of the key.
+    clean: dict[tuple, _Run] = {}
+    # Programs that repeat, c times over, programs whose run found nothing at all (every
+    # instance runs the same block c times: a persistent tile loop checked for c tiles) are
+    # clean as well where the target bounds no lead (docs/verifier.md, "Repeated programs"):
+    # not run again, their steps are one per action, as their run would count them.
+    repeats = not leads.specs and not exhaustive
+    fully_clean: dict[tuple, set] = {}      # program lengths -> programs of clean runs
+    simulated = 0
     for assignment, obs in found:
-        run = _Run(skel, sc, assignment, obs, leads, tables)
         # only look for bugs worse than the worst one found (at smaller scalar values), and
         # only among the next LOOK_FURTHER assignments: a hang found soon after a leftover
         # is the one to report
-        found_here = run.find(worst[0] if worst else 4, exhaustive)
+        below = worst[0] if worst else 4
+        ids = sc.unroll(assignment)
+        programs = tuple(map(tuple, ids))
+        key = (programs, below > 1)
+        run = clean.get(key)
+        if run is None and repeats and _repeats_clean(programs, fully_clean):
+            run = _Repeated(sum(map(len, programs)))
+            found_here = None
+        elif run is None:
+            run = _Run(skel, sc, assignment, obs, leads, tables, ids)
+            found_here = run.find(below, exhaustive)
+            simulated += 1
+            if found_here is None:
+                clean[key] = run
+                if below == 4:
+                    fully_clean.setdefault(tuple(map(len, programs)), set()).add(programs)
+        else:
+            # the same programs found nothing at a threshold at least as high (the threshold
+            # only falls): nothing below this one either
+            found_here = None
         steps += run.steps
         results.append((assignment, obs, run))
         if found_here is not None:
@@ -218,7 +251,40 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
                   if ln in runtime)
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
                         tuple(unproven), sum(r[2].cross_checked for r in results),
-                        tuple(sorted(sc.episodes)))
+                        tuple(sorted(sc.episodes)), simulated)
+
+
+@dataclass(frozen=True)
+class _Repeated:
+    """The run of programs that repeat a clean run's programs (``_repeats_clean``)."""
+
+    steps: int
+    cross_checked: int = 0
+
+
+def _repeats_clean(programs: tuple, fully_clean: dict) -> bool:
+    """Whether every instance's program is, for one c >= 2, c copies of its program in a run
+    that found nothing (no deadlock, leftover or slot out of order; no lead is bounded).
+
+    Such a run ends with every channel balanced: as many commits as waits as releases per
+    consumer, acquires as commits, signals as waits per source, arrivals per member. Running
+    the clean run's interleaving c times in a row is then an interleaving of the repeated
+    programs: in copy r every action waits for the same action of copy r as in the clean
+    run (the counts of the copies before balance), or for one of an earlier copy, already
+    done. So the repeated programs finish (by confluence every maximal run does), their
+    slots pair up copy by copy and they end balanced."""
+    lens = [len(p) for p in programs]
+    g = math.gcd(*lens)
+    for c in range(2, min(g, 64) + 1):
+        if g % c:
+            continue
+        clean = fully_clean.get(tuple(n // c for n in lens))
+        if not clean:
+            continue
+        base = tuple(p[:len(p) // c] for p in programs)
+        if base in clean and all(p == q * c for p, q in zip(programs, base)):
+            return True
+    return False
 
 
 def loop_bounds(sc: Scalars, skel: Skeleton):
@@ -381,6 +447,17 @@ class _Tables:
         self.keys = keys
         self.nkeys = len(keys)
         self.meet_key = [k[1] == "meet" for k in keys]
+        # Slot order from the positions (``_Run.slot_order``): per held slot (an endpoint's
+        # acquire/commit or wait/release of one pipe), the counters that take and give it
+        # back. That reading needs every counter's actions to lie in one instance's program
+        # (they do: a counter is one endpoint's or, for a meeting, one instance's).
+        self.local = all(self.key_inst[self.kid[aid]] == sc.act_inst[aid] for aid in range(len(sc.acts)))
+        sides: dict[int, dict[int, int]] = {}
+        for aid, held in enumerate(self.slot):
+            if held is not None:
+                sides.setdefault(held[0], {})[held[1]] = self.kid[aid]
+        self.slot_pairs = [(self.key_inst[next(iter(v.values()))], v.get(1), v[-1])
+                           for _, v in sorted(sides.items()) if -1 in v]
         # leads the target bounds, as counter ids: (spec, minuend ids, subtrahend id, use_min)
         self.holds: dict[int, list] = {}
         for idx, spec in enumerate(_Leads(skel).specs):
@@ -397,10 +474,10 @@ class _Tables:
 
 class _Run:
     def __init__(self, skel: Skeleton, sc: Scalars, assignment: Assignment, obs: dict,
-                 leads: _Leads, tables: _Tables):
+                 leads: _Leads, tables: _Tables, ids: list[list[int]] | None = None):
         self.skel, self.sc, self.assignment, self.obs, self.leads = skel, sc, assignment, obs, leads
         self.tables = tables
-        self.ids: list[list[int]] = sc.unroll(assignment)
+        self.ids: list[list[int]] = sc.unroll(assignment) if ids is None else ids
         self.lens = [len(p) for p in self.ids]
         self.links = {x.obj: x for x in skel.links}
         self.bars = {b.obj: b for b in skel.barriers}
@@ -555,6 +632,24 @@ class _Run:
     def slot_order(self):
         """(instance, position) of a commit without a slot from acquire or a release without a
         slot from wait, or None."""
+        if self.tables.local:
+            # the j-th give-back (commit, release) needs the j-th take (acquire, wait) before
+            # it: the first one without is where a scan of the program would stop
+            first = [INF] * len(self.ids)
+            pos = self.pos
+            for inst, take, give in self.tables.slot_pairs:
+                took, gave = (pos[take] if take is not None else ()), pos[give]
+                bad = gave[len(took)] if len(gave) > len(took) else INF
+                for t, g in zip(took, gave):
+                    if g < t:
+                        bad = g
+                        break
+                if bad < first[inst]:
+                    first[inst] = bad
+            for i, k in enumerate(first):
+                if k < INF:
+                    return i, k
+            return None
         slot = self.tables.slot
         for i, prog in enumerate(self.ids):
             held = [0] * self.tables.nkeys
