@@ -23,7 +23,8 @@ releases B's. Applicability, for pipes A and B (A declared first; numbered as in
    sync operation, mma wait, loop or branch between the first and the last: A's commit is
    delayed only past B's acquire, which waits for nothing but the consumer's release of B.
 3. In that block the consumer role holds exactly one ``wait`` and one ``release`` of each,
-   A's wait before B's, A's release before B's, each wait before its release, unguarded.
+   A's wait before B's, A's release before B's, each wait before its release, unguarded; where
+   B's acquire or wait binds a slot variable, A's binds one too (it then carries both tiles).
    (B's tile was committed right after A's, so waiting for it at A's wait waits for nothing
    the consumer must do first; A's slot is released where B's was.)
 4. No other role, and no other block, acts on A or B.
@@ -129,6 +130,12 @@ def _check(kernel, a, b) -> str | None:
                 ("wait", a.name), ("wait", b.name), ("release", a.name), ("release", b.name)}:
             return (f"rule 3: '{a.dst}' does not wait for and release each of {a.name} and {b.name} once "
                     f"in the block at line {line}")
+        binds = {(s.verb, s.obj): s.target for _, s in prod}
+        binds.update({key: s.target for key, (_, s) in cons.items()})
+        for verb in ("acquire", "wait"):
+            if binds[verb, b.name] and not binds[verb, a.name]:
+                return (f"rule 3: {b.name}'s slot is bound by its {verb} but {a.name}'s is not (block at "
+                        f"line {line}): no slot variable would carry both tiles")
         if any(s.guard is not None for _, s in cons.values()) or any(s.guard is not None for _, s in prod):
             return f"rule 3: a guarded operation on {a.name} or {b.name} (block at line {line})"
         at = {k: i for k, (i, _) in cons.items()}
