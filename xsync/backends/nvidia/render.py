@@ -70,6 +70,7 @@ class RenderResult:
     num_bars: int
     debug_hang: bool
     descriptor_layouts: dict         # desc param -> (tensor, [rows, cols], element DType)
+    layouts: ModuleLayouts           # types and layouts of every agent (layouts.infer)
 
 
 class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
@@ -481,7 +482,8 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                 desc_layouts[n] = (t, list(shape), self.tensors[t].dtype)
         return RenderResult(src, k.name, params, self.tensors,
                             [(lb, a.name, r, w, g) for lb, a, r, w, g in parts], 4,
-                            self.wait_sites, agent_ids, self.num_bars, self.debug_hang, desc_layouts)
+                            self.wait_sites, agent_ids, self.num_bars, self.debug_hang, desc_layouts,
+                            self.module_layouts)
 
 
 def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation, options: dict | None = None):
