@@ -548,7 +548,7 @@ def test_host_descriptor_matches_tritons_constructor(dtype):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from xsync.backends.nvidia import host_descriptor
-    from xsync.backends.nvidia.values import nvmma_shared_layout
+    from xsync.backends.nvidia.layouts import nvmma_shared_layout
 
     dt = getattr(torch, dtype)
     block = [64, 64]

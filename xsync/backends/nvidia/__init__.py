@@ -202,7 +202,7 @@ class CompiledNvidia:
         """The kernel parameters with what each needs, computed once (layouts included)."""
         plan = self.__dict__.get("_plan")
         if plan is None:
-            from xsync.backends.nvidia.values import nvmma_shared_layout
+            from xsync.backends.nvidia.layouts import nvmma_shared_layout
 
             plan = []
             for name, kind, extra in self.result.params:
@@ -530,7 +530,8 @@ class PtxResult:
 
 def signature_of(result, scalar_types: dict | None = None) -> tuple[dict, dict]:
     scalar_types = scalar_types or {}
-    from xsync.backends.nvidia.values import SIG_DTYPES, nvmma_shared_layout
+    from xsync.backends.nvidia.layouts import nvmma_shared_layout
+    from xsync.backends.nvidia.values import SIG_DTYPES
 
     sig, attrs = {}, {}
     for i, (name, kind, extra) in enumerate(result.params):

@@ -36,7 +36,6 @@ module constant ``XS_BARS_SMEM``.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from xsync.api import DType
@@ -44,10 +43,10 @@ from xsync.backends.source import Emitter, PythonRenderer
 from xsync.errors import BackendError
 from xsync.lowering import ir
 from xsync.backends.nvidia.alloc import HopperAllocation, is_tma_pipe
+from xsync.backends.nvidia.layouts import ModuleLayouts, infer
 from xsync.backends.nvidia.sync_ops import SyncSpeller, WaitSite  # noqa: F401 - WaitSite: part of RenderResult
 from xsync.backends.nvidia.values import SCALAR, T, TensorUse, ValueSpeller
 from xsync.lowering.placement import Placement, Unit
-from xsync.lowering.protocol import NotConstant, evaluate
 from xsync.lowering.slicing import agent_body
 
 # The TMA global->shared load is spelled differently across the supported Triton versions:
@@ -58,7 +57,6 @@ TMA_LOAD_ALIAS = ('xs_tma_load = getattr(tma, "async_load", None) or tma.async_c
                   '  # Triton >= 3.8 / 3.6-3.7 spelling')
 
 
-@dataclass
 @dataclass
 class RenderResult:
     source: str
@@ -72,6 +70,7 @@ class RenderResult:
     num_bars: int
     debug_hang: bool
     descriptor_layouts: dict         # desc param -> (tensor, [rows, cols], element DType)
+    layouts: ModuleLayouts           # types and layouts of every agent (layouts.infer)
 
 
 class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
@@ -85,8 +84,6 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         self.bars_smem = int(self.options.get("bars_smem", 0))
         self.timeout_ms = int(self.options.get("hang_timeout_ms", 2000))
         self.consts = dict(kernel.constexpr_values)
-        self.layouts: dict[str, str] = {}        # constant name -> layout constructor
-        self.layout_notes: dict[str, str] = {}
         self.wait_sites: list[WaitSite] = []
         self.tensors: dict[str, TensorUse] = {}
         self.bar_base: dict[str, int] = {}       # "tiles:full" -> index base in xs_bars
@@ -96,6 +93,9 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         self._check_supported()
         self._collect_tensors()
         self._assign_barriers()
+        # types and layouts of every agent, once, before any text (layouts.py)
+        self.module_layouts: ModuleLayouts = infer(kernel, placement, allocation, self.consts, self.tensors)
+        self.layouts = {c.name: c for c in self.module_layouts.constants}
 
     # ------------------------------------------------------------ errors
     def fail(self, what, loc=None, objects=(), fix=""):
@@ -109,18 +109,6 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                         self.fail(f"pipe '{p.name}' field '{f.name}' has shape {list(f.shape)}; the Hopper "
                                   f"lowering keeps 2-D tiles in shared memory", loc=p.loc, objects=(p.name,),
                                   fix="use 2-D tiles for pipe fields")
-
-    # ------------------------------------------------------------ constants
-    def cval(self, e, what, loc):
-        try:
-            return evaluate(e, self.consts)
-        except (NotConstant, TypeError):
-            self.fail(f"{what} must be a compile-time constant", loc=loc,
-                      fix="use literals and constexpr parameters")
-
-    def shape_of(self, e, loc) -> tuple:
-        items = e.items if isinstance(e, ir.TupleExpr) else (e,)
-        return tuple(int(self.cval(x, "a tile shape", loc)) for x in items)
 
     # ------------------------------------------------------------ analysis
     def _collect_tensors(self):
@@ -197,7 +185,14 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         self.usual_cols = None
         self.role = agent.roles[0]
         self.role_block = None
+        inferred = self.module_layouts.agents[agent.name]
+        self.wants = inferred.wants
         self.block(stmts)
+        # what was spelled has the types the inference gave it (one set of rules, LayoutRules)
+        drift = sorted(n for n, t in self.env.items() if inferred.variables.get(n, t if t.kind == "scalar" else None) != t)
+        if drift:
+            self.fail(f"internal: the rendered types of {drift} in agent '{agent.name}' differ from the inferred ones",
+                      fix="report this kernel: the renderer and xsync/backends/nvidia/layouts.py disagree")
 
     def block(self, stmts):
         if not stmts:
@@ -263,16 +258,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             self.env[target] = SCALAR
             o.line(f"{target} = {v.id}  # line {s.loc.line}: the slot of '{self.slot_pipe[v.id].name}' kept")
             return
-        want = self.prefs.get(target)
-        prev = self.env.get(target)
-        if want is None and prev is not None and prev.kind == "tile":
-            # A loop-carried value must keep one layout. If the new value's natural layout
-            # differs, the next rendering pass gives the first definition that layout.
-            natural = self.peek(v)
-            if natural.kind == "tile" and natural.layout and natural.layout != prev.layout \
-                    and not natural.layout.startswith(("ROW_", "BLOCKED_")):
-                self.prefs.setdefault(target, natural.layout)
-            want = prev.layout
+        prev, want = self.assigned_type(target, v)   # a loop-carried value keeps one layout
         if isinstance(v, ir.Call) and v.op == "mma_wait":
             c, t = self.tx(v.args[0], want)
             n = int(self.cval(v.kwarg("pending", ir.Const(0)), "mma_wait pending", s.loc))
@@ -292,7 +278,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         else:
             code, t = self.tx(v, want)
             if t.kind == "tile" and want is not None and t.layout != want and (
-                    target in self.prefs or (prev is not None and prev.kind == "tile"
+                    target in self.wants or (prev is not None and prev.kind == "tile"
                                              and t.shape == prev.shape)):
                 # a value defined again (a loop-carried one, or a peeled copy of a loop body)
                 # keeps one layout: convert where the expression does not produce it
@@ -388,24 +374,14 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                 smem_args += [f"{p.name}_{f.name}" for f in p.fields]
         ws_args = pnames + smem_args + ["xs_bars"]
 
-        # agent functions (render twice: the first pass learns 1-D layout preferences)
+        # agent functions, each spelled once with the layouts inferred for it
         agent_src = {}
         for agent in self.placement.agents:
-            warps = self.allocation.partitions_of(agent.name)[0].warps
-            self.warps = warps
+            self.warps = self.allocation.partitions_of(agent.name)[0].warps
             stmts = agent_body(k, agent)
-            self.prefs = {}
-            first_site = len(self.wait_sites)
-            # render until the layout preferences settle: a use may ask an earlier definition
-            # for a layout (a loop-carried value, a peeled copy of the loop body)
-            for attempt in range(4):
-                settled = dict(self.prefs)
-                del self.wait_sites[first_site:]
-                self.out = Emitter()
-                self.out.depth = 1
-                self.render_agent_body(agent, agent.replicas, stmts)
-                if attempt >= 1 and self.prefs == settled:
-                    break
+            self.out = Emitter()
+            self.out.depth = 1
+            self.render_agent_body(agent, agent.replicas, stmts)
             agent_src[agent.name] = (self.out, stmts)
 
         o = body_out
@@ -428,8 +404,8 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                 o.line(f"{name} = gl.constexpr({self.const(value) if isinstance(value, DType) else repr(value)})")
             o.line()
         o.line("# layouts")
-        for name, ctor in self.layouts.items():
-            o.line(f"{name} = gl.constexpr({ctor})  # {self.layout_notes[name]}")
+        for c in self.module_layouts.constants:
+            o.line(f"{c.name} = gl.constexpr({c.ctor})  # {c.note}")
         o.line()
         o.line(f"# mbarriers: one array xs_bars[{max(1, self.num_bars)}]; index bases per sync object "
                f"(from the allocation table)")
@@ -498,11 +474,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             o.line(f"], {[w for _, _, w, _ in calls[1:]]}, {[r for _, _, _, r in calls[1:]]})")
         o.dedent()
 
-        # move the layouts the agent bodies discovered into the module header
         src = o.source()
-        lay_lines = "\n".join(f"{n} = gl.constexpr({c})  # {self.layout_notes[n]}" for n, c in self.layouts.items())
-        src = re.sub(r"# layouts\n(?:[A-Z0-9_x]+ = gl\.constexpr\(.*\n)*", "# layouts\n" + lay_lines + "\n", src, count=1)
-
         desc_layouts = {}
         for n, kind, extra in params:
             if kind == "desc":
@@ -510,7 +482,8 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                 desc_layouts[n] = (t, list(shape), self.tensors[t].dtype)
         return RenderResult(src, k.name, params, self.tensors,
                             [(lb, a.name, r, w, g) for lb, a, r, w, g in parts], 4,
-                            self.wait_sites, agent_ids, self.num_bars, self.debug_hang, desc_layouts)
+                            self.wait_sites, agent_ids, self.num_bars, self.debug_hang, desc_layouts,
+                            self.module_layouts)
 
 
 def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation, options: dict | None = None):

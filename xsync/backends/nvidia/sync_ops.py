@@ -9,7 +9,7 @@ from xsync.backends.nvidia.alloc import is_tma_pipe
 from xsync.backends.source import Emitter
 from xsync.lowering import ir
 from xsync.lowering.protocol import NotConstant, acting_role, evaluate
-from xsync.backends.nvidia.values import SCALAR
+from xsync.backends.nvidia.layouts import SCALAR
 
 
 @dataclass

@@ -3,15 +3,17 @@ operands, loads (a mixin of :class:`xsync.backends.nvidia.render.NvidiaRenderer`
 
 Each expression renders to (Gluon code, :class:`T`): its kind (scalar, register tile, shared-
 memory tile), shape, dtype and layout. A tile takes the layout its use asks for (``want``)
-where it can, so a loop-carried value keeps one layout; the renderer re-renders an agent
-until the preferences settle (``NvidiaRenderer.render``).
+where it can; what a use asks of an earlier definition (a loop-carried value keeps one
+layout) is settled before rendering (:mod:`xsync.backends.nvidia.layouts`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from xsync.api import DType
-from xsync.backends.source import _PRECEDENCE, Emitter, float_literal
+from xsync.backends.nvidia.layouts import SCALAR, LayoutRules, T
+from xsync.backends.source import _PRECEDENCE, float_literal
+from xsync.errors import BackendError
 from xsync.lowering import ir
 
 GL_DTYPES = {"float16": "gl.float16", "bfloat16": "gl.bfloat16", "float32": "gl.float32",
@@ -19,19 +21,6 @@ GL_DTYPES = {"float16": "gl.float16", "bfloat16": "gl.bfloat16", "float32": "gl.
 SIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int1": "i1"}
 _GL_OPS = {"exp2": "gl.exp2", "log2": "gl.log2", "maximum": "gl.maximum", "minimum": "gl.minimum",
            "cdiv": "gl.cdiv", "program_id": "gl.program_id", "num_programs": "gl.num_programs"}
-
-
-# ---------------------------------------------------------------- value types
-# ---------------------------------------------------------------- value types
-@dataclass(frozen=True)
-class T:
-    kind: str                       # scalar | tile | smem
-    shape: tuple = ()
-    dtype: DType | None = None
-    layout: str | None = None       # rendered Gluon layout expression (tiles, smem)
-
-
-SCALAR = T("scalar")
 
 
 @dataclass
@@ -45,62 +34,17 @@ class TensorUse:
     table: bool = False                         # 1-D int32 table read with xs.load_scalar
 
 
-def nvmma_shared_layout(shape, dtype: DType):
-    """The NVMMASharedLayout Gluon picks for a tile (TMA boxes and wgmma operands)."""
-    from triton.experimental.gluon import language as gl
-    return gl.NVMMASharedLayout.get_default_for(list(shape), getattr(gl, dtype.name))
-
-
-def nvmma_shared_repr(shape, dtype: DType) -> str:
-    try:
-        return "gl." + repr(nvmma_shared_layout(shape, dtype))
-    except ImportError:
-        # No triton here (e.g. `xsync lower` in the core venv): same rule as
-        # NVMMASharedLayout.get_default_for for 2-D, non-transposed tiles.
-        row_bytes = shape[-1] * dtype.bits // 8
-        swizzle = next((w for w in (128, 64, 32) if row_bytes >= w), 0)
-        return (f"gl.NVMMASharedLayout(swizzle_byte_width={swizzle}, element_bitwidth={dtype.bits}, "
-                f"rank=2, transposed=False, fp4_padded=False, cga_layout=[])")
-
-
-def _pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
-class ValueSpeller:
-    """Expressions, layouts and types (state: ``env``, ``layouts``, ``consts``, ``tensors``
-    of the renderer)."""
+class ValueSpeller(LayoutRules):
+    """Expressions in Gluon (state: ``env``, ``layouts``, ``consts``, ``tensors`` of the
+    renderer); their types and layouts follow :class:`LayoutRules`, the layout requests on
+    earlier definitions (``wants``) come settled from :func:`xsync.backends.nvidia.layouts.infer`."""
 
     # ------------------------------------------------------------ layouts
     def layout_const(self, name: str, ctor: str, note: str) -> str:
-        self.layouts.setdefault(name, ctor)
-        self.layout_notes.setdefault(name, note)
+        # every layout was named by the inference (layouts.infer) before any text
+        if name not in self.layouts:
+            raise BackendError(f"internal: layout {name} was not inferred before rendering", loc=self.kernel.loc)
         return name
-
-    def layout2d(self, shape) -> str:
-        """Distributed layout of a 2-D register tile in the current partition."""
-        r, c = shape
-        if self.warps == 4 and c % 8 == 0 and 8 <= c <= 256:
-            # The wgmma accumulator layout depends on the column count only, so every
-            # [*, c] tile of a consumer warpgroup shares it (no layout conversions).
-            return self.layout_const(
-                f"ACC_N{c}",
-                f"gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, {c}, 16])",
-                f"wgmma accumulator layout: [*, {c}] tiles of a consumer warpgroup")
-        w = self.warps
-        return self.layout_const(
-            f"BLOCKED_{w}W", f"gl.BlockedLayout([1, 4], [4, 8], [{w}, 1], [1, 0])",
-            f"2-D register tiles in {w}-warp partitions")
-
-    def layout1d(self) -> str:
-        w = self.warps
-        return self.layout_const(f"ROW_{w}W", f"gl.BlockedLayout([1], [32], [{w}], [0])",
-                                 f"1-D register tiles in {w}-warp partitions")
-
-    def smem_layout(self, shape, dtype) -> str:
-        name = f"SMEM_{dtype.name.upper()}_{shape[0]}x{shape[1]}"
-        return self.layout_const(name, nvmma_shared_repr(shape, dtype),
-                                 f"shared-memory tile [{shape[0]}, {shape[1]}] {dtype.name}")
 
     # ------------------------------------------------------------ expressions
     def dtype(self, d) -> str:
@@ -117,8 +61,6 @@ class ValueSpeller:
 
     def want_cvt(self, code: str, t: T, want: str | None, name: str | None = None):
         if t.kind == "tile" and want is not None and t.layout != want:
-            if name is not None and len(t.shape) == 1 and not want.startswith(("ROW_", "BLOCKED_")):
-                self.prefs.setdefault(name, want)
             return f"gl.convert_layout({code}, {want})", T("tile", t.shape, t.dtype, want)
         return code, t
 
@@ -183,50 +125,8 @@ class ValueSpeller:
         raise TypeError(f"cannot render {e!r}")
 
     def peek(self, e) -> T:
-        """Type of ``e`` without keeping the rendering (used to plan layouts)."""
-        saved = (self.tmp, dict(self.prefs), self.out, list(self.last_mma_reads))
-        self.out = Emitter()
-        try:
-            return self.tx(e)[1]
-        finally:
-            self.tmp, self.prefs, self.out, self.last_mma_reads = saved
-
-    def bshape(self, ts, want):
-        tiles = [t for t in ts if t.kind == "tile"]
-        if not tiles:
-            return None, None
-        rank = max(len(t.shape) for t in tiles)
-        shape = [1] * rank
-        for t in tiles:
-            for i, d in enumerate((1,) * (rank - len(t.shape)) + tuple(t.shape)):
-                shape[i] = max(shape[i], d)
-        shape = tuple(shape)
-        if want is not None:
-            return shape, want
-        full = [t.layout for t in tiles if tuple(t.shape) == shape and t.layout]
-        if full:
-            # prefer a layout some computation produced over a default one (ROW_/BLOCKED_)
-            derived = [lay for lay in full if not lay.startswith(("ROW_", "BLOCKED_"))]
-            return shape, (derived or full)[0]
-        if rank == 2:
-            return shape, self.layout2d(shape)
-        lays = [t.layout for t in tiles if t.layout]
-        return shape, lays[0] if lays else self.layout1d()
-
-    @staticmethod
-    def child_want(t, shape, lay):
-        if shape is None or t.kind != "tile":
-            return None
-        return lay
-
-    @staticmethod
-    def promote(*ts):
-        dts = [t.dtype for t in ts if t.kind == "tile" and t.dtype is not None]
-        for name in ("float32", "bfloat16", "float16"):
-            for d in dts:
-                if d.name == name:
-                    return d
-        return dts[0] if dts else None
+        """Type of ``e`` before spelling it (to plan its operands' layouts)."""
+        return self.type_of(e)
 
     def subscript(self, e: ir.Subscript, want):
         inner = self.peek(e.value)
@@ -234,15 +134,8 @@ class ValueSpeller:
         if inner.kind != "tile" or len(inner.shape) != 1 or len(e.index) != 2:
             c, t = self.tx(e.value, None, 99)
             return f"{c}[{idx}]", t
-        dim = e.index.index(None)           # expanded axis
+        dim, parent = self.subscript_axis(e, inner, want)
         shape = (1, inner.shape[0]) if dim == 0 else (inner.shape[0], 1)
-        parent = want or (inner.layout[len(f"gl.SliceLayout({dim}, "):-1]
-                          if inner.layout and inner.layout.startswith(f"gl.SliceLayout({dim}, ") else None)
-        if parent is None:
-            # the other extent is unknown here: guess the agent's usual column count (the
-            # second rendering pass fixes a wrong guess through the recorded preferences)
-            cols = inner.shape[0] if dim == 0 else self.usual_cols or inner.shape[0]
-            parent = self.layout2d((64, cols))
         c, _ = self.tx(e.value, f"gl.SliceLayout({dim}, {parent})", 99)
         return f"{c}[{idx}]", T("tile", shape, inner.dtype, parent)
 
@@ -251,11 +144,8 @@ class ValueSpeller:
         pipe = self.slot_pipe.get(slot)
         if pipe is None:
             self.fail(f"`{slot}.{e.attr}` is not a slot field here")
-        spec = pipe.field(e.attr)
-        if not self.placement.crosses(pipe):
-            t = self.env.get(f"{pipe.name}_{e.attr}", T("tile", spec.shape, spec.dtype, None))
-            return f"{pipe.name}_{e.attr}", t
-        return f"{pipe.name}_{e.attr}.index({slot})", T("smem", spec.shape, spec.dtype, self.smem_layout(spec.shape, spec.dtype))
+        t = self.field_type(e)
+        return (f"{pipe.name}_{e.attr}" if t.kind != "smem" else f"{pipe.name}_{e.attr}.index({slot})"), t
 
     def smem_operand(self, e):
         """Shared-memory view for an mma operand, or None if it lives in registers."""
@@ -290,11 +180,9 @@ class ValueSpeller:
             args = [self.tx(a, self.child_want(t, shape, lay))[0] for a, t in zip(e.args, ts)]
             return f"gl.where({', '.join(args)})", T("tile", shape, self.promote(*ts[1:]), lay)
         if op == "arange":
+            t = self.type_of(e, want)
             a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
-            if not _pow2(b - a):
-                self.fail(f"xs.arange({a}, {b}): the length must be a power of two", loc=self.loc)
-            lay = want or self.layout1d()
-            return f"gl.arange({a}, {b}, layout={lay})", T("tile", (b - a,), DType("int32", 32), lay)
+            return f"gl.arange({a}, {b}, layout={t.layout})", t
         if op in ("zeros", "full"):
             shape = self.shape_of(e.args[0], self.loc)
             dt = e.args[-1].value
@@ -329,34 +217,17 @@ class ValueSpeller:
         self.fail(f"xs.{op} has no Hopper lowering yet", loc=self.loc)
 
     def mma(self, e: ir.Call, want):
-        if self.warps != 4:
-            self.fail("xs.mma outside a 4-warp consumer partition", loc=self.loc)
+        at, bt, acc_l = self.mma_shapes(e)
         a, b = e.args[0], e.args[1]
-        bs = self.smem_operand(b)
-        if bs is None:
-            self.fail("the B operand of xs.mma must come from a pipe slot (wgmma reads B from shared "
-                      "memory)", loc=self.loc, fix="pass B through a pipe from its producer role")
-        bview, bt = bs
-        at = self.peek(a) if self.smem_operand(a) is None else self.smem_operand(a)[1]
         m, n = at.shape[0], bt.shape[1]
-        acc_l = self.layout2d((m, n))
-        if not acc_l.startswith("ACC_") or m % 64:
-            self.fail(f"xs.mma result [{m}, {n}] has no wgmma layout (M must be a multiple of 64, "
-                      f"N a multiple of 8 up to 256)", loc=self.loc)
+        bview = self.smem_operand(b)[0]
         reads = [bview]
         asm = self.smem_operand(a)
         if asm is not None:
             acode = asm[0]
             reads.insert(0, acode)
         else:
-            bits = (at.dtype.bits if at.dtype else 16)
-            dot_l = f"gl.DotOperandLayout(operand_index=0, parent={acc_l}, k_width={32 // bits})"
-            if isinstance(a, ir.Name) and a.id not in self.consts and at.kind == "tile" and at.layout != dot_l:
-                # a register A operand held in a variable (Q in attention): give its
-                # definition the operand layout (next rendering pass), so a loop does
-                # not convert it on every iteration
-                self.prefs.setdefault(a.id, dot_l)
-            acode, _ = self.tx(a, dot_l)
+            acode, _ = self.tx(a, self.dot_operand_layout(acc_l, at))
         if len(e.args) > 2 and not (isinstance(e.args[2], ir.Const) and e.args[2].value is None):
             ccode, _ = self.tx(e.args[2], acc_l)
         else:

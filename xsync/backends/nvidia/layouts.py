@@ -1,0 +1,516 @@
+"""Types and layouts of the Hopper lowering, inferred once per agent program before any text
+is emitted (the renderer, :mod:`xsync.backends.nvidia.render`, only spells them).
+
+Every value has a :class:`T`: kind (scalar, register tile, shared-memory tile), shape, dtype
+and layout. A tile takes the layout its use asks for (``want``) where it can. Some uses ask an
+*earlier* definition for a layout: a loop-carried value must keep one layout (the layout a
+later assignment produces, unless that is a default one), a 1-D value converted where it is
+used, a register A operand of a wgmma (Q in attention: its definition takes the operand
+layout, so a loop does not convert it each iteration). :class:`LayoutInference` walks an
+agent's statements and collects these requests (``wants``) until a walk adds none: the
+fixpoint. The result is an :class:`AgentLayouts`; the layout constants every agent and the
+entry function use make up :class:`ModuleLayouts` (the module header).
+
+:class:`LayoutRules` is shared with the renderer: the same rules (layout2d, bshape, type_of)
+give the renderer the types of sub-expressions it has not spelled yet.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from xsync.api import DType
+from xsync.backends.nvidia.alloc import is_tma_pipe
+from xsync.errors import BackendError
+from xsync.lowering import ir
+from xsync.lowering.protocol import NotConstant, evaluate
+from xsync.lowering.slicing import agent_body
+
+DEFAULT_LAYOUTS = ("ROW_", "BLOCKED_")     # prefixes of the layouts a tile gets when nothing asks
+WALKS = 4                                  # a fixpoint takes two walks in every kernel so far
+
+
+@dataclass(frozen=True)
+class T:
+    kind: str                       # scalar | tile | smem
+    shape: tuple = ()
+    dtype: DType | None = None
+    layout: str | None = None       # Gluon layout expression (tiles, smem)
+
+
+SCALAR = T("scalar")
+
+
+@dataclass(frozen=True)
+class LayoutConstant:
+    """One ``NAME = gl.constexpr(<ctor>)  # note`` line of the module header."""
+
+    name: str
+    ctor: str
+    note: str
+
+
+@dataclass(frozen=True)
+class AgentLayouts:
+    agent: str
+    wants: Mapping[str, str]        # variable -> the layout its definitions take (the fixpoint)
+    variables: Mapping[str, T]      # variable -> its type at the end of the program
+    walks: int                      # walks until the wants settled
+
+
+@dataclass(frozen=True)
+class ModuleLayouts:
+    agents: Mapping[str, AgentLayouts]
+    constants: tuple[LayoutConstant, ...]   # in order of first use
+
+
+def nvmma_shared_layout(shape, dtype: DType):
+    """The NVMMASharedLayout Gluon picks for a tile (TMA boxes and wgmma operands)."""
+    from triton.experimental.gluon import language as gl
+    return gl.NVMMASharedLayout.get_default_for(list(shape), getattr(gl, dtype.name))
+
+
+def nvmma_shared_repr(shape, dtype: DType) -> str:
+    try:
+        return "gl." + repr(nvmma_shared_layout(shape, dtype))
+    except ImportError:
+        # No triton here (e.g. `xsync lower` in the core venv): same rule as
+        # NVMMASharedLayout.get_default_for for 2-D, non-transposed tiles.
+        row_bytes = shape[-1] * dtype.bits // 8
+        swizzle = next((w for w in (128, 64, 32) if row_bytes >= w), 0)
+        return (f"gl.NVMMASharedLayout(swizzle_byte_width={swizzle}, element_bitwidth={dtype.bits}, "
+                f"rank=2, transposed=False, fp4_padded=False, cga_layout=[])")
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+class LayoutRules:
+    """Layout choices and expression types (state: ``env``, ``slot_pipe``, ``consts``,
+    ``tensors``, ``warps``, ``usual_cols``, ``wants``, ``layouts``, ``placement``, ``loc``).
+
+    ``type_of(e, want, record)`` is the type the renderer's spelling of ``e`` has;
+    ``record`` says whether requests on earlier definitions count (not for look-aheads)."""
+
+    recording = False               # the inference records requests; the renderer reads them
+
+    # ------------------------------------------------------------ constants
+    def cval(self, e, what, loc):
+        try:
+            return evaluate(e, self.consts)
+        except (NotConstant, TypeError):
+            self.fail(f"{what} must be a compile-time constant", loc=loc,
+                      fix="use literals and constexpr parameters")
+
+    def shape_of(self, e, loc) -> tuple:
+        items = e.items if isinstance(e, ir.TupleExpr) else (e,)
+        return tuple(int(self.cval(x, "a tile shape", loc)) for x in items)
+
+    # ------------------------------------------------------------ layouts
+    def layout_const(self, name: str, ctor: str, note: str) -> str:
+        self.layouts.setdefault(name, LayoutConstant(name, ctor, note))
+        return name
+
+    def layout2d(self, shape) -> str:
+        """Distributed layout of a 2-D register tile in the current partition."""
+        r, c = shape
+        if self.warps == 4 and c % 8 == 0 and 8 <= c <= 256:
+            # The wgmma accumulator layout depends on the column count only, so every
+            # [*, c] tile of a consumer warpgroup shares it (no layout conversions).
+            return self.layout_const(
+                f"ACC_N{c}",
+                f"gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, {c}, 16])",
+                f"wgmma accumulator layout: [*, {c}] tiles of a consumer warpgroup")
+        w = self.warps
+        return self.layout_const(
+            f"BLOCKED_{w}W", f"gl.BlockedLayout([1, 4], [4, 8], [{w}, 1], [1, 0])",
+            f"2-D register tiles in {w}-warp partitions")
+
+    def layout1d(self) -> str:
+        w = self.warps
+        return self.layout_const(f"ROW_{w}W", f"gl.BlockedLayout([1], [32], [{w}], [0])",
+                                 f"1-D register tiles in {w}-warp partitions")
+
+    def smem_layout(self, shape, dtype) -> str:
+        name = f"SMEM_{dtype.name.upper()}_{shape[0]}x{shape[1]}"
+        return self.layout_const(name, nvmma_shared_repr(shape, dtype),
+                                 f"shared-memory tile [{shape[0]}, {shape[1]}] {dtype.name}")
+
+    def bshape(self, ts, want):
+        tiles = [t for t in ts if t.kind == "tile"]
+        if not tiles:
+            return None, None
+        rank = max(len(t.shape) for t in tiles)
+        shape = [1] * rank
+        for t in tiles:
+            for i, d in enumerate((1,) * (rank - len(t.shape)) + tuple(t.shape)):
+                shape[i] = max(shape[i], d)
+        shape = tuple(shape)
+        if want is not None:
+            return shape, want
+        full = [t.layout for t in tiles if tuple(t.shape) == shape and t.layout]
+        if full:
+            # prefer a layout some computation produced over a default one (ROW_/BLOCKED_)
+            derived = [lay for lay in full if not lay.startswith(DEFAULT_LAYOUTS)]
+            return shape, (derived or full)[0]
+        if rank == 2:
+            return shape, self.layout2d(shape)
+        lays = [t.layout for t in tiles if t.layout]
+        return shape, lays[0] if lays else self.layout1d()
+
+    @staticmethod
+    def child_want(t, shape, lay):
+        if shape is None or t.kind != "tile":
+            return None
+        return lay
+
+    @staticmethod
+    def promote(*ts):
+        dts = [t.dtype for t in ts if t.kind == "tile" and t.dtype is not None]
+        for name in ("float32", "bfloat16", "float16"):
+            for d in dts:
+                if d.name == name:
+                    return d
+        return dts[0] if dts else None
+
+    def dot_operand_layout(self, acc_l: str, at: T) -> str:
+        bits = (at.dtype.bits if at.dtype else 16)
+        return f"gl.DotOperandLayout(operand_index=0, parent={acc_l}, k_width={32 // bits})"
+
+    # ------------------------------------------------------------ types
+    def converted(self, t: T, want, name=None, record=False) -> T:
+        """``t`` in layout ``want`` (a gl.convert_layout where it differs). A 1-D variable
+        converted at a use asks its definition for that layout."""
+        if t.kind == "tile" and want is not None and t.layout != want:
+            if record and name is not None and len(t.shape) == 1 and not want.startswith(DEFAULT_LAYOUTS):
+                self.wants.setdefault(name, want)
+            return T("tile", t.shape, t.dtype, want)
+        return t
+
+    def type_of(self, e, want=None, record=False) -> T:
+        if isinstance(e, ir.Const):
+            return SCALAR
+        if isinstance(e, ir.Name):
+            if e.id in self.consts:
+                return SCALAR
+            t = self.env.get(e.id, SCALAR)
+            if t.kind == "smem":
+                return T("tile", t.shape, t.dtype, want or self.layout2d(t.shape))
+            return self.converted(t, want, e.id, record)
+        if isinstance(e, (ir.BinOp, ir.Compare)):
+            lt, rt = self.type_of(e.left), self.type_of(e.right)
+            shape, lay = self.bshape([lt, rt], want)
+            lt = self.type_of(e.left, self.child_want(lt, shape, lay), record)
+            rt = self.type_of(e.right, self.child_want(rt, shape, lay), record)
+            if shape is None:
+                return SCALAR
+            dt = DType("int1", 8) if isinstance(e, ir.Compare) else self.promote(lt, rt)
+            return T("tile", shape, dt, lay)
+        if isinstance(e, ir.BoolOp):
+            ts = [self.type_of(v) for v in e.values]
+            shape, lay = self.bshape(ts, want)
+            for v, t in zip(e.values, ts):
+                self.type_of(v, self.child_want(t, shape, lay), record)
+            return SCALAR if shape is None else T("tile", shape, DType("int1", 8), lay)
+        if isinstance(e, ir.UnaryOp):
+            return self.type_of(e.operand, want, record)
+        if isinstance(e, ir.TupleExpr):
+            for i in e.items:
+                self.type_of(i, None, record)
+            return SCALAR
+        if isinstance(e, ir.Subscript):
+            return self.subscript_type(e, want, record)
+        if isinstance(e, ir.Cast):
+            t = self.type_of(e.value, want, record)
+            return SCALAR if t.kind == "scalar" else T("tile", t.shape, e.dtype, t.layout)
+        if isinstance(e, ir.Attr):
+            t = self.field_type(e)
+            if t.kind == "smem":
+                return T("tile", t.shape, t.dtype, want or self.layout2d(t.shape))
+            return self.converted(t, want)
+        if isinstance(e, ir.Call):
+            return self.call_type(e, want, record)
+        raise TypeError(f"cannot type {e!r}")
+
+    def subscript_axis(self, e: ir.Subscript, inner: T, want):
+        """(expanded axis, 2-D parent layout) of ``v[None, :]`` / ``v[:, None]`` on a 1-D tile."""
+        dim = e.index.index(None)
+        parent = want or (inner.layout[len(f"gl.SliceLayout({dim}, "):-1]
+                          if inner.layout and inner.layout.startswith(f"gl.SliceLayout({dim}, ") else None)
+        if parent is None:
+            # the other extent is unknown here: guess the agent's usual column count (a
+            # wrong guess is fixed by the request it makes on the definition)
+            cols = inner.shape[0] if dim == 0 else self.usual_cols or inner.shape[0]
+            parent = self.layout2d((64, cols))
+        return dim, parent
+
+    def subscript_type(self, e: ir.Subscript, want, record):
+        inner = self.type_of(e.value)
+        if inner.kind != "tile" or len(inner.shape) != 1 or len(e.index) != 2:
+            return self.type_of(e.value, None, record)
+        dim, parent = self.subscript_axis(e, inner, want)
+        shape = (1, inner.shape[0]) if dim == 0 else (inner.shape[0], 1)
+        self.type_of(e.value, f"gl.SliceLayout({dim}, {parent})", record)
+        return T("tile", shape, inner.dtype, parent)
+
+    def field_type(self, e: ir.Attr) -> T:
+        slot = e.value.id
+        pipe = self.slot_pipe.get(slot)
+        if pipe is None:
+            self.fail(f"`{slot}.{e.attr}` is not a slot field here")
+        spec = pipe.field(e.attr)
+        if not self.placement.crosses(pipe):
+            return self.env.get(f"{pipe.name}_{e.attr}", T("tile", spec.shape, spec.dtype, None))
+        return T("smem", spec.shape, spec.dtype, self.smem_layout(spec.shape, spec.dtype))
+
+    def smem_operand_type(self, e):
+        """Type of a shared-memory mma operand, or None if it lives in registers."""
+        if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name) and e.value.id in self.slot_pipe \
+                and self.placement.crosses(self.slot_pipe[e.value.id]):
+            return self.field_type(e)
+        if isinstance(e, ir.Call) and e.op == "trans":
+            t = self.smem_operand_type(e.args[0])
+            if t is not None:
+                return T("smem", tuple(reversed(t.shape)), t.dtype, t.layout)
+        return None
+
+    def call_type(self, e: ir.Call, want, record):
+        op = e.op
+        if op in ("program_id", "num_programs", "cdiv"):
+            for a in e.args:
+                self.type_of(a, None, record)
+            return SCALAR
+        if op == "replica_id":
+            return SCALAR
+        if op in ("maximum", "minimum", "exp2", "log2", "where"):
+            ts = [self.type_of(a) for a in e.args]
+            shape, lay = self.bshape(ts, want)
+            for a, t in zip(e.args, ts):
+                self.type_of(a, self.child_want(t, shape, lay), record)
+            if op == "where":
+                return T("tile", shape, self.promote(*ts[1:]), lay)
+            return SCALAR if shape is None else T("tile", shape, self.promote(*ts), lay)
+        if op == "arange":
+            a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
+            if not _pow2(b - a):
+                self.fail(f"xs.arange({a}, {b}): the length must be a power of two", loc=self.loc)
+            return T("tile", (b - a,), DType("int32", 32), want or self.layout1d())
+        if op in ("zeros", "full"):
+            shape = self.shape_of(e.args[0], self.loc)
+            lay = want or (self.layout2d(shape) if len(shape) == 2 else self.layout1d())
+            if op == "full":
+                self.type_of(e.args[1], None, record)
+            return T("tile", shape, e.args[-1].value, lay)
+        if op in ("max", "sum"):
+            axis = int(self.cval(e.args[1], "the reduction axis", self.loc))
+            t = self.type_of(e.args[0], None, record)
+            shape = tuple(d for i, d in enumerate(t.shape) if i != axis)
+            return self.converted(T("tile", shape, t.dtype, f"gl.SliceLayout({axis}, {t.layout})"), want)
+        if op == "trans":
+            t = self.type_of(e.args[0], None, record)
+            shape = tuple(reversed(t.shape))
+            return T("tile", shape, t.dtype, want or self.layout2d(shape))
+        if op == "load":
+            shape = self.shape_of(e.args[2], self.loc)
+            if len(shape) != 2:
+                self.fail("xs.load reads 2-D tiles", loc=self.loc)
+            lay = want or self.layout2d(shape)
+            for x in e.args[1].items[:2]:
+                self.type_of(x, None, record)
+            return T("tile", shape, self.tensors[e.args[0].id].dtype, lay)
+        if op == "load_scalar":
+            self.type_of(e.args[1], None, record)
+            return SCALAR
+        if op == "mma":
+            return self.mma_type(e, want, record)
+        if op == "mma_wait":
+            t = self.type_of(e.args[0], None, record)
+            self.cval(e.kwarg("pending", ir.Const(0)), "mma_wait pending", self.loc)
+            return t
+        self.fail(f"xs.{op} has no Hopper lowering yet", loc=self.loc)
+
+    def mma_shapes(self, e: ir.Call):
+        """(A type, B type, accumulator layout) of an xs.mma; B must be a slot in shared memory."""
+        if self.warps != 4:
+            self.fail("xs.mma outside a 4-warp consumer partition", loc=self.loc)
+        a, b = e.args[0], e.args[1]
+        bt = self.smem_operand_type(b)
+        if bt is None:
+            self.fail("the B operand of xs.mma must come from a pipe slot (wgmma reads B from shared "
+                      "memory)", loc=self.loc, fix="pass B through a pipe from its producer role")
+        at = self.type_of(a) if self.smem_operand_type(a) is None else self.smem_operand_type(a)
+        m, n = at.shape[0], bt.shape[1]
+        acc_l = self.layout2d((m, n))
+        if not acc_l.startswith("ACC_") or m % 64:
+            self.fail(f"xs.mma result [{m}, {n}] has no wgmma layout (M must be a multiple of 64, "
+                      f"N a multiple of 8 up to 256)", loc=self.loc)
+        return at, bt, acc_l
+
+    def mma_type(self, e: ir.Call, want, record):
+        at, bt, acc_l = self.mma_shapes(e)
+        a = e.args[0]
+        if self.smem_operand_type(a) is None:
+            dot_l = self.dot_operand_layout(acc_l, at)
+            if record and isinstance(a, ir.Name) and a.id not in self.consts and at.kind == "tile" \
+                    and at.layout != dot_l:
+                # a register A operand held in a variable (Q in attention): its definition
+                # takes the operand layout, so a loop does not convert it every iteration
+                self.wants.setdefault(a.id, dot_l)
+            self.type_of(a, dot_l, record)
+        if len(e.args) > 2 and not (isinstance(e.args[2], ir.Const) and e.args[2].value is None):
+            self.type_of(e.args[2], acc_l, record)
+        return T("tile", (at.shape[0], bt.shape[1]), DType("float32", 32), acc_l)
+
+    # ------------------------------------------------------------ definitions
+    def assigned_type(self, target: str, v) -> tuple[T | None, str | None]:
+        """(previous type, layout the definition must end in) of ``target = v``: the layout
+        the wants ask for, else the layout of the variable's previous definition."""
+        want = self.wants.get(target)
+        prev = self.env.get(target)
+        if want is None and prev is not None and prev.kind == "tile":
+            if self.recording:
+                # a loop-carried value keeps one layout: if this value's natural layout is a
+                # derived one, the first definition takes it (next walk)
+                natural = self.type_of(v)
+                if natural.kind == "tile" and natural.layout and natural.layout != prev.layout \
+                        and not natural.layout.startswith(DEFAULT_LAYOUTS):
+                    self.wants.setdefault(target, natural.layout)
+            want = prev.layout
+        return prev, want
+
+
+class LayoutInference(LayoutRules):
+    """Walks one agent program after another (statements of :mod:`xsync.lowering.ir`) and
+    records the types, layout requests and layout constants the renderer will spell."""
+
+    recording = True
+
+    def __init__(self, kernel: ir.KernelIR, placement, consts: dict, tensors: dict):
+        self.kernel = kernel
+        self.placement = placement
+        self.consts = consts
+        self.tensors = tensors
+        self.layouts: dict[str, LayoutConstant] = {}
+        self.loc = kernel.loc
+
+    def fail(self, what, loc=None, objects=(), fix=""):
+        raise BackendError(what, loc=loc or self.kernel.loc, objects=tuple(objects), fix=fix)
+
+    def agent(self, agent, warps: int, stmts) -> AgentLayouts:
+        self.warps = warps
+        self.wants: dict[str, str] = {}
+        for walk in range(1, WALKS + 1):
+            before = dict(self.wants)
+            self.env: dict[str, T] = {}
+            self.slot_pipe: dict[str, ir.Pipe] = {}
+            self.usual_cols = None
+            self.loc = self.kernel.loc
+            self.block(stmts)
+            if walk >= 2 and self.wants == before:
+                return AgentLayouts(agent.name, MappingProxyType(dict(self.wants)),
+                                    MappingProxyType(dict(self.env)), walk)
+        self.fail(f"the register layouts of agent '{agent.name}' did not settle in {WALKS} walks",
+                  fix="report this kernel: the Hopper layout inference needs another rule")
+
+    def block(self, stmts):
+        for s in stmts:
+            self.loc = getattr(s, "loc", self.loc)
+            self.stmt(s)
+
+    def stmt(self, s):
+        if isinstance(s, ir.Assign):
+            self.assign(s)
+        elif isinstance(s, ir.SlotWrite):
+            pipe = self.kernel.sync_object(s.pipe)
+            if not self.placement.crosses(pipe):
+                self.env[f"{pipe.name}_{s.field}"] = self.type_of(s.value, None, True)
+            elif is_tma_pipe(self.kernel, pipe):
+                for x in s.value.args[1].items:
+                    self.type_of(x, None, True)
+            else:
+                self.type_of(s.value, None, True)
+        elif isinstance(s, ir.Store):
+            t = self.type_of(s.value, None, True)
+            if t.kind != "tile" or len(t.shape) != 2:
+                self.fail("xs.store writes 2-D tiles", loc=s.loc)
+            for x in (*s.offsets[:2], *(s.bounds or ())):
+                self.type_of(x, None, True)
+        elif isinstance(s, ir.RoleBlock):
+            self.block(s.body)
+        elif isinstance(s, ir.For):
+            for x in (s.start, s.stop, s.step):
+                self.type_of(x, None, True)
+            self.env[s.var] = SCALAR
+            self.block(s.body)
+        elif isinstance(s, ir.If):
+            self.type_of(s.cond, None, True)
+            self.block(s.body)
+            self.block(s.orelse or ())
+        elif isinstance(s, ir.SyncOp):
+            self.sync(s)
+
+    def sync(self, s: ir.SyncOp):
+        obj = self.kernel.sync_object(s.obj)
+        crossing_release = isinstance(obj, ir.Pipe) and s.verb == "release" and self.placement.crosses(obj)
+        if s.guard is not None and not crossing_release:
+            self.type_of(s.guard, None, True)
+            self.sync(ir.SyncOp(s.verb, s.obj, s.target, s.loc, note=s.note))
+        elif isinstance(obj, ir.Pipe):
+            if s.target:
+                self.slot_pipe[s.target] = obj
+            if not self.placement.crosses(obj):
+                return
+            if s.verb in ("acquire", "wait") and s.target:
+                self.env[s.target] = SCALAR
+            elif s.verb == "release" and s.guard is not None:
+                try:
+                    bool(evaluate(s.guard, self.consts))
+                except (NotConstant, TypeError):
+                    self.type_of(s.guard, None, True)     # a predicated arrive spells the guard
+
+    def assign(self, s: ir.Assign):
+        v = s.value
+        if len(s.targets) > 1:
+            if not isinstance(v, ir.TupleExpr):
+                self.fail("tuple assignment needs a tuple", loc=s.loc)
+            for n, x in zip(s.targets, v.items):
+                self.env[n] = self.type_of(x, None, True)
+            return
+        target = s.targets[0]
+        if isinstance(v, ir.Name) and v.id in self.slot_pipe:
+            self.slot_pipe[target] = self.slot_pipe[v.id]
+            self.env[target] = SCALAR
+            return
+        prev, want = self.assigned_type(target, v)
+        if isinstance(v, ir.Call) and v.op == "mma_wait":
+            self.env[target] = self.type_of(v.args[0], want, True)
+            self.cval(v.kwarg("pending", ir.Const(0)), "mma_wait pending", s.loc)
+            return
+        if want is not None and want.startswith("gl.DotOperandLayout(") and not (
+                isinstance(v, ir.Call) and v.op in ("mma", "mma_wait")):
+            t = self.converted(self.type_of(v, None, True), want)
+        else:
+            t = self.type_of(v, want, True)
+            if t.kind == "tile" and want is not None and t.layout != want and (
+                    target in self.wants or (prev is not None and prev.kind == "tile" and t.shape == prev.shape)):
+                t = self.converted(t, want)
+        if t.kind == "tile" and len(t.shape) == 2 and t.shape[1] > 1 and self.usual_cols is None:
+            self.usual_cols = t.shape[1]
+        self.env[target] = t
+
+
+def infer(kernel: ir.KernelIR, placement, allocation, consts: dict, tensors: dict) -> ModuleLayouts:
+    """Types and layouts of every agent program, and the module's layout constants: those the
+    agents use (in order of first use), then the shared-memory rings of the entry function."""
+    inf = LayoutInference(kernel, placement, consts, tensors)
+    agents = {}
+    for agent in placement.agents:
+        warps = allocation.partitions_of(agent.name)[0].warps
+        agents[agent.name] = inf.agent(agent, warps, agent_body(kernel, agent))
+    for p in kernel.pipes:
+        if placement.crosses(p):
+            for f in p.fields:
+                inf.smem_layout(f.shape, f.dtype)
+    return ModuleLayouts(MappingProxyType(agents), tuple(inf.layouts.values()))
