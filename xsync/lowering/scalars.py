@@ -740,18 +740,22 @@ class Scalars:
         fns = [f for _, (f,) in inner]
         names = [key[0] for key in targets[1:]]
 
+        def iteration(env, counter):
+            """One iteration: the counter's and the coordinates' images (``env`` updated)."""
+            env[loop.var] = counter
+            images[targets[0]].add(counter)
+            for f, key in zip(fns, targets[1:]):
+                try:
+                    env[key[0]] = f(env)
+                    images[key].add(env[key[0]])
+                except (KeyError, TypeError, ZeroDivisionError, ValueError):
+                    env.pop(key[0], None)
+
         def iterations(start, stop, step, values):
             """The original iteration loop (the values persist from one iteration to the next)."""
             env = dict(zip(carried, values))
             for counter in itertools.islice(range(start, stop, step), 16):
-                env[loop.var] = counter
-                images[targets[0]].add(counter)
-                for f, key in zip(fns, targets[1:]):
-                    try:
-                        env[key[0]] = f(env)
-                        images[key].add(env[key[0]])
-                    except (KeyError, TypeError, ZeroDivisionError, ValueError):
-                        env.pop(key[0], None)
+                iteration(env, counter)
 
         # An iteration that reads only the counter, the values before the loop and the
         # coordinates it computed itself is a function of (counter, those values): each such
@@ -774,15 +778,7 @@ class Scalars:
             for values, seen in counters.items():
                 base = dict(zip(carried, values))
                 for counter in sorted(seen):
-                    env = dict(base)
-                    env[loop.var] = counter
-                    images[targets[0]].add(counter)
-                    for f, key in zip(fns, targets[1:]):
-                        try:
-                            env[key[0]] = f(env)
-                            images[key].add(env[key[0]])
-                        except (KeyError, TypeError, ZeroDivisionError, ValueError):
-                            env.pop(key[0], None)
+                    iteration(dict(base), counter)
             if all(type(x) is int for key in targets for x in images[key]):
                 return
             images.update(snapshot)      # run again in the original order
