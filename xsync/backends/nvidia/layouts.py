@@ -11,8 +11,8 @@ agent's statements and collects these requests (``wants``) until a walk adds non
 fixpoint. The result is an :class:`AgentLayouts`; the layout constants every agent and the
 entry function use make up :class:`ModuleLayouts` (the module header).
 
-:class:`LayoutRules` is shared with the renderer: the same rules (layout2d, bshape, type_of)
-give the renderer the types of sub-expressions it has not spelled yet.
+:class:`LayoutRules` is shared with the renderer, which only spells: it takes the type of
+every expression and definition from the same rules (type_of, broadcast, definition).
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class LayoutRules:
     """Layout choices and expression types (state: ``env``, ``slot_pipe``, ``consts``,
     ``tensors``, ``warps``, ``usual_cols``, ``wants``, ``layouts``, ``placement``, ``loc``).
 
-    ``type_of(e, want, record)`` is the type the renderer's spelling of ``e`` has;
+    ``type_of(e, want, record)`` is the type of ``e`` (the renderer spells it in that type);
     ``record`` says whether requests on earlier definitions count (not for look-aheads)."""
 
     recording = False               # the inference records requests; the renderer reads them

@@ -188,7 +188,8 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         inferred = self.module_layouts.agents[agent.name]
         self.wants = inferred.wants
         self.block(stmts)
-        # what was spelled has the types the inference gave it (one set of rules, LayoutRules)
+        # the types come from LayoutRules, but the renderer's walk (this module, sync_ops)
+        # keeps its own variables: they must end as the inference's walk ended
         drift = sorted(n for n, t in self.env.items() if inferred.variables.get(n, t if t.kind == "scalar" else None) != t)
         if drift:
             self.fail(f"internal: the rendered types of {drift} in agent '{agent.name}' differ from the inferred ones",

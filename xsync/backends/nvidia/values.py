@@ -1,10 +1,11 @@
-"""How the Hopper renderer spells values: types and layouts of tiles, expressions, wgmma
-operands, loads (a mixin of :class:`xsync.backends.nvidia.render.NvidiaRenderer`).
+"""How the Hopper renderer spells values: expressions, shared-memory views, wgmma operands,
+loads (a mixin of :class:`xsync.backends.nvidia.render.NvidiaRenderer`).
 
-Each expression renders to (Gluon code, :class:`T`): its kind (scalar, register tile, shared-
-memory tile), shape, dtype and layout. A tile takes the layout its use asks for (``want``)
-where it can; what a use asks of an earlier definition (a loop-carried value keeps one
-layout) is settled before rendering (:mod:`xsync.backends.nvidia.layouts`).
+Spelling decides no type: an expression's :class:`T` (kind, shape, dtype, layout) and the
+layouts its operands are asked for come from :class:`LayoutRules` (``type_of``, ``broadcast``,
+``subscript_want``, ``definition``), the rules the inference ran
+(:mod:`xsync.backends.nvidia.layouts`); the code follows the type, e.g. a
+``gl.convert_layout`` where the type's layout differs from the layout the value is held in.
 """
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ class TensorUse:
 
 class ValueSpeller(LayoutRules):
     """Expressions in Gluon (state: ``env``, ``layouts``, ``consts``, ``tensors`` of the
-    renderer); their types and layouts follow :class:`LayoutRules`, the layout requests on
-    earlier definitions (``wants``) come settled from :func:`xsync.backends.nvidia.layouts.infer`."""
+    renderer); the layout requests on earlier definitions (``wants``) and the layout constants
+    come settled from :func:`xsync.backends.nvidia.layouts.infer`."""
 
     # ------------------------------------------------------------ layouts
     def layout_const(self, name: str, ctor: str, note: str) -> str:
@@ -59,11 +60,6 @@ class ValueSpeller(LayoutRules):
     def fresh(self, stem: str) -> str:
         self.tmp += 1
         return f"xs_{stem}{self.tmp}"
-
-    def want_cvt(self, code: str, t: T, want: str | None):
-        if t.kind == "tile" and want is not None and t.layout != want:
-            return f"gl.convert_layout({code}, {want})", T("tile", t.shape, t.dtype, want)
-        return code, t
 
     def view(self, code: str, held: T, t: T) -> str:
         """``code`` (a value of type ``held`` where it lives) read as type ``t``: a shared-memory
