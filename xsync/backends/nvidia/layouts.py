@@ -11,8 +11,8 @@ agent's statements and collects these requests (``wants``) until a walk adds non
 fixpoint. The result is an :class:`AgentLayouts`; the layout constants every agent and the
 entry function use make up :class:`ModuleLayouts` (the module header).
 
-:class:`LayoutRules` is shared with the renderer: the same rules (layout2d, bshape, type_of)
-give the renderer the types of sub-expressions it has not spelled yet.
+:class:`LayoutRules` is shared with the renderer, which only spells: it takes the type of
+every expression and definition from the same rules (type_of, broadcast, definition).
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class LayoutRules:
     """Layout choices and expression types (state: ``env``, ``slot_pipe``, ``consts``,
     ``tensors``, ``warps``, ``usual_cols``, ``wants``, ``layouts``, ``placement``, ``loc``).
 
-    ``type_of(e, want, record)`` is the type the renderer's spelling of ``e`` has;
+    ``type_of(e, want, record)`` is the type of ``e`` (the renderer spells it in that type);
     ``record`` says whether requests on earlier definitions count (not for look-aheads)."""
 
     recording = False               # the inference records requests; the renderer reads them
@@ -160,11 +160,12 @@ class LayoutRules:
         lays = [t.layout for t in tiles if t.layout]
         return shape, lays[0] if lays else self.layout1d()
 
-    @staticmethod
-    def child_want(t, shape, lay):
-        if shape is None or t.kind != "tile":
-            return None
-        return lay
+    def broadcast(self, args, want):
+        """(shape, layout, the layout each operand is asked for) of an elementwise op; shape
+        None: a scalar op."""
+        ts = [self.type_of(a) for a in args]
+        shape, lay = self.bshape(ts, want)
+        return shape, lay, [lay if shape is not None and t.kind == "tile" else None for t in ts]
 
     @staticmethod
     def promote(*ts):
@@ -200,20 +201,9 @@ class LayoutRules:
                 return T("tile", t.shape, t.dtype, want or self.layout2d(t.shape))
             return self.converted(t, want, e.id, record)
         if isinstance(e, (ir.BinOp, ir.Compare)):
-            lt, rt = self.type_of(e.left), self.type_of(e.right)
-            shape, lay = self.bshape([lt, rt], want)
-            lt = self.type_of(e.left, self.child_want(lt, shape, lay), record)
-            rt = self.type_of(e.right, self.child_want(rt, shape, lay), record)
-            if shape is None:
-                return SCALAR
-            dt = DType("int1", 8) if isinstance(e, ir.Compare) else self.promote(lt, rt)
-            return T("tile", shape, dt, lay)
+            return self.elementwise_type(e, (e.left, e.right), want, record)
         if isinstance(e, ir.BoolOp):
-            ts = [self.type_of(v) for v in e.values]
-            shape, lay = self.bshape(ts, want)
-            for v, t in zip(e.values, ts):
-                self.type_of(v, self.child_want(t, shape, lay), record)
-            return SCALAR if shape is None else T("tile", shape, DType("int1", 8), lay)
+            return self.elementwise_type(e, e.values, want, record)
         if isinstance(e, ir.UnaryOp):
             return self.type_of(e.operand, want, record)
         if isinstance(e, ir.TupleExpr):
@@ -234,6 +224,16 @@ class LayoutRules:
             return self.call_type(e, want, record)
         raise TypeError(f"cannot type {e!r}")
 
+    def elementwise_type(self, e, args, want, record) -> T:
+        """Type of a broadcasting op (arithmetic, comparison, and/or, maximum, where...)."""
+        shape, lay, wants = self.broadcast(args, want)
+        ts = [self.type_of(a, w, record) for a, w in zip(args, wants)]
+        if shape is None:
+            return SCALAR
+        if isinstance(e, (ir.Compare, ir.BoolOp)):
+            return T("tile", shape, DType("int1", 8), lay)
+        return T("tile", shape, self.promote(*(ts[1:] if isinstance(e, ir.Call) and e.op == "where" else ts)), lay)
+
     def subscript_axis(self, e: ir.Subscript, inner: T, want):
         """(expanded axis, 2-D parent layout) of ``v[None, :]`` / ``v[:, None]`` on a 1-D tile."""
         dim = e.index.index(None)
@@ -246,9 +246,18 @@ class LayoutRules:
             parent = self.layout2d((64, cols))
         return dim, parent
 
+    @staticmethod
+    def expands(e: ir.Subscript, inner: T) -> bool:
+        """Whether ``e`` is ``v[None, :]`` / ``v[:, None]`` on a 1-D tile ``v``."""
+        return inner.kind == "tile" and len(inner.shape) == 1 and len(e.index) == 2
+
+    def subscript_want(self, e: ir.Subscript, t: T):
+        """The layout the subscripted value is asked for, given the subscript's type ``t``."""
+        return f"gl.SliceLayout({e.index.index(None)}, {t.layout})" if self.expands(e, self.type_of(e.value)) else None
+
     def subscript_type(self, e: ir.Subscript, want, record):
         inner = self.type_of(e.value)
-        if inner.kind != "tile" or len(inner.shape) != 1 or len(e.index) != 2:
+        if not self.expands(e, inner):
             return self.type_of(e.value, None, record)
         dim, parent = self.subscript_axis(e, inner, want)
         shape = (1, inner.shape[0]) if dim == 0 else (inner.shape[0], 1)
@@ -285,13 +294,7 @@ class LayoutRules:
         if op == "replica_id":
             return SCALAR
         if op in ("maximum", "minimum", "exp2", "log2", "where"):
-            ts = [self.type_of(a) for a in e.args]
-            shape, lay = self.bshape(ts, want)
-            for a, t in zip(e.args, ts):
-                self.type_of(a, self.child_want(t, shape, lay), record)
-            if op == "where":
-                return T("tile", shape, self.promote(*ts[1:]), lay)
-            return SCALAR if shape is None else T("tile", shape, self.promote(*ts), lay)
+            return self.elementwise_type(e, e.args, want, record)
         if op == "arange":
             a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
             if not _pow2(b - a):
@@ -379,6 +382,25 @@ class LayoutRules:
                     self.wants.setdefault(target, natural.layout)
             want = prev.layout
         return prev, want
+
+    def definition(self, target: str, v, prev: T | None, want: str | None, record=False):
+        """(layout asked of ``v``, type of ``v``, type ``target`` takes) of ``target = v``:
+        a value defined again (loop-carried, or a peeled copy of a loop body) keeps one
+        layout; an mma operand is computed in its natural layout and converted once."""
+        if want is not None and want.startswith("gl.DotOperandLayout(") and not (
+                isinstance(v, ir.Call) and v.op in ("mma", "mma_wait")):
+            t = self.type_of(v, None, record)
+            return None, t, self.converted(t, want)
+        t = self.type_of(v, want, record)
+        if t.kind == "tile" and want is not None and t.layout != want and (
+                target in self.wants or (prev is not None and prev.kind == "tile" and t.shape == prev.shape)):
+            return want, t, self.converted(t, want)
+        return want, t, t
+
+    def define(self, target: str, t: T):
+        if t.kind == "tile" and len(t.shape) == 2 and t.shape[1] > 1 and self.usual_cols is None:
+            self.usual_cols = t.shape[1]
+        self.env[target] = t
 
 
 class LayoutInference(LayoutRules):
@@ -488,17 +510,7 @@ class LayoutInference(LayoutRules):
             self.env[target] = self.type_of(v.args[0], want, True)
             self.cval(v.kwarg("pending", ir.Const(0)), "mma_wait pending", s.loc)
             return
-        if want is not None and want.startswith("gl.DotOperandLayout(") and not (
-                isinstance(v, ir.Call) and v.op in ("mma", "mma_wait")):
-            t = self.converted(self.type_of(v, None, True), want)
-        else:
-            t = self.type_of(v, want, True)
-            if t.kind == "tile" and want is not None and t.layout != want and (
-                    target in self.wants or (prev is not None and prev.kind == "tile" and t.shape == prev.shape)):
-                t = self.converted(t, want)
-        if t.kind == "tile" and len(t.shape) == 2 and t.shape[1] > 1 and self.usual_cols is None:
-            self.usual_cols = t.shape[1]
-        self.env[target] = t
+        self.define(target, self.definition(target, v, prev, want, True)[2])
 
 
 def infer(kernel: ir.KernelIR, placement, allocation, consts: dict, tensors: dict) -> ModuleLayouts:

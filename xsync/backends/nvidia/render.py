@@ -188,7 +188,8 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         inferred = self.module_layouts.agents[agent.name]
         self.wants = inferred.wants
         self.block(stmts)
-        # what was spelled has the types the inference gave it (one set of rules, LayoutRules)
+        # the types come from LayoutRules, but the renderer's walk (this module, sync_ops)
+        # keeps its own variables: they must end as the inference's walk ended
         drift = sorted(n for n, t in self.env.items() if inferred.variables.get(n, t if t.kind == "scalar" else None) != t)
         if drift:
             self.fail(f"internal: the rendered types of {drift} in agent '{agent.name}' differ from the inferred ones",
@@ -270,26 +271,13 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             self.env[target] = t
             return
         self.last_mma_reads = []
-        if want is not None and want.startswith("gl.DotOperandLayout(") and not (
-                isinstance(v, ir.Call) and v.op in ("mma", "mma_wait")):
-            # operand layout: compute in the natural layout, convert once here
-            code, t = self.tx(v)
-            code, t = self.want_cvt(code, t, want)
-        else:
-            code, t = self.tx(v, want)
-            if t.kind == "tile" and want is not None and t.layout != want and (
-                    target in self.wants or (prev is not None and prev.kind == "tile"
-                                             and t.shape == prev.shape)):
-                # a value defined again (a loop-carried one, or a peeled copy of a loop body)
-                # keeps one layout: convert where the expression does not produce it
-                code, t = self.want_cvt(code, t, want)
-        if t.kind == "tile" and len(t.shape) == 2 and t.shape[1] > 1 and self.usual_cols is None:
-            self.usual_cols = t.shape[1]
+        asked, natural, t = self.definition(target, v, prev, want)
+        code = self.view(self.spell(v, natural, asked, 0), natural, t)
         note = f"  # line {s.loc.line}: async wgmma" if isinstance(v, ir.Call) and v.op == "mma" else ""
         o.line(f"{target} = {code}{note}")
         if self.last_mma_reads:
             self.mma_reads[target] = list(self.last_mma_reads)
-        self.env[target] = t
+        self.define(target, t)
 
     def store(self, s: ir.Store):
         o = self.out

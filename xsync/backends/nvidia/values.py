@@ -1,10 +1,11 @@
-"""How the Hopper renderer spells values: types and layouts of tiles, expressions, wgmma
-operands, loads (a mixin of :class:`xsync.backends.nvidia.render.NvidiaRenderer`).
+"""How the Hopper renderer spells values: expressions, shared-memory views, wgmma operands,
+loads (a mixin of :class:`xsync.backends.nvidia.render.NvidiaRenderer`).
 
-Each expression renders to (Gluon code, :class:`T`): its kind (scalar, register tile, shared-
-memory tile), shape, dtype and layout. A tile takes the layout its use asks for (``want``)
-where it can; what a use asks of an earlier definition (a loop-carried value keeps one
-layout) is settled before rendering (:mod:`xsync.backends.nvidia.layouts`).
+Spelling decides no type: an expression's :class:`T` (kind, shape, dtype, layout) and the
+layouts its operands are asked for come from :class:`LayoutRules` (``type_of``, ``broadcast``,
+``subscript_want``, ``definition``), the rules the inference ran
+(:mod:`xsync.backends.nvidia.layouts`); the code follows the type, e.g. a
+``gl.convert_layout`` where the type's layout differs from the layout the value is held in.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ GL_DTYPES = {"float16": "gl.float16", "bfloat16": "gl.bfloat16", "float32": "gl.
              "int32": "gl.int32", "int1": "gl.int1"}
 SIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int1": "i1"}
 _GL_OPS = {"exp2": "gl.exp2", "log2": "gl.log2", "maximum": "gl.maximum", "minimum": "gl.minimum",
-           "cdiv": "gl.cdiv", "program_id": "gl.program_id", "num_programs": "gl.num_programs"}
+           "cdiv": "gl.cdiv", "program_id": "gl.program_id", "num_programs": "gl.num_programs",
+           "where": "gl.where"}
 
 
 @dataclass
@@ -36,8 +38,8 @@ class TensorUse:
 
 class ValueSpeller(LayoutRules):
     """Expressions in Gluon (state: ``env``, ``layouts``, ``consts``, ``tensors`` of the
-    renderer); their types and layouts follow :class:`LayoutRules`, the layout requests on
-    earlier definitions (``wants``) come settled from :func:`xsync.backends.nvidia.layouts.infer`."""
+    renderer); the layout requests on earlier definitions (``wants``) and the layout constants
+    come settled from :func:`xsync.backends.nvidia.layouts.infer`."""
 
     # ------------------------------------------------------------ layouts
     def layout_const(self, name: str, ctor: str, note: str) -> str:
@@ -59,87 +61,60 @@ class ValueSpeller(LayoutRules):
         self.tmp += 1
         return f"xs_{stem}{self.tmp}"
 
-    def want_cvt(self, code: str, t: T, want: str | None, name: str | None = None):
-        if t.kind == "tile" and want is not None and t.layout != want:
-            return f"gl.convert_layout({code}, {want})", T("tile", t.shape, t.dtype, want)
-        return code, t
+    def view(self, code: str, held: T, t: T) -> str:
+        """``code`` (a value of type ``held`` where it lives) read as type ``t``: a shared-memory
+        load, or a layout conversion where the layouts differ."""
+        if held.kind == "smem":
+            return f"{code}.load({t.layout})"
+        if held.kind == "tile" and t.layout != held.layout:
+            return f"gl.convert_layout({code}, {t.layout})"
+        return code
 
     def tx(self, e, want: str | None = None, parent: int = 0):
-        """Render expression ``e`` -> (code, type). ``want``: layout the result must have."""
+        """Spell expression ``e`` -> (code, type). ``want``: layout the result must have; the
+        type is the inference's (:meth:`LayoutRules.type_of`), the code only follows it."""
+        t = self.type_of(e, want)
+        return self.spell(e, t, want, parent), t
+
+    def spell(self, e, t: T, want, parent: int) -> str:
         if isinstance(e, ir.Const):
-            return self.const(e.value), SCALAR
+            return self.const(e.value)
         if isinstance(e, ir.Name):
             if e.id in self.consts:
-                return e.id, SCALAR
-            t = self.env.get(e.id, SCALAR)
-            if t.kind == "smem":
-                code = e.id
-                lay = want or self.layout2d(t.shape)
-                return f"{code}.load({lay})", T("tile", t.shape, t.dtype, lay)
-            return self.want_cvt(e.id, t, want, e.id)
+                return e.id
+            return self.view(e.id, self.env.get(e.id, SCALAR), t)
         if isinstance(e, (ir.BinOp, ir.Compare)):
             p = _PRECEDENCE["cmp" if isinstance(e, ir.Compare) else e.op]
-            lt, rt = self.peek(e.left), self.peek(e.right)
-            shape, lay = self.bshape([lt, rt], want)
-            lc, lt = self.tx(e.left, self.child_want(lt, shape, lay), p + (isinstance(e, ir.Compare)))
-            rc, rt = self.tx(e.right, self.child_want(rt, shape, lay), p + 1)
-            code = f"{lc} {e.op} {rc}"
-            if p < parent:
-                code = f"({code})"
-            if shape is None:
-                return code, SCALAR
-            dt = DType("int1", 8) if isinstance(e, ir.Compare) else self.promote(lt, rt)
-            return code, T("tile", shape, dt, lay)
+            lw, rw = self.broadcast((e.left, e.right), want)[2]
+            code = f"{self.tx(e.left, lw, p + isinstance(e, ir.Compare))[0]} {e.op} {self.tx(e.right, rw, p + 1)[0]}"
+            return f"({code})" if p < parent else code
         if isinstance(e, ir.BoolOp):
             p = _PRECEDENCE[e.op]
-            ts = [self.peek(v) for v in e.values]
-            shape, lay = self.bshape(ts, want)
-            parts = [self.tx(v, self.child_want(t, shape, lay), p + 1)[0] for v, t in zip(e.values, ts)]
-            if shape is None:
-                code = f" {e.op} ".join(parts)
-                return (f"({code})" if p < parent else code), SCALAR
-            code = " & ".join(f"({x})" for x in parts) if e.op == "and" else " | ".join(f"({x})" for x in parts)
-            return f"({code})", T("tile", shape, DType("int1", 8), lay)
-        if isinstance(e, ir.UnaryOp):
-            c, t = self.tx(e.operand, want, _PRECEDENCE["unary"])
-            if e.op == "not":
-                return (f"not {c}" if t.kind == "scalar" else f"~({c})"), t
-            return f"{e.op}{c}", t
-        if isinstance(e, ir.TupleExpr):
-            return "[" + ", ".join(self.tx(i)[0] for i in e.items) + "]", SCALAR
-        if isinstance(e, ir.Subscript):
-            return self.subscript(e, want)
-        if isinstance(e, ir.Cast):
-            c, t = self.tx(e.value, want, 99)
+            parts = [self.tx(v, w, p + 1)[0] for v, w in zip(e.values, self.broadcast(e.values, want)[2])]
             if t.kind == "scalar":
-                return f"{c}.to({self.dtype(e.dtype)})", SCALAR
-            return f"{c}.to({self.dtype(e.dtype)})", T("tile", t.shape, e.dtype, t.layout)
+                code = f" {e.op} ".join(parts)
+                return f"({code})" if p < parent else code
+            return "(" + (" & " if e.op == "and" else " | ").join(f"({x})" for x in parts) + ")"
+        if isinstance(e, ir.UnaryOp):
+            c = self.tx(e.operand, want, _PRECEDENCE["unary"])[0]
+            if e.op == "not":
+                return f"not {c}" if t.kind == "scalar" else f"~({c})"
+            return f"{e.op}{c}"
+        if isinstance(e, ir.TupleExpr):
+            return "[" + ", ".join(self.tx(i)[0] for i in e.items) + "]"
+        if isinstance(e, ir.Subscript):
+            idx = ", ".join("None" if i is None else ":" for i in e.index)
+            return f"{self.tx(e.value, self.subscript_want(e, t), 99)[0]}[{idx}]"
+        if isinstance(e, ir.Cast):
+            return f"{self.tx(e.value, want, 99)[0]}.to({self.dtype(e.dtype)})"
         if isinstance(e, ir.Attr):
-            view, t = self.field_view(e)
-            if t.kind == "smem":
-                lay = want or self.layout2d(t.shape)
-                return f"{view}.load({lay})", T("tile", t.shape, t.dtype, lay)
-            return self.want_cvt(view, t, want)
+            return self.view(*self.field_view(e), t)
         if isinstance(e, ir.Call):
-            return self.call_tx(e, want)
+            return self.call(e, t, want)
         raise TypeError(f"cannot render {e!r}")
 
-    def peek(self, e) -> T:
-        """Type of ``e`` before spelling it (to plan its operands' layouts)."""
-        return self.type_of(e)
-
-    def subscript(self, e: ir.Subscript, want):
-        inner = self.peek(e.value)
-        idx = ", ".join("None" if i is None else ":" for i in e.index)
-        if inner.kind != "tile" or len(inner.shape) != 1 or len(e.index) != 2:
-            c, t = self.tx(e.value, None, 99)
-            return f"{c}[{idx}]", t
-        dim, parent = self.subscript_axis(e, inner, want)
-        shape = (1, inner.shape[0]) if dim == 0 else (inner.shape[0], 1)
-        c, _ = self.tx(e.value, f"gl.SliceLayout({dim}, {parent})", 99)
-        return f"{c}[{idx}]", T("tile", shape, inner.dtype, parent)
-
     def field_view(self, e: ir.Attr):
+        """(code, type) of a slot field where it lives: registers, or the slot's shared memory."""
         slot = e.value.id
         pipe = self.slot_pipe.get(slot)
         if pipe is None:
@@ -149,104 +124,68 @@ class ValueSpeller(LayoutRules):
 
     def smem_operand(self, e):
         """Shared-memory view for an mma operand, or None if it lives in registers."""
-        if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name) and e.value.id in self.slot_pipe \
-                and self.placement.crosses(self.slot_pipe[e.value.id]):
-            view, t = self.field_view(e)
-            return view, t
-        if isinstance(e, ir.Call) and e.op == "trans":
-            inner = self.smem_operand(e.args[0])
-            if inner is not None:
-                view, t = inner
-                return f"{view}.permute((1, 0))", T("smem", tuple(reversed(t.shape)), t.dtype, t.layout)
-        return None
+        if self.smem_operand_type(e) is None:
+            return None
+        if isinstance(e, ir.Attr):
+            return self.field_view(e)[0]
+        return f"{self.smem_operand(e.args[0])}.permute((1, 0))"
 
-    def call_tx(self, e: ir.Call, want):
+    def call(self, e: ir.Call, t: T, want) -> str:
         op = e.op
         if op in ("program_id", "num_programs", "cdiv"):
-            return f"{_GL_OPS[op]}({', '.join(self.tx(a)[0] for a in e.args)})", SCALAR
+            return f"{_GL_OPS[op]}({', '.join(self.tx(a)[0] for a in e.args)})"
         if op == "replica_id":
-            return "REPLICA", SCALAR
-        if op in ("maximum", "minimum", "exp2", "log2"):
-            ts = [self.peek(a) for a in e.args]
-            shape, lay = self.bshape(ts, want)
-            args = [self.tx(a, self.child_want(t, shape, lay))[0] for a, t in zip(e.args, ts)]
-            if shape is None:
-                return f"{_GL_OPS[op]}({', '.join(args)})", SCALAR
-            dt = self.promote(*ts)
-            return f"{_GL_OPS[op]}({', '.join(args)})", T("tile", shape, dt, lay)
-        if op == "where":
-            ts = [self.peek(a) for a in e.args]
-            shape, lay = self.bshape(ts, want)
-            args = [self.tx(a, self.child_want(t, shape, lay))[0] for a, t in zip(e.args, ts)]
-            return f"gl.where({', '.join(args)})", T("tile", shape, self.promote(*ts[1:]), lay)
+            return "REPLICA"
+        if op in ("maximum", "minimum", "exp2", "log2", "where"):
+            args = [self.tx(a, w)[0] for a, w in zip(e.args, self.broadcast(e.args, want)[2])]
+            return f"{_GL_OPS[op]}({', '.join(args)})"
         if op == "arange":
-            t = self.type_of(e, want)
             a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
-            return f"gl.arange({a}, {b}, layout={t.layout})", t
+            return f"gl.arange({a}, {b}, layout={t.layout})"
         if op in ("zeros", "full"):
-            shape = self.shape_of(e.args[0], self.loc)
-            dt = e.args[-1].value
-            lay = want or (self.layout2d(shape) if len(shape) == 2 else self.layout1d())
-            dims = "[" + ", ".join(map(str, shape)) + "]"
-            if op == "zeros":
-                return f"gl.zeros({dims}, {self.dtype(dt)}, {lay})", T("tile", shape, dt, lay)
-            v = self.tx(e.args[1])[0]
-            return f"gl.full({dims}, {v}, {self.dtype(dt)}, {lay})", T("tile", shape, dt, lay)
+            dims = "[" + ", ".join(map(str, t.shape)) + "]"
+            v = "" if op == "zeros" else f"{self.tx(e.args[1])[0]}, "
+            return f"gl.{op}({dims}, {v}{self.dtype(t.dtype)}, {t.layout})"
         if op in ("max", "sum"):
             axis = int(self.cval(e.args[1], "the reduction axis", self.loc))
-            c, t = self.tx(e.args[0])
-            lay = f"gl.SliceLayout({axis}, {t.layout})"
-            shape = tuple(d for i, d in enumerate(t.shape) if i != axis)
-            return self.want_cvt(f"gl.{op}({c}, {axis})", T("tile", shape, t.dtype, lay), want)
+            c, inner = self.tx(e.args[0])
+            natural = T("tile", t.shape, t.dtype, f"gl.SliceLayout({axis}, {inner.layout})")
+            return self.view(f"gl.{op}({c}, {axis})", natural, t)
         if op == "trans":
-            c, t = self.tx(e.args[0])
-            shape = tuple(reversed(t.shape))
-            lay = want or self.layout2d(shape)
-            return f"gl.convert_layout(gl.permute({c}, (1, 0)), {lay})", T("tile", shape, t.dtype, lay)
+            return f"gl.convert_layout(gl.permute({self.tx(e.args[0])[0]}, (1, 0)), {t.layout})"
         if op == "load":
-            return self.pointer_load(e, want)
+            return self.pointer_load(e, t)
         if op == "load_scalar":
-            t = e.args[0].id
-            return f"gl.load({t} + {self.tx(e.args[1], None, _PRECEDENCE['+'] + 1)[0]})", SCALAR
+            return f"gl.load({e.args[0].id} + {self.tx(e.args[1], None, _PRECEDENCE['+'] + 1)[0]})"
         if op == "mma":
-            return self.mma(e, want)
+            return self.mma(e, t)
         if op == "mma_wait":
-            c, t = self.tx(e.args[0])
             n = int(self.cval(e.kwarg("pending", ir.Const(0)), "mma_wait pending", self.loc))
-            return f"warpgroup_mma_wait({n}, deps=[{c}])", t
+            return f"warpgroup_mma_wait({n}, deps=[{self.tx(e.args[0])[0]}])"
         self.fail(f"xs.{op} has no Hopper lowering yet", loc=self.loc)
 
-    def mma(self, e: ir.Call, want):
-        at, bt, acc_l = self.mma_shapes(e)
+    def mma(self, e: ir.Call, t: T) -> str:
         a, b = e.args[0], e.args[1]
-        m, n = at.shape[0], bt.shape[1]
-        bview = self.smem_operand(b)[0]
+        m, n = t.shape
+        acc_l = t.layout
+        bview = self.smem_operand(b)
         reads = [bview]
-        asm = self.smem_operand(a)
-        if asm is not None:
-            acode = asm[0]
+        acode = self.smem_operand(a)
+        if acode is not None:
             reads.insert(0, acode)
         else:
-            acode, _ = self.tx(a, self.dot_operand_layout(acc_l, at))
+            acode = self.tx(a, self.dot_operand_layout(acc_l, self.type_of(a)))[0]
         if len(e.args) > 2 and not (isinstance(e.args[2], ir.Const) and e.args[2].value is None):
-            ccode, _ = self.tx(e.args[2], acc_l)
+            ccode = self.tx(e.args[2], acc_l)[0]
         else:
             ccode = f"gl.zeros([{m}, {n}], gl.float32, {acc_l})"
         self.last_mma_reads = reads
-        return (f"warpgroup_mma({acode}, {bview}, {ccode}, is_async=True)",
-                T("tile", (m, n), DType("float32", 32), acc_l))
+        return f"warpgroup_mma({acode}, {bview}, {ccode}, is_async=True)"
 
-    def pointer_load(self, e: ir.Call, want):
-        t = e.args[0].id
-        use = self.tensors[t]
-        shape = self.shape_of(e.args[2], self.loc)
-        offs = e.args[1].items
-        if len(shape) != 2:
-            self.fail("xs.load reads 2-D tiles", loc=self.loc)
-        lay = want or self.layout2d(shape)
+    def pointer_load(self, e: ir.Call, t: T) -> str:
+        tn, offs, lay = e.args[0].id, e.args[1].items, t.layout
         r, c = self.fresh("rows"), self.fresh("cols")
-        self.out.line(f"{r} = {self.tx(offs[0])[0]} + gl.arange(0, {shape[0]}, layout=gl.SliceLayout(1, {lay}))")
-        self.out.line(f"{c} = {self.tx(offs[1])[0]} + gl.arange(0, {shape[1]}, layout=gl.SliceLayout(0, {lay}))")
-        code = (f"gl.load({t} + {r}[:, None].to(gl.int64) * {t}_stride + {c}[None, :], "
-                f"mask=({r}[:, None] < {t}_rows) & ({c}[None, :] < {t}_cols), other=0.0)")
-        return code, T("tile", shape, use.dtype, lay)
+        self.out.line(f"{r} = {self.tx(offs[0])[0]} + gl.arange(0, {t.shape[0]}, layout=gl.SliceLayout(1, {lay}))")
+        self.out.line(f"{c} = {self.tx(offs[1])[0]} + gl.arange(0, {t.shape[1]}, layout=gl.SliceLayout(0, {lay}))")
+        return (f"gl.load({tn} + {r}[:, None].to(gl.int64) * {tn}_stride + {c}[None, :], "
+                f"mask=({r}[:, None] < {tn}_rows) & ({c}[None, :] < {tn}_cols), other=0.0)")
