@@ -37,29 +37,12 @@ from __future__ import annotations
 import dataclasses
 
 from xsync.lowering import ir
-from xsync.lowering.passes.dataflow import substitute
+from xsync.lowering.passes.dataflow import assigned, substitute
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import NotConstant, evaluate
+from xsync.lowering.slicing import reads
 
 NAME = "cross-agent-pipeline"
-
-
-# ---------------------------------------------------------------- reads and writes
-def _reads(s) -> set[str]:
-    from xsync.lowering.slicing import reads
-    return reads(s)
-
-
-def _writes(s) -> set[str]:
-    out = set()
-    for x in ir.walk([s]):
-        if isinstance(x, ir.Assign):
-            out |= set(x.targets)
-        elif isinstance(x, ir.SyncOp) and x.target:
-            out.add(x.target)
-        elif isinstance(x, ir.For):
-            out.add(x.var)
-    return out
 
 
 def _sync_ops(s) -> list[ir.SyncOp]:
@@ -142,10 +125,10 @@ def _plan(kernel, placement, loop, agent, blocks):
         step = None
     if not (isinstance(step, int) and step > 0):
         return "rule 1: the loop's step is not a positive compile-time constant"
-    assigned = set().union(*(_writes(s) for s in loop.body)) if loop.body else set()
+    in_loop = set().union(*(assigned(s) for s in loop.body)) if loop.body else set()
     bound_names = ir.expr_names(loop.start) | ir.expr_names(loop.stop)
-    if bound_names & assigned:
-        return f"rule 1: the loop bound uses {sorted(bound_names & assigned)}, assigned in the loop"
+    if bound_names & in_loop:
+        return f"rule 1: the loop bound uses {sorted(bound_names & in_loop)}, assigned in the loop"
     # rule 3: the backward slice of P's commit
     same_agent = {o.name for o in kernel.pipes if not placement.crosses(o)}
 
@@ -162,8 +145,8 @@ def _plan(kernel, placement, loop, agent, blocks):
         for k, (_, st) in enumerate(items):
             if k in need:
                 continue
-            later_reads = set().union(*(_reads(items[j][1]) for j in need if j > k))
-            if (pipe_of(st) == p.name and k < k_commit) or (_writes(st) & later_reads) \
+            later_reads = set().union(*(reads(items[j][1]) for j in need if j > k))
+            if (pipe_of(st) == p.name and k < k_commit) or (assigned(st) & later_reads) \
                     or pipe_of(st) in through:
                 need.add(k)
                 changed = True
@@ -179,16 +162,16 @@ def _plan(kernel, placement, loop, agent, blocks):
             if isinstance(obj, ir.Barrier):
                 return f"rule 4: the stage to rotate meets barrier '{op.obj}'"
     # rule 5
-    a_reads = set().union(*(_reads(items[k][1]) for k in stage_a))
-    a_writes = set().union(*(_writes(items[k][1]) for k in stage_a))
-    b_reads = set().union(*(_reads(items[k][1]) for k in stage_b)) if stage_b else set()
-    b_writes = set().union(*(_writes(items[k][1]) for k in stage_b)) if stage_b else set()
+    a_reads = set().union(*(reads(items[k][1]) for k in stage_a))
+    a_writes = set().union(*(assigned(items[k][1]) for k in stage_a))
+    b_reads = set().union(*(reads(items[k][1]) for k in stage_b)) if stage_b else set()
+    b_writes = set().union(*(assigned(items[k][1]) for k in stage_b)) if stage_b else set()
     if b_writes & a_reads:
         return f"rule 5: the later stage writes {sorted(b_writes & a_reads)}, which the rotated stage reads"
     if a_writes & b_reads:
         return f"rule 5: the rotated stage writes {sorted(a_writes & b_reads)}, which the later stage reads"
     # rule 6
-    replicated = set().union(*(_writes(s) for s in loop.body if not isinstance(s, ir.RoleBlock))) \
+    replicated = set().union(*(assigned(s) for s in loop.body if not isinstance(s, ir.RoleBlock))) \
         if loop.body else set()
     if a_reads & replicated:
         return f"rule 6: the rotated stage reads {sorted(a_reads & replicated)}, defined in the loop body"
