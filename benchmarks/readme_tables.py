@@ -32,14 +32,17 @@ def _meta_line(data, names) -> str:
             f"source {m.get('commit') or 'unrecorded'}, {m['date'][:10]}")
 
 
-def grid_table(rows) -> list[str]:
-    out = ["| d | causal | s | xsync | cuDNN | SDPA flash | xsync / cuDNN | xsync / flash |",
-           "|---|---|---|---|---|---|---|---|"]
+def grid_table(rows, diff: bool = False) -> list[str]:
+    """Attention rows (forward grid, or backward with ``diff``: the max abs diff vs cuDNN too)."""
+    head = "| d | causal | s | xsync | cuDNN | SDPA flash | xsync / cuDNN | xsync / flash |"
+    rule = "|---|---|---|---|---|---|---|---|"
+    out = [head + (" max abs diff vs cuDNN |" if diff else ""), rule + ("---|" if diff else "")]
     for r in rows:
         out.append(f"| {r['d']} | {'yes' if r['causal'] else 'no'} | {r['s'] // 1024}k "
                    f"| {_f(r.get('xsync_tflops'))} | {_f(r.get('sdpa_cudnn_tflops'))} "
                    f"| {_f(r.get('sdpa_flash_tflops'))} | {_f(r.get('ratio_vs_cudnn'), '{:.2f}')} "
-                   f"| {_f(r.get('ratio_vs_flash'), '{:.2f}')} |")
+                   f"| {_f(r.get('ratio_vs_flash'), '{:.2f}')} |"
+                   + (f" {_f(r.get('max_abs_err_vs_sdpa'), '{:.1e}')} |" if diff else ""))
     return out
 
 
@@ -98,14 +101,7 @@ def variants_table(rows) -> list[str]:
 
 
 def backward_table(rows) -> list[str]:
-    out = ["| d | causal | s | xsync | cuDNN | SDPA flash | xsync / cuDNN | xsync / flash | max abs diff vs cuDNN |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r['d']} | {'yes' if r['causal'] else 'no'} | {r['s'] // 1024}k "
-                   f"| {_f(r.get('xsync_tflops'))} | {_f(r.get('sdpa_cudnn_tflops'))} "
-                   f"| {_f(r.get('sdpa_flash_tflops'))} | {_f(r.get('ratio_vs_cudnn'), '{:.2f}')} "
-                   f"| {_f(r.get('ratio_vs_flash'), '{:.2f}')} | {_f(r.get('max_abs_err_vs_sdpa'), '{:.1e}')} |")
-    return out
+    return grid_table(rows, diff=True)
 
 
 def render(data: dict) -> str:
