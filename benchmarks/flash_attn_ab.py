@@ -6,7 +6,8 @@ in one process on the same tensors, next to SDPA's cuDNN backend, and reports me
 
 * ``flagship``: kernels/flash_attn/kernel.py as the ops launch it (table schedule);
 * ``flagship_s2`` / ``no_merge``: the same at two K/V stages, or with the merge-pipes pass off;
-* ``single_tile``: the flagship without the persistent tile loop (one tile per program);
+* ``tile_loop``: the flagship with the tile loop kept (``PERSISTENT=1``) but one program per
+  tile, the form it had before ``xs.tile_range`` spelled non-persistent launches without a loop;
 * ``older``: an older revision's kernel source (``--older PATH``, e.g. the file from
   ``git show 00e8dd1:kernels/flash_attn/kernel.py``), lowered by this xsync with its own
   launch layout (grid (row blocks, batch*heads), no ``batch``/``max_q`` arguments).
@@ -31,26 +32,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-TILE_LOOP = "    for tile in range(xs.program_id(0), row_blocks * pairs, xs.num_programs(0)):\n"
-ONE_TILE = "    tile = xs.program_id(0)\n    if tile < row_blocks * pairs:\n"
-CANDIDATES = {   # name -> (source edit or None, STAGES, merge-pipes on)
-    "flagship": (None, 3, True),
-    "flagship_s2": (None, 2, True),
-    "no_merge": (None, 3, False),
-    "single_tile": ((TILE_LOOP, ONE_TILE), 3, True),
-    "older": (None, 2, True),
+CANDIDATES = {   # name -> (STAGES, merge-pipes on, tile loop kept under a one-per-tile launch)
+    "flagship": (3, True, False),
+    "flagship_s2": (2, True, False),
+    "no_merge": (3, False, False),
+    "tile_loop": (3, True, True),
+    "older": (2, True, False),
 }
 
 
 def _kernel(name: str, older: str | None):
-    """The candidate's attention_fwd, from an edited copy of the source file."""
-    edit = CANDIDATES[name][0]
+    """The candidate's attention_fwd, from a copy of the source file."""
     path = older if name == "older" else os.path.join(ROOT, "kernels", "flash_attn", "kernel.py")
     text = open(path).read()
-    if edit is not None:
-        if text.count(edit[0]) != 1:
-            raise ValueError(f"{name}: kernel.py no longer holds the tile loop this candidate edits")
-        text = text.replace(*edit)
     copy = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"xsync_ab_{name}.py")
     with open(copy, "w") as f:
         f.write(text)
@@ -73,17 +67,19 @@ def _launcher(name, kernel, q, k, v, causal):
     lse = torch.empty((b * h, s), dtype=torch.float32, device=q.device)
     cu_q, cu_k = ops._dense_offsets(b, s, s, q.device)
     plan = schedule.lookup("nvidia", d, causal, s)
-    _, stages, merge = CANDIDATES[name]
+    stages, merge, tile_loop = CANDIDATES[name]
     cx = dict(plan.constexprs(), STAGES=stages, D=d, CAUSAL=int(causal))
+    if tile_loop:
+        cx["PERSISTENT"] = 1
     rows = q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k, d ** -0.5
     layout = (h, s, 0, h, s, 0, h, 0)
     if name == "older":
+        cx.pop("PERSISTENT")
         grid = (math.ceil(s / (2 * cx["BM"])), b * h)
         args = (*rows, h, 1, *layout)
     else:
         tiles = math.ceil(s / (2 * cx["BM"])) * b * h
-        persistent = plan.persistent and name != "single_tile"
-        grid = (ops.programs("nvidia", tiles, persistent, q.device),)
+        grid = (ops.programs("nvidia", tiles, plan.persistent, q.device),)
         args = (*rows, h, 1, b, s, *layout)
 
     def run():

@@ -11,7 +11,7 @@ import xsync.kernel as _kernel_module  # noqa: E402,F401
 from xsync.api import (  # noqa: F401
     DType, arange, barrier, bfloat16, cdiv, constexpr, event, exp2, float16, float32, full,
     int32, kernel, load, load_scalar, log2, max, maximum, minimum, mma, mma_wait, num_programs, pipe,
-    program_id, replica_id, role, signal, store, sum, tile, trans, wait, where, zeros,
+    program_id, replica_id, role, signal, store, sum, tile, tile_range, trans, wait, where, zeros,
 )
 from xsync.config import ConfigError, options  # noqa: F401
 from xsync.errors import (  # noqa: F401

@@ -131,6 +131,23 @@ def barrier(*roles):
     _outside("barrier")
 
 
+def tile_range(total, persistent=True):
+    """The tiles this program takes, as the iterator of a loop::
+
+        for tile in xs.tile_range(tiles, persistent=PERSISTENT):   # PERSISTENT: a constexpr
+            ...
+
+    ``persistent`` true: tiles ``program_id(0)``, ``program_id(0) + num_programs(0)``, ...
+    below ``total`` -- launch any number of programs (one per SM or AI core); every agent walks
+    the same tiles and the pipes keep their counters from tile to tile. ``persistent`` false:
+    the one tile ``program_id(0)`` if it is below ``total``, with no loop around the body --
+    launch one program per tile (a program that needs no tile loop keeps no loop state). The
+    body is written once; ``persistent`` must be known at compile time (a constexpr or a
+    literal), since it decides the program's shape.
+    """
+    _outside("tile_range")
+
+
 def tile(shape, dtype):
     """Shape and dtype of one pipe payload field (used inside :func:`pipe`)."""
     _outside("tile")

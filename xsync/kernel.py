@@ -27,6 +27,7 @@ from xsync.lowering.frontend import parse_kernel
 from xsync.lowering.passes import PassLog
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
+from xsync.lowering.tile_launch import check_grid, single_tile_counts
 from xsync.lowering.verify import VerifyReport, enabled_verification, verify
 
 def _xs_dtype(torch_dtype):
@@ -85,7 +86,7 @@ class Kernel:
         self._dumped: set = set()
         self._lock = threading.Lock()
         self._source_hash: str | None = None
-        self._launch_memo: dict = {}     # launch-path key (no sorting) -> compiled kernel
+        self._launch_memo: dict = {}     # launch-path key (no sorting) -> (compiled, tile counts)
         self.generation = 0              # bumped by clear_cache()
         # Launch-path facts, computed once (every launch needs them).
         self._constexpr_names = tuple(
@@ -268,10 +269,13 @@ class Kernel:
         settings = config.current()
         # bind() yields the constexprs and dtypes in signature order: a key without sorting
         fast = (name, tuple(constexprs.values()), tuple(dtypes.items()), settings.codegen_key())
-        compiled = self._launch_memo.get(fast)
-        if compiled is None or settings.dump:
+        memo = self._launch_memo.get(fast)
+        if memo is None or settings.dump:
             compiled = self._compile(name, constexprs, dtypes)
-            self._launch_memo[fast] = compiled
+            memo = self._launch_memo[fast] = (compiled, single_tile_counts(compiled.lowered.kernel))
+        compiled, counts = memo
+        if counts:   # one program per tile: a smaller grid would skip tiles
+            check_grid(compiled.lowered.kernel, counts, grid, run_args, constexprs)
         compiled.launch(grid, run_args)
         return compiled
 

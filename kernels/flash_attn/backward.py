@@ -88,13 +88,13 @@ NO_PINGPONG = {"nv_pingpong": "0"}
                         cu_q=xs.int32, BM=64, D=128))
 def attention_bwd_preprocess(o, do, dlse, delta, cu_q, heads, batch, max_q,
                              q_cu_rows, q_head_rows, q_head_cols, lse_batch_rows, lse_packed,
-                             BM: xs.constexpr, D: xs.constexpr):
+                             BM: xs.constexpr, D: xs.constexpr, PERSISTENT: xs.constexpr = 1):
     grad = xs.role("grad", kind="vector", replicas=2)
 
     # Persistent tiles as in the forward: (sequence, head) pairs x blocks of 2*BM rows.
     pairs = batch * heads
     row_blocks = xs.cdiv(max_q, 2 * BM)
-    for tile in range(xs.program_id(0), row_blocks * pairs, xs.num_programs(0)):
+    for tile in xs.tile_range(row_blocks * pairs, persistent=PERSISTENT):
         b = tile % pairs // heads
         h = tile % pairs % heads
         m_block = tile // pairs * (2 * BM)
@@ -123,7 +123,7 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                        max_k, q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows,
                        kv_head_cols, lse_batch_rows, lse_packed,
                        BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
-                       STAGES: xs.constexpr):
+                       STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1):
     load = xs.role("load", kind="copy")
     mma = xs.role("mma", kind="matrix", replicas=2)
     grad = xs.role("grad", kind="vector", replicas=2)
@@ -137,7 +137,7 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
     pairs = batch * kv_heads
     col_blocks = xs.cdiv(max_k, 2 * BM)
     qk_scale = sm_scale * LOG2E
-    for tile in range(xs.program_id(0), col_blocks * pairs, xs.num_programs(0)):
+    for tile in xs.tile_range(col_blocks * pairs, persistent=PERSISTENT):
         b = tile % pairs // kv_heads
         kv_h = tile % pairs % kv_heads
         n_block = tile // pairs * (2 * BM)
@@ -226,7 +226,7 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                      q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
                      lse_batch_rows, lse_packed,
                      BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
-                     STAGES: xs.constexpr):
+                     STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1):
     load = xs.role("load", kind="copy")
     mma = xs.role("mma", kind="matrix", replicas=2)
     grad = xs.role("grad", kind="vector", replicas=2)
@@ -240,7 +240,7 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
     pairs = batch * heads
     row_blocks = xs.cdiv(max_q, 2 * BM)
     qk_scale = sm_scale * LOG2E
-    for tile in range(xs.program_id(0), row_blocks * pairs, xs.num_programs(0)):
+    for tile in xs.tile_range(row_blocks * pairs, persistent=PERSISTENT):
         b = tile % pairs // heads
         h = tile % pairs % heads
         kv_h = h // group

@@ -78,7 +78,7 @@ def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, lay
     pre_tiles = math.ceil(max_q / (2 * PREPROCESS_BM)) * batch * hq
     attention_bwd_preprocess[grid(pre_tiles)](
         o, do, dlse, delta, cu_q, hq, batch, int(max_q), *q_layout, *lse_layout,
-        BM=PREPROCESS_BM, D=d, backend=backend)
+        BM=PREPROCESS_BM, D=d, PERSISTENT=int(plan.persistent), backend=backend)
     if max_k > 0:
         kv_tiles = math.ceil(max_k / (2 * blocks["BM"])) * batch * hk
         attention_bwd_dkdv[grid(kv_tiles)](

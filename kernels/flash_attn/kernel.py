@@ -75,7 +75,7 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group, batch, ma
                   q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
                   lse_batch_rows, lse_packed,
                   BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
-                  STAGES: xs.constexpr):
+                  STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1):
     load = xs.role("load", kind="copy")
     mma = xs.role("mma", kind="matrix", replicas=2)
     softmax = xs.role("softmax", kind="vector", replicas=2)
@@ -85,7 +85,8 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group, batch, ma
     p_in = xs.pipe(softmax, mma, stages=2, p=xs.tile([BM, BN], q.dtype))
     pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D], xs.float32))
 
-    # Persistent tiles: program p takes tiles p, p + P, p + 2P, ... (P = programs launched).
+    # Tiles: with PERSISTENT, program p takes tiles p, p + P, p + 2P, ... (P = programs
+    # launched); without, the one tile p (one program per tile, no loop state to carry).
     # A tile is one (sequence, head) pair and 2*BM query rows. Tiles are numbered pair by pair
     # (programs running at once share a head's K and V in L2), and within a pair from the last
     # row block, so under a causal mask a head's longest tiles go first. Replicated in every
@@ -93,7 +94,7 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group, batch, ma
     pairs = batch * heads
     row_blocks = xs.cdiv(max_q, 2 * BM)
     qk_scale = sm_scale * LOG2E
-    for tile in range(xs.program_id(0), row_blocks * pairs, xs.num_programs(0)):
+    for tile in xs.tile_range(row_blocks * pairs, persistent=PERSISTENT):
         b = tile // row_blocks // heads
         h = tile // row_blocks % heads
         kv_h = h // group

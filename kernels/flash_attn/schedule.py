@@ -21,7 +21,7 @@ class Schedule:
     persistent: bool        # programs = min(tiles, cores/SMs) instead of one per tile
 
     def constexprs(self) -> dict:
-        return dict(BM=self.BM, BN=self.BN, STAGES=self.STAGES)
+        return dict(BM=self.BM, BN=self.BN, STAGES=self.STAGES, PERSISTENT=int(self.persistent))
 
 
 @dataclass(frozen=True)

@@ -65,14 +65,15 @@ def cases() -> list[Case]:
             out.append(Case(f"gemm3-{n}-merge{int(merge)}", v, g3, {"nv_merge_pipes": merge}))
     # attention forward: every Hopper schedule of the table, d 64/128, causal 0/1
     cx0, _ = attention_fwd.specialization()
-    # (persistent or not is a launch choice: the constexprs, hence the source, are the same)
+    # (PERSISTENT=0 rows compile without the tile loop: xs.tile_range's single-tile form)
     hopper = {tuple(sorted(r.schedule.constexprs().items())): r.schedule for r in schedule.TABLE
               if r.backend == "nvidia"}
     for _, s in sorted(hopper.items()):
         for d in ops.HEAD_DIMS:
             for causal in (0, 1):
                 cx = {**cx0, **s.constexprs(), "D": d, "CAUSAL": causal}
-                out.append(Case(f"fwd-BM{s.BM}-BN{s.BN}-S{s.STAGES}-d{d}-c{causal}", attention_fwd, cx))
+                out.append(Case(f"fwd-BM{s.BM}-BN{s.BN}-S{s.STAGES}-P{int(s.persistent)}-d{d}-c{causal}",
+                                attention_fwd, cx))
     # attention variants at the flagship's specialization (tests/nvidia/test_variants.py)
     cxf = {**cx0, **ops.block_sizes("nvidia"), "D": 128, "CAUSAL": 0}
     for name, v in sorted(variants.VARIANTS.items()):

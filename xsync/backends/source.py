@@ -51,10 +51,15 @@ class PythonRenderer:
 
     # ------------------------------------------------------------ control flow
     def emit_for(self, s: ir.For, body):
-        """``for var in range(start, stop, step):`` with ``body(stmts)`` rendering the body."""
+        """``for var in range(start, stop, step):`` with ``body(stmts)`` rendering the body;
+        a single-tile loop (one program per tile) as ``var = start`` and ``if var < stop:``."""
         o = self.out
-        o.line(f"for {self.name(s.var)} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
-               f"{self.expr(s.step)}):")
+        if s.single_tile:
+            o.line(f"{self.name(s.var)} = {self.expr(s.start)}  # one tile per program")
+            o.line(f"if {self.name(s.var)} < {self.expr(s.stop)}:")
+        else:
+            o.line(f"for {self.name(s.var)} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
+                   f"{self.expr(s.step)}):")
         o.indent()
         body(s.body)
         o.dedent()

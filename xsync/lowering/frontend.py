@@ -19,7 +19,7 @@ import types
 from xsync import api
 from xsync.api import DType
 from xsync.errors import KernelSourceError, SourceLoc
-from xsync.lowering import ir
+from xsync.lowering import ir, tile_launch
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
            ast.Mod: "%", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
@@ -128,11 +128,13 @@ class _Frontend:
         if not self.roles:
             self.error(fdef, f"kernel {fdef.name!r} declares no role",
                        fix='declare at least one: `work = xs.role("work", kind="vector")`')
-        return ir.KernelIR(
+        kernel = ir.KernelIR(
             name=fdef.name, file=self.file, params=tuple(self.params),
             constexprs=tuple(sorted(self.constexprs.items())),
             roles=tuple(self.roles.values()), pipes=pipes, events=events, barriers=barriers,
             body=tuple(body), loc=self.loc(fdef), source=self.source)
+        tile_launch.single_tile_counts(kernel)   # the host can check a one-tile-per-program grid
+        return kernel
 
     def parse_params(self, fdef: ast.FunctionDef):
         args = fdef.args
@@ -265,6 +267,8 @@ class _Frontend:
 
     def for_loop(self, s: ast.For):
         it = s.iter
+        if isinstance(it, ast.Call) and self.is_xs(it.func) == "tile_range":
+            return self.tile_range(s)
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
                 and 1 <= len(it.args) <= 3 and not it.keywords):
             self.error(s, f"loops must iterate over range(...), got `{ast.unparse(it)}`",
@@ -285,6 +289,42 @@ class _Frontend:
         self.bind([s.target.id], ir.Const(0), s)
         body = self.block(s.body)
         return ir.For(s.target.id, start, stop, step, tuple(body), self.loc(s))
+
+    def tile_range(self, s: ast.For):
+        """``for tile in xs.tile_range(total, persistent=P)``: the persistent loop
+        ``range(program_id(0), total, num_programs(0))``; with P false marked ``single_tile``
+        (one program per tile: the renderers spell the guarded body ``tile = program_id(0);
+        if tile < total:``, the verifier checks the loop, of which that is one run)."""
+        it = s.iter
+        usage = "write `for tile in xs.tile_range(total, persistent=PERSISTENT)`"
+        keywords = {k.arg: k.value for k in it.keywords}
+        if not 1 <= len(it.args) <= 2 or set(keywords) - {"persistent"} or (
+                len(it.args) == 2 and keywords):
+            self.error(s, f"xs.tile_range takes the tile count and `persistent`, got "
+                          f"`{ast.unparse(it)}`", fix=usage)
+        if not isinstance(s.target, ast.Name):
+            self.error(s, "the tile variable must be a plain name", fix=usage)
+        if s.orelse:
+            self.error(s, "for ... else is not supported")
+        if self.role_ctx is not None:
+            self.error(s, "xs.tile_range inside a role block",
+                       fix="the tile loop is unannotated code around the role blocks: every agent "
+                           "walks the same tiles")
+        flag = it.args[1] if len(it.args) == 2 else keywords.get("persistent")
+        persistent = True if flag is None else self.const_eval(flag, "xs.tile_range's `persistent`")
+        if not isinstance(persistent, (bool, int)):
+            self.error(s, f"xs.tile_range's `persistent` is {persistent!r}, not a flag",
+                       fix="pass True/False, 1/0 or a constexpr holding one")
+        total = self.expr(it.args[0])
+        first = ir.Call("program_id", (ir.Const(0),), ())
+        var = s.target.id
+        if var in self.loop_vars:
+            self.home.pop(var, None)
+        self.loop_vars.add(var)
+        self.bind([var], ir.Const(0), s)
+        body = self.block(s.body)
+        return ir.For(var, first, total, ir.Call("num_programs", (ir.Const(0),), ()),
+                      tuple(body), self.loc(s), single_tile=not persistent)
 
     def method_verb(self, call: ast.Call):
         """(object variable, verb) for `pipe.acquire()` / `bar.sync()`-style calls."""

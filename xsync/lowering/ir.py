@@ -231,6 +231,11 @@ class For:
     step: Expr
     body: tuple["Stmt", ...]
     loc: SourceLoc
+    # ``xs.tile_range(total, persistent=False)``: the loop ``range(program_id(0), total,
+    # num_programs(0))`` launched with one program per tile, so each program runs at most its
+    # first iteration. Renderers spell it without a loop (``tile = program_id(0); if tile <
+    # total:``); the verifier checks the loop, of which that program is one run.
+    single_tile: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ that agent does.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from xsync.lowering import ir
 
 
@@ -29,7 +31,7 @@ def _keep_roles(body, roles):
             if s.role in roles:
                 out.append(s)
         elif isinstance(s, ir.For):
-            out.append(ir.For(s.var, s.start, s.stop, s.step, tuple(_keep_roles(s.body, roles)), s.loc))
+            out.append(dataclasses.replace(s, body=tuple(_keep_roles(s.body, roles))))
         elif isinstance(s, ir.If):
             out.append(ir.If(s.cond, tuple(_keep_roles(s.body, roles)),
                              tuple(_keep_roles(s.orelse, roles)), s.loc))
@@ -88,7 +90,7 @@ def _prune(body, live_after):
             inner, _ = _prune(list(s.body), inner_live)
             if not inner:
                 continue
-            s = ir.For(s.var, s.start, s.stop, s.step, inner, s.loc)
+            s = dataclasses.replace(s, body=inner)
             live |= reads(s)
             out.append(s)
         elif isinstance(s, ir.If):

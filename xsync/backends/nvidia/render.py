@@ -217,8 +217,12 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             self.block(s.body)
             self.role_block = outer
         elif isinstance(s, ir.For):
-            o.line(f"for {s.var} in range({self.tx(s.start)[0]}, {self.tx(s.stop)[0]}, {self.tx(s.step)[0]}):"
-                   f"  # line {s.loc.line}")
+            if s.single_tile:    # one program per tile: no loop state to carry
+                o.line(f"{s.var} = {self.tx(s.start)[0]}  # line {s.loc.line}: one tile per program")
+                o.line(f"if {s.var} < {self.tx(s.stop)[0]}:")
+            else:
+                o.line(f"for {s.var} in range({self.tx(s.start)[0]}, {self.tx(s.stop)[0]}, "
+                       f"{self.tx(s.step)[0]}):  # line {s.loc.line}")
             self.env[s.var] = SCALAR
             o.indent()
             self.block(s.body)

@@ -29,6 +29,8 @@ operation changes. Option ``nv_fuse_mma`` (XSYNC_NV_FUSE_MMA=0 turns the pass of
 """
 from __future__ import annotations
 
+import dataclasses
+
 from xsync.backends.nvidia.passes import common
 from xsync.lowering import ir
 from xsync.lowering.passes.dataflow import assigned, leaves, mma_accumulator, replace, stmt_exprs
@@ -53,7 +55,7 @@ def _fuse(stmts, kernel, placement, agent, log):
     out = []
     for s in stmts:
         if isinstance(s, ir.For):
-            s = ir.For(s.var, s.start, s.stop, s.step, _fuse(s.body, kernel, placement, agent, log), s.loc)
+            s = dataclasses.replace(s, body=_fuse(s.body, kernel, placement, agent, log))
         elif isinstance(s, ir.If):
             s = ir.If(s.cond, _fuse(s.body, kernel, placement, agent, log),
                       _fuse(s.orelse, kernel, placement, agent, log), s.loc)

@@ -305,7 +305,7 @@ def _rotate(loop: ir.For, a_issue, j_s, k_rel, body_b, c_issue, j_pv, body_d, v_
             *k_rel, *body_b,
             ir.MmaWait((pv,), 0, j_pv.loc, "overlap_softmax: the previous PV completes (it overlapped this softmax)"),
             *body_d, v_rel, *keep)
-    new_loop = ir.For(loop.var, ir.BinOp("+", loop.start, loop.step), loop.stop, loop.step, body, loc)
+    new_loop = dataclasses.replace(loop, start=ir.BinOp("+", loop.start, loop.step), body=body, loc=loc)
     prologue = (*a_issue, j_s, *k_rel, *keep, ir.Assign((loop.var,), loop.start, loc), *body_b)
     epilogue = (*c_issue, ir.MmaWait((pv,), 0, j_pv.loc, "overlap_softmax: the last PV completes"), *body_d, v_rel)
     return [ir.If(ir.Compare("<", loop.start, loop.stop), (*prologue, new_loop, *epilogue), (), loc)]

@@ -1,0 +1,124 @@
+"""The launch contract of a single-tile loop.
+
+``for tile in xs.tile_range(total, persistent=False)`` is compiled without a loop: program p
+runs the tile p if p < total, and nothing else. That is the persistent loop's behaviour only
+when at least ``total`` programs are launched; with fewer, some tiles would never run and the
+output would be silently incomplete. So the tile count must be computable on the host from the
+launch's scalars (the kernel's scalar and constexpr parameters, through the top-level
+assignments before the loop: ``row_blocks = xs.cdiv(max_q, 2 * BM)``), and every launch checks
+its grid against it before anything runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xsync.errors import KernelSourceError, LaunchError
+from xsync.lowering import ir
+from xsync.lowering.protocol import NotConstant, evaluate, text
+
+HOST_OPS = ("cdiv", "minimum", "maximum")
+
+
+@dataclass(frozen=True)
+class TileCount:
+    """How many programs a single-tile loop needs: ``total`` after the ``prelude``."""
+
+    loop: ir.For
+    prelude: tuple[ir.Assign, ...]      # the top-level assignments ``total`` reads, in order
+
+    def programs_needed(self, scalars: dict) -> int:
+        env = dict(scalars)
+        for a in self.prelude:
+            env[a.targets[0]] = evaluate(a.value, env)
+        return int(evaluate(self.loop.stop, env))
+
+
+def _host_computable(e: ir.Expr, known: set[str]) -> str | None:
+    """None if ``e`` is arithmetic over ``known`` names; else the first part that is not."""
+    if isinstance(e, ir.Const):
+        return None
+    if isinstance(e, ir.Name):
+        return None if e.id in known else e.id
+    if isinstance(e, (ir.BinOp, ir.Compare)):
+        return _host_computable(e.left, known) or _host_computable(e.right, known)
+    if isinstance(e, ir.UnaryOp):
+        return _host_computable(e.operand, known)
+    if isinstance(e, ir.Call) and e.op in HOST_OPS:
+        for x in e.args:
+            bad = _host_computable(x, known)
+            if bad:
+                return bad
+        return None
+    return text(e)
+
+
+def single_tile_counts(kernel: ir.KernelIR) -> tuple[TileCount, ...]:
+    """The tile count of every top-level single-tile loop, or KernelSourceError naming the
+    part of the count that the host cannot compute."""
+    known = {p.name for p in kernel.params if p.kind in ("scalar", "constexpr")}
+    defs: dict[str, ir.Assign] = {}
+    counts = []
+    for s in kernel.body:
+        if isinstance(s, ir.Assign) and len(s.targets) == 1 and \
+                _host_computable(s.value, known | set(defs)) is None:
+            defs[s.targets[0]] = s
+        elif isinstance(s, ir.Assign):
+            for t in s.targets:
+                defs.pop(t, None)
+        elif isinstance(s, ir.For) and s.single_tile:
+            bad = _host_computable(s.stop, known | set(defs))
+            if bad is not None:
+                raise KernelSourceError(
+                    f"kernel '{kernel.name}': the tile count of xs.tile_range(..., persistent=False) "
+                    f"reads `{bad}`, which the host cannot compute before the launch",
+                    loc=s.loc, objects=(s.var,),
+                    fix="compute the tile count from scalar and constexpr parameters (e.g. "
+                        "xs.cdiv(max_q, 2 * BM) * heads), or launch it persistent")
+            counts.append(TileCount(s, tuple(_prelude(s.stop, defs))))
+        if isinstance(s, (ir.For, ir.If, ir.RoleBlock)):
+            _no_nested_single_tile(kernel, s)
+    return tuple(counts)
+
+
+def _no_nested_single_tile(kernel: ir.KernelIR, s) -> None:
+    for inner in (*s.body, *getattr(s, "orelse", ())):
+        if isinstance(inner, ir.For) and inner.single_tile:
+            raise KernelSourceError(
+                f"kernel '{kernel.name}': xs.tile_range(..., persistent=False) inside a loop or branch",
+                loc=inner.loc, objects=(inner.var,),
+                fix="make the tile loop a top-level statement of the kernel (it decides which tile "
+                    "the whole program works on)")
+        if isinstance(inner, (ir.For, ir.If, ir.RoleBlock)):
+            _no_nested_single_tile(kernel, inner)
+
+
+def _prelude(e: ir.Expr, defs: dict[str, ir.Assign]) -> list[ir.Assign]:
+    """The assignments ``e`` reads, directly or through each other, in program order."""
+    need, stack = set(), list(ir.expr_names(e))
+    while stack:
+        n = stack.pop()
+        if n in defs and n not in need:
+            need.add(n)
+            stack.extend(ir.expr_names(defs[n].value))
+    return [a for a in defs.values() if a.targets[0] in need]
+
+
+def check_grid(kernel: ir.KernelIR, counts: tuple[TileCount, ...], grid: tuple, scalars: dict,
+               constexprs: dict) -> None:
+    """LaunchError unless ``grid`` launches a program for every tile of every single-tile loop."""
+    env = {**scalars, **constexprs}
+    for count in counts:
+        try:
+            needed = count.programs_needed(env)
+        except (NotConstant, ZeroDivisionError, TypeError) as exc:
+            raise LaunchError(f"kernel '{kernel.name}': cannot compute the tile count of "
+                              f"xs.tile_range(..., persistent=False) from the launch's scalars ({exc})",
+                              loc=count.loop.loc, objects=(count.loop.var,)) from exc
+        if grid[0] < needed:
+            raise LaunchError(
+                f"kernel '{kernel.name}': xs.tile_range(..., persistent=False) runs one tile per "
+                f"program, but the launch has {grid[0]} program(s) on axis 0 for {needed} tiles: "
+                f"{needed - grid[0]} tile(s) would never run",
+                loc=count.loop.loc, objects=(count.loop.var,),
+                fix=f"launch {needed} programs on axis 0, or compile it persistent "
+                    f"(persistent=True walks every tile with any number of programs)")
