@@ -8,6 +8,7 @@ in one process on the same tensors, next to SDPA's cuDNN backend, and reports me
 * ``flagship_s2`` / ``no_merge``: the same at two K/V stages, or with the merge-pipes pass off;
 * ``tile_loop``: the flagship with the tile loop kept (``PERSISTENT=1``) but one program per
   tile, the form it had before ``xs.tile_range`` spelled non-persistent launches without a loop;
+* ``bn64`` / ``bn128``: the flagship with 64 or 128 keys per step;
 * ``older``: an older revision's kernel source (``--older PATH``, e.g. the file from
   ``git show 00e8dd1:kernels/flash_attn/kernel.py``), lowered by this xsync with its own
   launch layout (grid (row blocks, batch*heads), no ``batch``/``max_q`` arguments).
@@ -32,12 +33,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-CANDIDATES = {   # name -> (STAGES, merge-pipes on, tile loop kept under a one-per-tile launch)
-    "flagship": (3, True, False),
-    "flagship_s2": (2, True, False),
-    "no_merge": (3, False, False),
-    "tile_loop": (3, True, True),
-    "older": (2, True, False),
+CANDIDATES = {   # name -> (constexprs over the table's, merge-pipes on)
+    "flagship": ({}, True),
+    "flagship_s2": ({"STAGES": 2}, True),
+    "no_merge": ({}, False),
+    "tile_loop": ({"PERSISTENT": 1}, True),     # the loop kept under a one-per-tile launch
+    "bn64": ({"BN": 64}, True),
+    "bn128": ({"BN": 128}, True),
+    "older": ({"STAGES": 2}, True),
 }
 
 
@@ -67,10 +70,8 @@ def _launcher(name, kernel, q, k, v, causal):
     lse = torch.empty((b * h, s), dtype=torch.float32, device=q.device)
     cu_q, cu_k = ops._dense_offsets(b, s, s, q.device)
     plan = schedule.lookup("nvidia", d, causal, s)
-    stages, merge, tile_loop = CANDIDATES[name]
-    cx = dict(plan.constexprs(), STAGES=stages, D=d, CAUSAL=int(causal))
-    if tile_loop:
-        cx["PERSISTENT"] = 1
+    override, merge = CANDIDATES[name]
+    cx = dict(plan.constexprs(), **override, D=d, CAUSAL=int(causal))
     rows = q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k, d ** -0.5
     layout = (h, s, 0, h, s, 0, h, 0)
     if name == "older":
@@ -112,13 +113,15 @@ def main(argv=None) -> int:
     parser.add_argument("--older", default=None, help="an older revision's kernels/flash_attn/kernel.py")
     parser.add_argument("--shapes", default="128:1:16384,128:1:8192", help="d:causal:s,...")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--candidates", default="flagship,flagship_s2,no_merge,tile_loop,older",
+                        help="of: " + ", ".join(CANDIDATES))
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
     os.environ.setdefault("XSYNC_BACKEND", "nvidia")
-    names = [n for n in CANDIDATES if n != "older" or args.older]
+    names = [n for n in args.candidates.split(",") if n != "older" or args.older]
     shapes = _shapes(args.shapes)
     jobs = [(n, args.older, d, c) for d, c, _ in shapes for n in names]
     with mp.get_context("spawn").Pool(min(len(jobs), 12)) as pool:
@@ -141,9 +144,12 @@ def main(argv=None) -> int:
                 torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
         runs["sdpa_cudnn"], errs["sdpa_cudnn"] = cudnn, 0.0
         times = {name: [] for name in runs}
-        for _ in range(args.rounds):
-            for name, run in runs.items():
-                times[name].append(triton.testing.do_bench(run, warmup=10, rep=60))
+        order = list(runs)
+        for r in range(args.rounds):
+            # each round starts at another candidate: the first timed in a round runs faster or
+            # slower for reasons of its own (clocks after the previous round), 5-9% apart
+            for name in order[r % len(order):] + order[:r % len(order)]:
+                times[name].append(triton.testing.do_bench(runs[name], warmup=10, rep=60))
         for name, ms in times.items():
             med = sorted(ms)[len(ms) // 2]
             row = dict(d=d, causal=bool(causal), s=s, b=b, h=h, candidate=name, tflops=flop / med / 1e9,
