@@ -46,14 +46,17 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # one process, TFLOP/s): persistent programs win for short non-causal sequences (the
 # prologue/epilogue of a tile overlaps the next tile's loads; d128 s1k 424 vs 392, d64 s1k
 # 332 vs 302), lose for causal ones (the strided share is unbalanced: d128 s16k 410 vs 568);
-# BN=64 helps short causal d128 (fewer masked keys per boundary step: 267 vs 246 at 1k).
-# Three K/V stages everywhere: with three the merge-pipes pass gives K and V one ring
+# BN=64 helps short causal d128 (fewer masked keys per boundary step: 267 vs 246 at 1k), up to
+# 1k only: at 2k BN=128 wins again (results/runs/flash_attn_ab_20261201_short.json, interleaved:
+# 387 vs 368 at 2k, 257 vs 276 at 1k).
+# Non-persistent rows compile without the tile loop (xs.tile_range): d64 causal 1k 183 vs 179
+# with the loop kept (same run). Three K/V stages everywhere: with three the merge-pipes pass gives K and V one ring
 # (xsync/backends/nvidia/passes/merge_pipes.py), which beats two rings of two or three stages,
 # interleaved in one process (benchmarks/flash_attn_ab.py, results/runs/flash_attn_ab_20261201.json,
 # d128: s8k 578 vs 544 / 536 non-causal, 530 vs 515 / 511 causal; s16k causal 591 vs 560 / 559).
 TABLE: tuple[Row, ...] = (
     Row("nvidia", None, False, 4096, Schedule(BM=64, BN=128, STAGES=3, persistent=True)),
-    Row("nvidia", 128, True, 2048, Schedule(BM=64, BN=64, STAGES=3, persistent=False)),
+    Row("nvidia", 128, True, 1024, Schedule(BM=64, BN=64, STAGES=3, persistent=False)),
     Row("nvidia", None, None, None, HOPPER),
     Row("ascend", None, None, None, ASCEND),
     Row("cpu", None, None, 256, CPU),
