@@ -226,6 +226,7 @@ class _XLoop:
     opaque: str | None
     body: list
     line: int
+    same: bool = False   # every iteration unrolls to the same actions (an episode loop)
 
 
 @dataclass
@@ -454,7 +455,11 @@ class Scalars:
                 if f is None:
                     key = f"trip count of `{n.key}` (line {n.loc.line})"
                     self.opaque[key] = "trip"
-                out.append(_XLoop(n.var, f, key, self._compile_block(n.body), n.loc.line))
+                # an episode loop (_as_episodes): its body reads no value an iteration
+                # carries to the next (episode_loops, 4) and the tile's values are set before
+                # it, so each iteration computes the same values and unrolls the same actions
+                same = n.loc.line in self.episodes and n.var == f"{self.episodes[n.loc.line]}@iteration"
+                out.append(_XLoop(n.var, f, key, self._compile_block(n.body), n.loc.line, same))
             elif isinstance(n, Branch):
                 f = self._evaluator(n.cond, None)
                 key = None
@@ -1419,6 +1424,15 @@ def _unroller(prog):
                     lines.append(pad + f"ext({tuple(n.body)!r} * c{u})")
                     lines.append(pad + f"if c{u}:")
                     lines.append(pad + f"    E[{n.var!r}] = s{u} + (c{u} - 1) * d{u}")
+                elif n.same:
+                    # unroll one iteration, repeat its actions (_XLoop.same)
+                    lines.append(pad + f"if c{u}:")
+                    lines.append(pad + f"    m{u} = len(S)")
+                    lines.append(pad + f"    E[{n.var!r}] = s{u}")
+                    block(n.body, pad + "    ", level + 1)
+                    lines.append(pad + f"    if c{u} > 1:")
+                    lines.append(pad + f"        ext(S[m{u}:] * (c{u} - 1))")
+                    lines.append(pad + f"        E[{n.var!r}] = s{u} + (c{u} - 1) * d{u}")
                 else:
                     lines.append(pad + f"for i{u} in range(c{u}):")
                     lines.append(pad + f"    E[{n.var!r}] = s{u} + i{u} * d{u}")
@@ -1488,11 +1502,12 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
     0 .. ``depth`` (the deeper ones change nothing the iterations see: they only count, for
     the sample), ``lets`` = (depth, local, code) evaluated at their depth, a failure skipping
     every combination below, then ``visit(start, stop, step, carried values)`` once per
-    distinct call. With ``stride`` > 1 a prefix is visited only if the block of product
+    distinct (first 16 counters of the range, carried values): a visit reads no more. With ``stride`` > 1 a prefix is visited only if the block of product
     indices under it holds a multiple of the stride."""
     out = ["def _sweep(D, visit):", "    seen = set()"]
     bounds_code, bounds_depth = bounds
-    key = "(start, stop, step, " + "".join(c + ", " for c in carried) + ")"
+    # a visit reads the first 16 counters only: calls whose ranges agree there are one
+    key = "(r, " + "".join(c + ", " for c in carried) + ")"
 
     def body(level, pad):
         # what is computed once the dimensions up to ``level`` are fixed
@@ -1521,10 +1536,11 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
                 out.append(pad + "    continue")
             elif not math.prod(lens[level + 1:]):
                 return
+            out.append(pad + "r = range(start, stop, step)[:16]")
             out.append(pad + f"k = {key}")
             out.append(pad + "if k not in seen:")
             out.append(pad + "    seen.add(k)")
-            out.append(pad + f"    visit(start, stop, step, ({''.join(c + ', ' for c in carried)}))")
+            out.append(pad + f"    visit(r.start, r.stop, r.step, ({''.join(c + ', ' for c in carried)}))")
             return
         j = level + 1
         if stride > 1:
