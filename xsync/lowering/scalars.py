@@ -1027,7 +1027,7 @@ class Scalars:
     def _independent(self, names, dims, obs):
         """``_product``'s dict for the whole product, built from groups of dimensions that no
         observation links, or None where that does not apply (one group; a dimension with
-        repeated values; an observation that divides by a scalar or steps by one, whose
+        repeated values; an observation that divides or steps by a scalar, whose
         failures skip the rest of the product in loop order)."""
         n = len(dims)
         if n < 2:
@@ -1502,8 +1502,9 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
     0 .. ``depth`` (the deeper ones change nothing the iterations see: they only count, for
     the sample), ``lets`` = (depth, local, code) evaluated at their depth, a failure skipping
     every combination below, then ``visit(start, stop, step, carried values)`` once per
-    distinct (first 16 counters of the range, carried values): a visit reads no more. With ``stride`` > 1 a prefix is visited only if the block of product
-    indices under it holds a multiple of the stride."""
+    distinct (first 16 counters of the range, carried values): a visit reads no more. With
+    ``stride`` > 1 a prefix is visited only if the block of product indices under it holds a
+    multiple of the stride."""
     out = ["def _sweep(D, visit):", "    seen = set()"]
     bounds_code, bounds_depth = bounds
     # a visit reads the first 16 counters only: calls whose ranges agree there are one
