@@ -226,6 +226,7 @@ class _XLoop:
     opaque: str | None
     body: list
     line: int
+    same: bool = False   # every iteration unrolls to the same actions (an episode loop)
 
 
 @dataclass
@@ -313,6 +314,7 @@ class Scalars:
             for a in sorted(self._atoms, key=lambda a: a.key):
                 self.observations[Observation("raw", a, ())] = None
         self._cuts()
+        self._unit_memo: dict = {}      # free scalar -> _unit_and_constants (observations final)
 
     # ------------------------------------------------------------ expressions
     def _sym(self, e, env):
@@ -453,7 +455,11 @@ class Scalars:
                 if f is None:
                     key = f"trip count of `{n.key}` (line {n.loc.line})"
                     self.opaque[key] = "trip"
-                out.append(_XLoop(n.var, f, key, self._compile_block(n.body), n.loc.line))
+                # an episode loop (_as_episodes): its body reads no value an iteration
+                # carries to the next (episode_loops, 4) and the tile's values are set before
+                # it, so each iteration computes the same values and unrolls the same actions
+                same = n.loc.line in self.episodes and n.var == f"{self.episodes[n.loc.line]}@iteration"
+                out.append(_XLoop(n.var, f, key, self._compile_block(n.body), n.loc.line, same))
             elif isinstance(n, Branch):
                 f = self._evaluator(n.cond, None)
                 key = None
@@ -833,6 +839,13 @@ class Scalars:
         return sorted(found, key=lambda a: (isinstance(a, CutVar), getattr(a, "key", getattr(a, "name", ""))))
 
     def _unit_and_constants(self, var):
+        # the observations are final once the cuts are made (__init__): one walk per scalar
+        got = self._unit_memo.get(var)
+        if got is None:
+            got = self._unit_memo[var] = self._unit_and_constants_of(var)
+        return got
+
+    def _unit_and_constants_of(self, var):
         divisors, consts = set(), set()
         for o in self.observations:
             parts = [o.form] + [g for g, _ in o.guard]
@@ -976,7 +989,11 @@ class Scalars:
     def _enumerate(self, names, dims, limit):
         """Run the observation function over the product of ``dims``: nested loops, each
         observation computed at the depth of the last scalar it reads, and the deeper loops
-        skipped when every deeper observation sits under a branch not taken."""
+        skipped when every deeper observation sits under a branch not taken.
+
+        Scalars that share no observation are enumerated apart (``_independent``): the
+        distinct observation tuples of the product are the combinations of each group's, and
+        the first assignment of each (in the product's loop order) combines each group's first."""
         obs = self.obs_list = list(self.observations)
         self.obs_index = {o: k for k, o in enumerate(obs)}
         size = 1
@@ -984,6 +1001,16 @@ class Scalars:
             size *= max(1, len(d))
         if size > limit:
             return None
+        found = self._independent(names, dims, obs)
+        if found is None:
+            found = self._product(names, dims, obs)
+        result = [(self._assignment(names, combo), ObsValues(self, key)) for key, combo in found.items()]
+        result.sort(key=lambda item: _magnitude(obs, item[1].values))
+        return result
+
+    @staticmethod
+    def _slots(names) -> dict:
+        """Environment key -> (dimension, local name) in the generated enumeration."""
         index = {}
         for i, n in enumerate(names):
             if isinstance(n, tuple):
@@ -995,6 +1022,76 @@ class Scalars:
                 index[("cut", n.name, n.line)] = (i, f"v{i}")
             else:
                 index[("opaque", n.key)] = (i, f"v{i}")
+        return index
+
+    def _independent(self, names, dims, obs):
+        """``_product``'s dict for the whole product, built from groups of dimensions that no
+        observation links, or None where that does not apply (one group; a dimension with
+        repeated values; an observation that divides or steps by a scalar, whose
+        failures skip the rest of the product in loop order)."""
+        n = len(dims)
+        if n < 2:
+            return None
+        index = self._slots(names)
+
+        def dim_of(x):
+            if isinstance(x, Atom):
+                return index[x.key][0]
+            if isinstance(x, CutVar):
+                return index[("cut", x.name, x.line)][0]
+            return index.get(("opaque", x.key), (-1,))[0]
+
+        reads = []
+        for o in obs:
+            forms = (list(o.form) if o.kind == "trip" else [o.form]) + [g for g, _ in o.guard]
+            if (o.kind == "trip" and not isinstance(o.form[2], ir.Const)) or any(
+                    _divides_by_scalar(f) for f in forms):
+                return None
+            reads.append({dim_of(v) for f in forms for v in _free(f)} - {-1})
+        if any(len(set(d)) != len(d) for d in dims):
+            return None
+        parent = list(range(n))
+
+        def root(i):
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+        for r in reads:
+            r = sorted(r)
+            for j in r[1:]:
+                parent[root(j)] = root(r[0])
+        groups: dict[int, list[int]] = {}
+        for j in range(n):
+            groups.setdefault(root(j), []).append(j)
+        if len(groups) < 2:
+            return None
+        if any(not d for d in dims):
+            return {}                    # an empty dimension: the product is empty
+        parts = []       # per group: (dimensions, observations, [(key, combo, indices)])
+        for g, (first, members) in enumerate(sorted(groups.items())):
+            mine = [k for k, r in enumerate(reads) if (r and root(min(r)) == first) or (not r and g == 0)]
+            sub = self._product([names[j] for j in members], [dims[j] for j in members],
+                                [obs[k] for k in mine])
+            where = [{v: i for i, v in enumerate(dims[j])} for j in members]
+            rows = [(key, combo, tuple(w[v] for w, v in zip(where, combo))) for key, combo in sub.items()]
+            parts.append((members, mine, rows))
+        out = []
+        for pick in itertools.product(*(rows for _, _, rows in parts)):
+            key, combo, order = [None] * len(obs), [None] * n, [0] * n
+            for (members, mine, _), (k, c, idx) in zip(parts, pick):
+                for at, v in zip(mine, k):
+                    key[at] = v
+                for j, v, i in zip(members, c, idx):
+                    combo[j], order[j] = v, i
+            out.append((tuple(order), tuple(key), tuple(combo)))
+        # the product's loops meet each key first at its first combination: in index order
+        out.sort(key=lambda item: item[0])
+        return {key: combo for _, key, combo in out}
+
+    def _product(self, names, dims, obs) -> dict:
+        """Observation tuple -> the first combination of ``dims`` (in loop order) giving it."""
+        index = self._slots(names)
 
         def slot(x):
             if isinstance(x, Atom):
@@ -1003,20 +1100,58 @@ class Scalars:
                 return index[("cut", x.name, x.line)]
             return index.get(("opaque", x.key), (-1, "None"))
 
-        def var(x):
-            if isinstance(x, Named):
-                return _py(x.value, var)
-            return slot(x)[1]
-
         def depth(forms) -> int:
             return max((slot(v)[0] for f in forms for v in _free(f)), default=-1)
+
+        # A named value is computed once, at the depth of the last scalar it reads, into a
+        # local (``n0 = ...``) that every observation reading it shares -- where no
+        # observation can fail (nothing divides by a scalar or by zero): evaluated ahead of
+        # the guards it sits under, it then gives the same values and raises nothing.
+        shared = not any(
+            (o.kind == "trip" and not isinstance(o.form[2], ir.Const))
+            or any(_divides_by_scalar(f) or _divides_by_zero(f)
+                   for f in (list(o.form) if o.kind == "trip" else [o.form]) + [g for g, _ in o.guard])
+            for o in obs)
+        locals_of: dict = {}            # Named -> local name
+        defs: dict[int, list[str]] = {}   # depth -> definitions of the named values there
+
+        def var(x):
+            if isinstance(x, Named):
+                if not shared:
+                    return _py(x.value, var)
+                got = locals_of.get(x)
+                if got is None:
+                    code = _py(x.value, var)      # the named values it reads come first
+                    got = locals_of[x] = f"n{len(locals_of)}"
+                    defs.setdefault(depth([x.value]), []).append(f"{got} = {code}")
+                return got
+            return slot(x)[1]
+
+        # so is a sub-form that several observations (or guards) repeat
+        spelled = {}                    # observation -> (form, guard) as rendered
+        if shared:
+            counts: dict = {}
+            for o in obs:
+                for f in (list(o.form) if o.kind == "trip" else [o.form]) + [g for g, _ in o.guard]:
+                    for x in _nodes(f):
+                        if isinstance(x, (ir.BinOp, ir.Compare, ir.UnaryOp, ir.BoolOp, ir.Call, Select)):
+                            counts[x] = counts.get(x, 0) + 1
+            common = {x: Named("_shared", k, x) for k, x in enumerate(x for x, c in counts.items()
+                                                                    if c > 1 and _free(x))}
+            if common:
+                sub = common.get
+                for o in obs:
+                    spelled[o] = (_subst(o.form, sub), tuple((_subst(g, sub), p) for g, p in o.guard))
 
         levels: dict[int, list[str]] = {}
         risky: dict[int, bool] = {}     # a level divides by a scalar (or steps by one)
         guard_depth, obs_depth, obs_forms = [], [], []
+        shown = [Observation(o.kind, *spelled[o], o.loop_line, o.uses_var) if o in spelled else o
+                 for o in obs]
         for k, o in enumerate(obs):
             guards = [g for g, _ in o.guard]
             forms = list(o.form) if o.kind == "trip" else [o.form]
+            o = shown[k]
             d = depth(forms + guards)
             if (o.kind == "trip" and not isinstance(o.form[2], ir.Const)) or any(
                     _divides_by_scalar(f) for f in forms + guards):
@@ -1035,6 +1170,8 @@ class Scalars:
             else:
                 value = _py(o.form, var)
             levels.setdefault(d, []).append(f"o{k} = ({value}) if ({guard}) else None")
+        for d, lines in defs.items():
+            levels[d] = lines + levels.get(d, [])
         n = len(dims)
         keys = ", ".join(f"o{k}" for k in range(len(obs)))
         keys = f"({keys}{',' if len(obs) == 1 else ''})"
@@ -1056,7 +1193,7 @@ class Scalars:
             if level >= 0 and all(guard_depth[k] <= level and obs[k].guard for k in deeper):
                 live = " or ".join(
                     "(" + (" and ".join(f"({_py(g, var)})" if pol else f"(not {_py(g, var)})"
-                                        for g, pol in obs[k].guard)) + ")" for k in deeper)
+                                        for g, pol in shown[k].guard)) + ")" for k in deeper)
                 out.append(pad + f"if not ({live}):")
                 rest = ", ".join(f"v{j}" if j <= level else f"D[{j}][0]" for j in range(n))
                 rest = f"({rest}{',' if n == 1 else ''})"
@@ -1136,9 +1273,7 @@ class Scalars:
         exec(compile("\n".join(out) + "\n", "<xsync scalars>", "exec"), ns)  # noqa: S102
         found: dict = {}
         ns["_run"](dims, found)
-        result = [(self._assignment(names, combo), ObsValues(self, key)) for key, combo in found.items()]
-        result.sort(key=lambda item: _magnitude(obs, item[1].values))
-        return result
+        return found
 
     def _assignment(self, names, combo) -> Assignment:
         values, overrides = [], []
@@ -1289,6 +1424,15 @@ def _unroller(prog):
                     lines.append(pad + f"ext({tuple(n.body)!r} * c{u})")
                     lines.append(pad + f"if c{u}:")
                     lines.append(pad + f"    E[{n.var!r}] = s{u} + (c{u} - 1) * d{u}")
+                elif n.same:
+                    # unroll one iteration, repeat its actions (_XLoop.same)
+                    lines.append(pad + f"if c{u}:")
+                    lines.append(pad + f"    m{u} = len(S)")
+                    lines.append(pad + f"    E[{n.var!r}] = s{u}")
+                    block(n.body, pad + "    ", level + 1)
+                    lines.append(pad + f"    if c{u} > 1:")
+                    lines.append(pad + f"        ext(S[m{u}:] * (c{u} - 1))")
+                    lines.append(pad + f"        E[{n.var!r}] = s{u} + (c{u} - 1) * d{u}")
                 else:
                     lines.append(pad + f"for i{u} in range(c{u}):")
                     lines.append(pad + f"    E[{n.var!r}] = s{u} + i{u} * d{u}")
@@ -1358,11 +1502,13 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
     0 .. ``depth`` (the deeper ones change nothing the iterations see: they only count, for
     the sample), ``lets`` = (depth, local, code) evaluated at their depth, a failure skipping
     every combination below, then ``visit(start, stop, step, carried values)`` once per
-    distinct call. With ``stride`` > 1 a prefix is visited only if the block of product
-    indices under it holds a multiple of the stride."""
+    distinct (first 16 counters of the range, carried values): a visit reads no more. With
+    ``stride`` > 1 a prefix is visited only if the block of product indices under it holds a
+    multiple of the stride."""
     out = ["def _sweep(D, visit):", "    seen = set()"]
     bounds_code, bounds_depth = bounds
-    key = "(start, stop, step, " + "".join(c + ", " for c in carried) + ")"
+    # a visit reads the first 16 counters only: calls whose ranges agree there are one
+    key = "(r, " + "".join(c + ", " for c in carried) + ")"
 
     def body(level, pad):
         # what is computed once the dimensions up to ``level`` are fixed
@@ -1391,10 +1537,11 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
                 out.append(pad + "    continue")
             elif not math.prod(lens[level + 1:]):
                 return
+            out.append(pad + "r = range(start, stop, step)[:16]")
             out.append(pad + f"k = {key}")
             out.append(pad + "if k not in seen:")
             out.append(pad + "    seen.add(k)")
-            out.append(pad + f"    visit(start, stop, step, ({''.join(c + ', ' for c in carried)}))")
+            out.append(pad + f"    visit(r.start, r.stop, r.step, ({''.join(c + ', ' for c in carried)}))")
             return
         j = level + 1
         if stride > 1:
@@ -1627,6 +1774,15 @@ def _divides_by_scalar(form) -> bool:
         if isinstance(n, ir.BinOp) and n.op in ("//", "%", "/") and not isinstance(n.right, ir.Const):
             return True
         if isinstance(n, ir.Call) and n.op == "cdiv" and not isinstance(n.args[1], ir.Const):
+            return True
+    return False
+
+
+def _divides_by_zero(form) -> bool:
+    for n in _nodes(form):
+        right = n.right if isinstance(n, ir.BinOp) and n.op in ("//", "%", "/") else (
+            n.args[1] if isinstance(n, ir.Call) and n.op == "cdiv" else None)
+        if isinstance(right, ir.Const) and not right.value:
             return True
     return False
 
