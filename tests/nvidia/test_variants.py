@@ -98,3 +98,17 @@ def test_gemm_hot_loops_keep_one_wgmma_in_flight():
     assert len(wg) == 2 and all(tensor_core_ops(x) == tensor_core_ops(flagship[0]) for x in wg), wg
     assert all(x.count("bar.sync") > flagship[0].count("bar.sync") for x in wg), wg
     assert "pass pingpong: applied" in log
+
+
+def test_a_cast_mma_operand_is_cast_then_converted():
+    """`xs.mma(p.to(q.dtype), v)` (the accumulate form): the renderer casts p where it is
+    computed and converts the bf16 tile to the dot-operand layout, as the flagship's slot
+    hand-off does, instead of converting the fp32 tile and casting after."""
+    from xsync.backends.nvidia import render_source
+
+    cx, dtypes = attention_fwd.specialization()
+    cx.update(ops.block_sizes("nvidia"), D=128, CAUSAL=1)
+    lowered = variants.VARIANTS["accumulate_form"].lower("nvidia", cx, dtypes)
+    source = render_source(lowered.kernel, lowered.placement, lowered.allocation)
+    assert "gl.convert_layout(p.to(gl.bfloat16), gl.DotOperandLayout(" in source
+    assert ".to(gl.bfloat16), k_in_v_in_v" not in source

@@ -180,6 +180,12 @@ class LayoutRules:
         bits = (at.dtype.bits if at.dtype else 16)
         return f"gl.DotOperandLayout(operand_index=0, parent={acc_l}, k_width={32 // bits})"
 
+    @staticmethod
+    def cast_first(want) -> bool:
+        """A cast read as an mma operand is cast where it is computed and then converted:
+        the conversion moves the narrower values (`p.to(bf16)` in the accumulate form)."""
+        return want is not None and want.startswith("gl.DotOperandLayout(")
+
     # ------------------------------------------------------------ types
     def converted(self, t: T, want, name=None, record=False) -> T:
         """``t`` in layout ``want`` (a gl.convert_layout where it differs). A 1-D variable
@@ -213,6 +219,9 @@ class LayoutRules:
         if isinstance(e, ir.Subscript):
             return self.subscript_type(e, want, record)
         if isinstance(e, ir.Cast):
+            if self.cast_first(want):
+                t = self.type_of(e.value, None, record)
+                return SCALAR if t.kind == "scalar" else self.converted(T("tile", t.shape, e.dtype, t.layout), want)
             t = self.type_of(e.value, want, record)
             return SCALAR if t.kind == "scalar" else T("tile", t.shape, e.dtype, t.layout)
         if isinstance(e, ir.Attr):

@@ -106,6 +106,10 @@ class ValueSpeller(LayoutRules):
             idx = ", ".join("None" if i is None else ":" for i in e.index)
             return f"{self.tx(e.value, self.subscript_want(e, t), 99)[0]}[{idx}]"
         if isinstance(e, ir.Cast):
+            if self.cast_first(want):
+                code, inner = self.tx(e.value, None, 99)
+                held = T("tile", inner.shape, e.dtype, inner.layout) if inner.kind == "tile" else inner
+                return self.view(f"{code}.to({self.dtype(e.dtype)})", held, t)
             return f"{self.tx(e.value, want, 99)[0]}.to({self.dtype(e.dtype)})"
         if isinstance(e, ir.Attr):
             return self.view(*self.field_view(e), t)
