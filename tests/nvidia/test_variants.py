@@ -18,10 +18,12 @@ GEMM_DTYPES = dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32)
 
 
 @functools.cache
-def attention_loops(name: str, merge: bool = True):
+def attention_loops(name: str, merge: bool = True, causal: int = 0):
+    """Hot loops at the schedule the ops launch: non-causal short (persistent tile loop) or
+    causal long (one program per tile, no tile loop)."""
     kernel = attention_fwd if name == "flagship" else variants.VARIANTS[name]
     cx, dtypes = attention_fwd.specialization()
-    cx.update(ops.block_sizes("nvidia"), D=128, CAUSAL=0)
+    cx.update(ops.block_sizes("nvidia", 128, bool(causal), 0 if not causal else 8192), D=128, CAUSAL=causal)
     with xs.options(nv_merge_pipes=merge):
         lowered = kernel.lower("nvidia", cx, dtypes)
     return hot_loops(compile_ptx(lowered, scalar_types={"sm_scale": "fp32"}).ptx), lowered.passes.text()
@@ -52,9 +54,10 @@ def test_flagship_hot_loops_are_the_overlapped_schedule():
 
 @pytest.mark.parametrize("name", ["v_wait_first", "pv_first", "accumulate_form", "late_k_release",
                                   "kv_one_pipe"])
-def test_attention_variant_has_the_flagship_hot_loop(name):
-    loops, log = attention_loops(name)
-    assert loops == attention_loops("flagship")[0], log
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention_variant_has_the_flagship_hot_loop(name, causal):
+    loops, log = attention_loops(name, causal=causal)
+    assert loops == attention_loops("flagship", causal=causal)[0], log
 
 
 def test_merge_pipes_is_what_gives_k_and_v_in_two_pipes_one_ring():

@@ -23,6 +23,10 @@ so the tensor core idles during B. Rotated by one GEMM (wgmma groups retire in i
             t = mma_wait(t, pending=0); D_{n-1}; V.release()
         V.wait(); t = mma(p, .., E); t = mma_wait(t, 0); D_last; V.release()
 
+A P operand written as a cast (``mma(p.to(bf16), ..)``, the accumulate form) is cast at the
+end of B into a name of its own, so the loop carries the bf16 tile, not the fp32 one (as a
+slot hand-off of the cast value does in the split form).
+
 Nothing is in flight across the back edge (a product carried in flight into the next
 iteration, whose first wait would retire it, makes ptxas serialize every wgmma: C7514), no
 branch surrounds a wgmma or its wait, and the pending counts are constants. K and V are each
@@ -299,6 +303,18 @@ def _rotate(loop: ir.For, a_issue, j_s, k_rel, body_b, c_issue, j_pv, body_d, v_
         renamed = ir.Assign(m_pv.targets, dataclasses.replace(m_pv.value, args=args), m_pv.loc)
         c_issue = [renamed if x is m_pv else x for x in c_issue]
         keep = (ir.Assign((prev,), ir.Name(slot), loc),)
+    body_b = tuple(body_b)
+    m_pv = next(x for x in c_issue if is_mma(x))
+    p_operand = m_pv.value.args[0]
+    if isinstance(p_operand, ir.Cast):
+        # PV_{n-1} reads B_{n-1}'s P cast to the input type (`mma(p.to(bf16), ..)`, the
+        # accumulate form): cast at the end of B, so the loop carries the narrow tile, as a
+        # slot hand-off of the cast value does (rule 5: nothing after B writes what it reads)
+        cast = fresh_name("p_operand", reads(loop.body) | writes(loop.body))
+        body_b = (*body_b, ir.Assign((cast,), p_operand, m_pv.loc))
+        args = (ir.Name(cast), *m_pv.value.args[1:])
+        renamed = ir.Assign(m_pv.targets, dataclasses.replace(m_pv.value, args=args), m_pv.loc)
+        c_issue = [renamed if x is m_pv else x for x in c_issue]
     k_rel = (k_rel,) if k_rel is not None else ()
     body = (*a_issue, *c_issue,
             ir.MmaWait((s_name, pv), 1, j_s.loc, "overlap_softmax: S of this block completes; the previous PV stays in flight"),
