@@ -152,3 +152,11 @@ def test_attention_both_forms_match_sdpa(persistent):
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
     assert attention_fwd.lower("cpu", dict(BM=plan.BM, BN=plan.BN, D=d, CAUSAL=1, STAGES=2,
                                            PERSISTENT=persistent)).kernel.body
+
+
+def test_tile_range_outside_a_for_is_a_source_error(tmp_path):
+    kern = _src(tmp_path, HEADER + "    first = xs.tile_range(rows, persistent=FLAG)\n"
+                "    for tile in range(0, rows):\n" + BODY, "as_value")
+    with pytest.raises(KernelSourceError) as err:
+        kern.lower("cpu", dict(BM=16, FLAG=0))
+    assert "as_value.py:9" in str(err.value) and "only the iterator of a tile loop" in str(err.value)

@@ -659,6 +659,9 @@ class _Frontend:
                            fix=f"use xs.{'minimum' if f.id == 'min' else 'maximum' if f.id == 'max' else 'where'}")
             if name in ("acquire", "wait", "signal"):
                 self.error(node, f"xs.{name} used inside an expression", fix="use it as a statement")
+            if name == "tile_range":
+                self.error(node, "xs.tile_range(...) is only the iterator of a tile loop",
+                           fix="write `for tile in xs.tile_range(total, persistent=PERSISTENT):`")
             self.error(node, f"`{ast.unparse(f)}` is not an xsync tile op",
                        fix="available: " + ", ".join(sorted(api.TILE_OPS)))
         lo, hi, keywords = api.TILE_OPS[name]
