@@ -283,12 +283,17 @@ class _Frontend:
         else:
             start, stop = args[0], args[1]
             step = args[2] if len(args) == 3 else ir.Const(1)
-        if s.target.id in self.loop_vars:
-            self.home.pop(s.target.id, None)  # each loop scopes its own counter
-        self.loop_vars.add(s.target.id)
-        self.bind([s.target.id], ir.Const(0), s)
+        return self.loop(s, start, stop, step)
+
+    def loop(self, s: ast.For, start, stop, step, single_tile=False) -> ir.For:
+        """The ir.For of ``s`` (target and form already checked): its counter and body."""
+        var = s.target.id
+        if var in self.loop_vars:
+            self.home.pop(var, None)  # each loop scopes its own counter
+        self.loop_vars.add(var)
+        self.bind([var], ir.Const(0), s)
         body = self.block(s.body)
-        return ir.For(s.target.id, start, stop, step, tuple(body), self.loc(s))
+        return ir.For(var, start, stop, step, tuple(body), self.loc(s), single_tile=single_tile)
 
     def tile_range(self, s: ast.For):
         """``for tile in xs.tile_range(total, persistent=P)``: the persistent loop
@@ -315,16 +320,8 @@ class _Frontend:
         if not isinstance(persistent, (bool, int)):
             self.error(s, f"xs.tile_range's `persistent` is {persistent!r}, not a flag",
                        fix="pass True/False, 1/0 or a constexpr holding one")
-        total = self.expr(it.args[0])
-        first = ir.Call("program_id", (ir.Const(0),), ())
-        var = s.target.id
-        if var in self.loop_vars:
-            self.home.pop(var, None)
-        self.loop_vars.add(var)
-        self.bind([var], ir.Const(0), s)
-        body = self.block(s.body)
-        return ir.For(var, first, total, ir.Call("num_programs", (ir.Const(0),), ()),
-                      tuple(body), self.loc(s), single_tile=not persistent)
+        return self.loop(s, ir.Call("program_id", (ir.Const(0),), ()), self.expr(it.args[0]),
+                         ir.Call("num_programs", (ir.Const(0),), ()), single_tile=not persistent)
 
     def method_verb(self, call: ast.Call):
         """(object variable, verb) for `pipe.acquire()` / `bar.sync()`-style calls."""

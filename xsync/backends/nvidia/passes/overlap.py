@@ -294,25 +294,23 @@ def _rotate(loop: ir.For, a_issue, j_s, k_rel, body_b, c_issue, j_pv, body_d, v_
     s_name, pv = j_s.targets[0], j_pv.targets[0]
     loc = loop.loc
     keep = ()
+    m_pv = next(x for x in c_issue if is_mma(x))
+    args = m_pv.value.args
+    body_b = tuple(body_b)
     if slot is not None:
         # K and V share a slot: PV_{n-1} reads the previous block's slot, kept as `prev` (its
         # release after PV_{n-1} frees the oldest held slot: FIFO)
         prev = fresh_name(f"{slot}_prev", reads(loop.body) | writes(loop.body))
-        m_pv = next(x for x in c_issue if is_mma(x))
-        args = tuple(_rename_slot(a, slot, prev) for a in m_pv.value.args)
-        renamed = ir.Assign(m_pv.targets, dataclasses.replace(m_pv.value, args=args), m_pv.loc)
-        c_issue = [renamed if x is m_pv else x for x in c_issue]
+        args = tuple(_rename_slot(a, slot, prev) for a in args)
         keep = (ir.Assign((prev,), ir.Name(slot), loc),)
-    body_b = tuple(body_b)
-    m_pv = next(x for x in c_issue if is_mma(x))
-    p_operand = m_pv.value.args[0]
-    if isinstance(p_operand, ir.Cast):
+    if isinstance(args[0], ir.Cast):
         # PV_{n-1} reads B_{n-1}'s P cast to the input type (`mma(p.to(bf16), ..)`, the
         # accumulate form): cast at the end of B, so the loop carries the narrow tile, as a
         # slot hand-off of the cast value does (rule 5: nothing after B writes what it reads)
         cast = fresh_name("p_operand", reads(loop.body) | writes(loop.body))
-        body_b = (*body_b, ir.Assign((cast,), p_operand, m_pv.loc))
-        args = (ir.Name(cast), *m_pv.value.args[1:])
+        body_b = (*body_b, ir.Assign((cast,), args[0], m_pv.loc))
+        args = (ir.Name(cast), *args[1:])
+    if args != m_pv.value.args:
         renamed = ir.Assign(m_pv.targets, dataclasses.replace(m_pv.value, args=args), m_pv.loc)
         c_issue = [renamed if x is m_pv else x for x in c_issue]
     k_rel = (k_rel,) if k_rel is not None else ()
