@@ -9,6 +9,7 @@ import xsync as xs
 from xsync.errors import KernelSourceError, LaunchError, ProtocolError
 from xsync.kernels.flash_attn import ops, schedule
 from xsync.kernels.flash_attn.kernel import attention_fwd
+from xsync.lowering import ir
 
 
 @xs.kernel(example=dict(x=xs.float32, y=xs.float32, BM=16, BN=16, PERSISTENT=0))
@@ -98,28 +99,31 @@ BODY = '''        with load:
 '''
 
 
-def test_tile_count_the_host_cannot_compute_is_a_source_error(tmp_path):
-    kern = _src(tmp_path, HEADER + "    total = xs.load_scalar(idx, 0)\n"
-                "    for tile in xs.tile_range(total, persistent=FLAG):\n" + BODY, "data_count")
+NESTED = "\n".join("    " + line for line in BODY.splitlines()) + "\n"
+SOURCE_ERRORS = {   # name -> (kernel body after HEADER, line of the error, words in it)
+    "data_count": ("    total = xs.load_scalar(idx, 0)\n"
+                   "    for tile in xs.tile_range(total, persistent=FLAG):\n" + BODY, 10,
+                   "the host cannot compute"),
+    "nested": ("    if rows > 0:\n        for tile in xs.tile_range(rows, persistent=FLAG):\n" + NESTED, 10,
+               "top-level"),
+    "runtime_flag": ("    for tile in xs.tile_range(rows, persistent=rows):\n" + BODY, 9, "compile time"),
+    "as_value": ("    first = xs.tile_range(rows, persistent=FLAG)\n"
+                 "    for tile in range(0, rows):\n" + BODY, 9, "only the iterator of a tile loop"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOURCE_ERRORS))
+def test_tile_range_misuse_is_a_source_error_at_its_line(tmp_path, name):
+    body, line, words = SOURCE_ERRORS[name]
+    kern = _src(tmp_path, HEADER + body, name)
     with pytest.raises(KernelSourceError) as err:
         kern.lower("cpu", dict(BM=16, FLAG=0))
-    assert "data_count.py:10" in str(err.value) and "the host cannot compute" in str(err.value)
+    assert f"{name}.py:{line}" in str(err.value) and words in str(err.value)
+
+
+def test_a_data_dependent_tile_count_is_fine_persistent(tmp_path):
+    kern = _src(tmp_path, HEADER + SOURCE_ERRORS["data_count"][0], "data_count")
     kern.lower("cpu", dict(BM=16, FLAG=1))   # persistent: any count, read on the device
-
-
-def test_single_tile_loop_must_be_top_level(tmp_path):
-    kern = _src(tmp_path, HEADER + "    if rows > 0:\n        for tile in xs.tile_range(rows, persistent=FLAG):\n"
-                + "\n".join("    " + line for line in BODY.splitlines()) + "\n", "nested")
-    with pytest.raises(KernelSourceError) as err:
-        kern.lower("cpu", dict(BM=16, FLAG=0))
-    assert "nested.py:10" in str(err.value) and "top-level" in str(err.value)
-
-
-def test_persistent_must_be_known_at_compile_time(tmp_path):
-    kern = _src(tmp_path, HEADER + "    for tile in xs.tile_range(rows, persistent=rows):\n" + BODY, "runtime_flag")
-    with pytest.raises(KernelSourceError) as err:
-        kern.lower("cpu", dict(BM=16, FLAG=0))
-    assert "runtime_flag.py:9" in str(err.value) and "compile time" in str(err.value)
 
 
 @pytest.mark.parametrize("flag", [0, 1])
@@ -133,7 +137,7 @@ def test_verifier_checks_the_single_tile_form_as_the_loop(tmp_path, flag):
 
 
 @pytest.mark.parametrize("persistent", [0, 1])
-def test_attention_both_forms_match_sdpa(persistent):
+def test_attention_both_forms_match_sdpa(persistent, monkeypatch):
     """The flagship with either form on the emulator, GQA and a ragged last tile."""
     torch.manual_seed(0)
     b, hq, hk, s, d = 1, 4, 2, 50, 64
@@ -141,22 +145,11 @@ def test_attention_both_forms_match_sdpa(persistent):
     k, v = torch.randn(b, hk, s, d).bfloat16(), torch.randn(b, hk, s, d).bfloat16()
     plan = schedule.lookup("cpu", d, True, s)
     forced = schedule.Schedule(plan.BM, plan.BN, plan.STAGES, bool(persistent))
-    saved = schedule.TABLE
-    schedule.TABLE = (schedule.Row("cpu", None, None, None, forced),)
-    try:
-        out, _ = ops.attention(q, k, v, causal=True)
-    finally:
-        schedule.TABLE = saved
+    monkeypatch.setattr(schedule, "TABLE", (schedule.Row("cpu", None, None, None, forced),))
+    out, _ = ops.attention(q, k, v, causal=True)
     ref = torch.nn.functional.scaled_dot_product_attention(
         q.float(), k.float().repeat_interleave(2, 1), v.float().repeat_interleave(2, 1), is_causal=True)
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
-    assert attention_fwd.lower("cpu", dict(BM=plan.BM, BN=plan.BN, D=d, CAUSAL=1, STAGES=2,
-                                           PERSISTENT=persistent)).kernel.body
-
-
-def test_tile_range_outside_a_for_is_a_source_error(tmp_path):
-    kern = _src(tmp_path, HEADER + "    first = xs.tile_range(rows, persistent=FLAG)\n"
-                "    for tile in range(0, rows):\n" + BODY, "as_value")
-    with pytest.raises(KernelSourceError) as err:
-        kern.lower("cpu", dict(BM=16, FLAG=0))
-    assert "as_value.py:9" in str(err.value) and "only the iterator of a tile loop" in str(err.value)
+    lowered = attention_fwd.lower("cpu", dict(forced.constexprs(), D=d, CAUSAL=1))
+    (tile_loop,) = [x for x in lowered.kernel.body if isinstance(x, ir.For)]
+    assert tile_loop.single_tile == (not persistent)
