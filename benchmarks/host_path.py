@@ -1,6 +1,8 @@
 """Host cost per call: wall microseconds of back-to-back calls (no sync in between, so a
 launch path slower than the GPU shows as wall time), for xsync's attention and torch SDPA on
-the same tiny problems, plus each layer of xsync's path on its own (where the time goes).
+the same tiny problems, plus each layer of xsync's path on its own (where the time goes), the
+GPU time per call from a replayed CUDA graph (the floor under any wall reading), and the
+wall time with Triton's own launcher in place of the direct C launch.
 
     python benchmarks/host_path.py [--out DIR] [--profile]
 
@@ -43,6 +45,50 @@ def wall_us(fn, calls=300, rounds=5) -> float:
 def gpu_us(fn) -> float:
     import triton.testing
     return triton.testing.do_bench(fn, warmup=10, rep=50) * 1e3
+
+
+def graph_us(fn, calls=20, replays=10) -> float | None:
+    """GPU microseconds per call with no host in the way: `calls` calls captured in one CUDA
+    graph, replayed back to back (the floor a wall reading cannot go below); None where the
+    call cannot be captured."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except RuntimeError:
+        return None
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (calls * replays)
+
+
+def triton_launcher_wall_us(fn) -> float:
+    """Wall us of `fn` with prepared launches going through Triton's kernel.run instead of
+    the C launcher directly (xsync/backends/nvidia/launcher.py): what the direct path saves."""
+    from xsync.backends import nvidia
+    from xsync.kernels.flash_attn import ops
+
+    saved = nvidia.DIRECT_LAUNCH
+    nvidia.DIRECT_LAUNCH = False
+    ops._PLANS.clear()
+    try:
+        return wall_us(fn)
+    finally:
+        nvidia.DIRECT_LAUNCH = saved
+        ops._PLANS.clear()
 
 
 def layers(shape):
@@ -115,6 +161,10 @@ def measure(profile_dir: str | None = None) -> list[dict]:
         row = dict(shape)
         for name, fn in fns.items():
             row[f"{name}_wall_us"] = round(wall_us(fn), 1)
+        row["xsync_attention_via_triton_launcher_wall_us"] = round(triton_launcher_wall_us(fns["xsync_attention"]), 1)
+        for name in ("xsync_attention", "sdpa_default"):
+            graph = graph_us(fns[name])
+            row[f"{name}_graph_gpu_us"] = None if graph is None else round(graph, 1)
         row["xsync_gpu_us"] = round(gpu_us(fns["xsync_attention"]), 1)
         row["sdpa_cudnn_gpu_us"] = round(gpu_us(fns["sdpa_cudnn"]), 1) if "sdpa_cudnn" in fns else None
         for ref in ("sdpa_default", "sdpa_cudnn", "sdpa_flash"):

@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from xsync import config as _config
 from xsync.kernels.flash_attn import schedule
 from xsync.kernels.flash_attn.kernel import attention_fwd
 from xsync.errors import LaunchError
@@ -219,18 +220,31 @@ _PLANS: dict = {}
 
 
 class _Plan:
-    __slots__ = ("launch", "lse_shape", "lse_view", "generation")
+    __slots__ = ("launch", "lse_like", "generation")
 
-    def __init__(self, launch, lse_shape, lse_view):
-        self.launch, self.lse_shape, self.lse_view = launch, lse_shape, lse_view
+    def __init__(self, launch, lse_like):
+        # lse_like: one float32 element expanded to [B, H, S]; empty_like of it is a
+        # contiguous [B, H, S] tensor (cheaper than torch.empty with a shape, dtype, device)
+        self.launch, self.lse_like = launch, lse_like
         self.generation = attention_fwd.generation
 
 
 def _plan_key(q, k, v, causal, scale):
-    from xsync import config
+    # get_device(): an int (-1 off CUDA), cheaper to make and hash than a torch.device
+    return (q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype, k.get_device(),
+            v.shape, v.stride(), v.dtype, v.get_device(), causal, scale, _config.current())
 
-    return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-            v.shape, v.stride(), v.dtype, v.device, causal, scale, config.current())
+
+def _planned(q, k, v, causal: bool, scale: float):
+    """A launch by the cached plan of these shapes, or None (no plan yet: the caller takes
+    the checked path, which makes one). The two outputs are the only allocations."""
+    plan = _PLANS.get(_plan_key(q, k, v, causal, scale))
+    if plan is None or plan.generation != attention_fwd.generation:
+        return None
+    o = torch.empty_like(q)
+    lse = torch.empty_like(plan.lse_like)
+    # the kernel takes lse by its pointer alone, so the [B, H, S] tensor serves as [B*H, S]
+    return (o, lse) if plan.launch(q, k, v, o, lse) else None
 
 
 def attention_impl(q, k, v, causal=False, sm_scale=None):
@@ -238,13 +252,10 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
     causal = bool(causal)
     key = None
     if type(q) is torch.Tensor and q.is_cuda:
+        hit = _planned(q, k, v, causal, scale)
+        if hit is not None:
+            return hit
         key = _plan_key(q, k, v, causal, scale)
-        plan = _PLANS.get(key)
-        if plan is not None and plan.generation == attention_fwd.generation:
-            o = torch.empty_like(q)
-            lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
-            if plan.launch(q, k, v, o, lse):
-                return o, lse.view(plan.lse_view)
     _check(q, k, v, packed=False, sm_scale=scale)
     b, hq, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
@@ -267,7 +278,8 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
         if launch is not None:
             if len(_PLANS) > 256:
                 _PLANS.clear()
-            _PLANS[key] = _Plan(launch, (b * hq, sq), (b, hq, sq))
+            lse_like = torch.empty(1, dtype=torch.float32, device=q.device).expand(b, hq, sq)
+            _PLANS[key] = _Plan(launch, lse_like)
     return o, lse.view(b, hq, sq)
 
 
@@ -330,6 +342,11 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
 
     The checks run inside the op (and its fake implementation), so a bad input gives the same
     error eagerly, through torch.ops.xsync.attention and under torch.compile."""
+    if type(q) is torch.Tensor and q.is_cuda and type(sm_scale) in (float, type(None)) and _direct(q, k, v):
+        # the eager fast path: a plan for these shapes exists (the checks passed when it was made)
+        hit = _planned(q, k, v, bool(causal), _default_scale(q, sm_scale))
+        if hit is not None:
+            return hit
     _tensor_args(q=q, k=k, v=v)
     scale = _scale_arg(q, sm_scale)
     if _direct(q, k, v):

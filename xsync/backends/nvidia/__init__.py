@@ -42,6 +42,7 @@ from xsync import config, files
 from xsync.errors import BackendError, LaunchError, SourceLoc, StallError
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
+from xsync.backends.nvidia.launcher import prepare_c_launch
 
 TARGET_ARCH = 90
 
@@ -51,6 +52,9 @@ TARGET_ARCH = 90
 # obtained with it on; a silent change of rounding and speed with the Triton version is
 # what this pins away (on 3.9, TRITON_FORCE_DISABLE_FP_FUSION=1 still overrides it).
 FP_FUSION = True
+# Prepared launches call the compiled C launcher directly where Triton's layout allows
+# (launcher.py); False keeps Triton's kernel.run (benchmarks/host_path.py compares both).
+DIRECT_LAUNCH = True
 
 
 _AVAILABILITY: tuple[bool, str] | None = None
@@ -324,14 +328,22 @@ class CompiledNvidia:
                 template = {**argv[i].__dict__, "base": None} if kind == "desc" else None
                 slots.append((i, position[tensor], template))
                 static[i] = None
-        run, function, meta = kernel.run, kernel.function, kernel.packed_metadata
-        gx, gy, gz = grid
         current_device, current_stream = driver.active.get_current_device, driver.active.get_current_stream
         runtime = _runtime_knobs()
 
+        def hooks_set() -> bool:
+            return _hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook)
+        if DIRECT_LAUNCH:
+            kinds = [kind for _, kind, _, _ in self._param_plan()]
+            direct = prepare_c_launch(kernel, grid, argv, kinds, slots, device, current_device,
+                                      current_stream, hooks_set)
+            if direct is not None:
+                return direct
+        run, function, meta = kernel.run, kernel.function, kernel.packed_metadata
+        gx, gy, gz = grid
+
         def launch(*tensors) -> bool:
-            if current_device() != device or _hook_set(runtime.launch_enter_hook) or \
-                    _hook_set(runtime.launch_exit_hook):
+            if current_device() != device or hooks_set():
                 return False
             argv = static.copy()
             for i, j, template in slots:
