@@ -700,15 +700,17 @@ class Scalars:
             where[f"xs.num_programs{axis}"] = (f"q{j}", j)
         for j, key in enumerate(others, len(axes)):
             where[key] = (f"v{j}", j)
-        lets: list[tuple[int, str, str]] = []      # (depth, local, code) in program order
+        lets: list[tuple[int, str, str, frozenset]] = []   # (depth, local, code, locals read)
 
         def spelled(e):
-            """(code over the locals, depth), or None when every combination fails there."""
+            """(code over the locals, depth, the locals it reads), or None when every
+            combination fails there."""
             reads = self._reads(e)
             if any(k not in where for k in reads):
                 return None          # reads a value no combination defines: a KeyError
             code = self._code(e, lambda k: where[k][0])
-            return code, max((where[k][1] for k in reads), default=-1)
+            return (code, max((where[k][1] for k in reads), default=-1),
+                    frozenset(where[k][0] for k in reads))
 
         for m in before:
             values = (m.value,) if len(m.targets) == 1 else getattr(m.value, "items", ())
@@ -719,7 +721,7 @@ class Scalars:
                 if got is None:
                     return
                 local = f"a{len(lets)}"
-                lets.append((got[1], local, got[0]))
+                lets.append((got[1], local, got[0], got[2]))
                 where[t] = (local, got[1])
         bounds_expr = ir.TupleExpr((loop.start, loop.stop, loop.step))
         if self._code(bounds_expr) is None:
@@ -733,7 +735,7 @@ class Scalars:
             if f is not None:
                 seen_keys.update(dict.fromkeys(self._reads(m.value)))
         carried = [k for k in seen_keys if k in where]
-        depth = max([bounds[1]] + [d for d, _, _ in lets] + [where[k][1] for k in carried])
+        depth = max([bounds[1]] + [d for d, _, _, _ in lets] + [where[k][1] for k in carried])
         source = _sweep_source([len(d) for d in dims], len(axes), stride, lets, bounds,
                                [where[k][0] for k in carried], depth)
         fn = _SWEEPS.get(source)
@@ -1500,19 +1502,50 @@ _FAILS = "(KeyError, TypeError, ZeroDivisionError, ValueError)"
 def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
     """Source of ``_sweep(D, visit)`` for ``Scalars._episode_sweep``: loops over dimensions
     0 .. ``depth`` (the deeper ones change nothing the iterations see: they only count, for
-    the sample), ``lets`` = (depth, local, code) evaluated at their depth, a failure skipping
-    every combination below, then ``visit(start, stop, step, carried values)`` once per
-    distinct (first 16 counters of the range, carried values): a visit reads no more. With
-    ``stride`` > 1 a prefix is visited only if the block of product indices under it holds a
-    multiple of the stride."""
+    the sample), ``lets`` = (depth, local, code, locals read) evaluated at their depth, a
+    failure skipping every combination below, then ``visit(start, stop, step, carried
+    values)`` once per distinct (first 16 counters of the range, carried values): a visit
+    reads no more. With ``stride`` > 1 a prefix is visited only if the block of product
+    indices under it holds a multiple of the stride.
+
+    Without a stride, a dimension whose value nothing reads except assignments that read
+    only it (``a1 = cdiv(max_q, 128)``) loops over the distinct values of those assignments
+    instead (``U3``, computed once, in first-occurrence order, the failing values left
+    out): everything below it sees only those values, so a repeated one would visit nothing
+    new (``seen``), and a failing one skips what the loop's ``continue`` skips."""
     out = ["def _sweep(D, visit):", "    seen = set()"]
-    bounds_code, bounds_depth = bounds
+    bounds_code, bounds_depth, bounds_reads = bounds
     # a visit reads the first 16 counters only: calls whose ranges agree there are one
     key = "(r, " + "".join(c + ", " for c in carried) + ")"
+    own_lets: dict[int, list] = {}      # dimension -> its own assignments (local, code)
+    if stride == 1:
+        for j in range(depth + 1):
+            mine = {f"p{j}", f"q{j}"} if j < n_axes else {f"v{j}"}
+            own = []
+            for d, local, code, reads in lets:
+                if d == j and reads <= mine | {lc for lc, _ in own}:
+                    own.append((local, code))
+            owned = {lc for lc, _ in own}
+            rest = [reads for _, local, _, reads in lets if local not in owned] + [
+                bounds_reads, set(carried)]
+            if any(r & mine for r in rest):
+                continue             # the value itself is read: every value is looped over
+            own_lets[j] = own
+            unpack = f"p{j}, q{j} = x{j}" if j < n_axes else f"v{j} = x{j}"
+            t = "(" + "".join(lc + ", " for lc, _ in own) + ")"
+            out += [f"    U{j}, u{j} = [], set()", f"    for x{j} in D[{j}]:", f"        {unpack}"]
+            if own:
+                out.append("        try:")
+                out.extend(f"            {lc} = {code}" for lc, code in own)
+                out.append(f"        except {_FAILS}:")
+                out.append("            continue")
+            out += [f"        t{j} = {t}", f"        if t{j} not in u{j}:",
+                    f"            u{j}.add(t{j})", f"            U{j}.append(t{j})"]
 
     def body(level, pad):
         # what is computed once the dimensions up to ``level`` are fixed
-        here = [(local, code) for d, local, code in lets if d == level]
+        owned = {lc for lc, _ in own_lets.get(level, ())}
+        here = [(local, code) for d, local, code, _ in lets if d == level and local not in owned]
         if here or bounds_depth == level:
             out.append(pad + "try:")
             out.extend(pad + f"    {local} = {code}" for local, code in here)
@@ -1544,6 +1577,11 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
             out.append(pad + f"    visit(r.start, r.stop, r.step, ({''.join(c + ', ' for c in carried)}))")
             return
         j = level + 1
+        if j in own_lets:
+            own = own_lets[j]
+            out.append(pad + f"for ({''.join(lc + ', ' for lc, _ in own)}) in U{j}:")
+            loops(j, pad + "    ")
+            return
         if stride > 1:
             out.append(pad + f"for i{j}, x{j} in enumerate(D[{j}]):")
             prev = f"f{level} * {lens[j]} + " if level >= 0 else ""
