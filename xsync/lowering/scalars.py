@@ -116,18 +116,37 @@ def _children(x):
     return ()
 
 
-def _nodes(x):
-    yield x
-    for c in _children(x):
-        yield from _nodes(c)
+def _nodes(x) -> list:
+    """Every node of ``x`` in pre-order (a list: nested generators pass each node up
+    through every level, which made the walks quadratic in the depth)."""
+    out, stack = [], [x]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        kids = _children(n)
+        if kids:
+            stack.extend(reversed(kids))
+    return out
 
 
 def _has(x, pred) -> bool:
-    return any(pred(n) for n in _nodes(x))
+    stack = [x]
+    while stack:
+        n = stack.pop()
+        if pred(n):
+            return True
+        stack.extend(_children(n))
+    return False
 
 
 def _dynamic(x) -> bool:
-    return _has(x, lambda n: isinstance(n, LoopVar) or n is DYN or isinstance(n, Opaque))
+    stack = [x]
+    while stack:
+        n = stack.pop()
+        if n is DYN or isinstance(n, (LoopVar, Opaque)):
+            return True
+        stack.extend(_children(n))
+    return False
 
 
 def _free(x) -> set:
