@@ -19,9 +19,12 @@ keeps Triton's ``kernel.run``.
 """
 from __future__ import annotations
 
+import sys
+
 # How many CUtensorMaps each varying descriptor keeps (keyed by data pointer). A training
 # loop cycles through a handful of buffers; more distinct pointers just clear the cache.
 MAPS_PER_SLOT = 64
+C_ARGS_FORMAT = "iiiKKppOOOOOO"
 
 
 def c_launch(kernel):
@@ -33,6 +36,11 @@ def c_launch(kernel):
         return None
     if getattr(run, "launch_cooperative_grid", None) is None or getattr(run, "launch_pdl", None) is None:
         return None
+    module = sys.modules.get(type(run).__module__)
+    # the C function's argument tuple as this module spells it (Triton 3.6): grid, stream,
+    # function, cooperative, pdl, two scratch pointers, metadata, launch metadata, two hooks
+    if getattr(module, "_BASE_ARGS_FORMAT", None) != C_ARGS_FORMAT:
+        return None
     meta = getattr(kernel.metadata, "tensordesc_meta", None)
     code = getattr(wrapper, "__code__", None)
     if code is None:                       # no descriptor argument: the C function itself
@@ -41,7 +49,6 @@ def c_launch(kernel):
     if "launcher" not in free or wrapper.__closure__ is None:
         return None
     inner = wrapper.__closure__[free.index("launcher")].cell_contents
-    module = __import__(type(run).__module__, fromlist=["make_tensordesc_arg"])
     expand = getattr(module, "make_tensordesc_arg", None)
     if not _is_builtin(inner) or expand is None or expand.__code__.co_argcount != 2:
         return None
