@@ -7,13 +7,15 @@ Times come from ``triton.testing.do_bench`` around the xsync launch of the compi
 kernel (TMA descriptors built per call, launch). Results are printed and written as JSON
 to benchmarks/results/ (and to --out if given).
 
-A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_nodefer][_persistent]`` (GROUP_M defaults to 8; ``_g1``
+A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_2wg][_nodefer][_persistent]`` (GROUP_M defaults to 8; ``_g1``
 walks the output row by row without grouping): ``_2cta`` launches with maxnreg=128 and
 24/232 producer/consumer registers, so two CTAs share an SM (their mainloops and
 epilogues overlap); ``_nodefer`` turns off the renderer's wait deferral
 (``defer_mma_wait``: one wgmma stays in flight across K steps) for an A/B in the same
 process; ``_persistent`` runs ``gemm_persistent`` (one program per SM walking the output
-tiles; the loads of the next tile overlap this tile's epilogue). The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
+tiles; the loads of the next tile overlap this tile's epilogue); ``_2wg`` takes output tiles
+of 256 x 128 computed by two consumer warpgroups sharing each B tile (``gemm_2wg``, or
+``gemm_persistent_2wg`` with ``_persistent``). The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
 ``s3_2cta`` / ``s3_2cta_nodefer`` when 3 is among them.
 """
 import argparse
@@ -52,7 +54,8 @@ def measure(size: int, variants) -> dict:
     import triton
 
     import xsync as xs
-    from xsync.kernels.gemm import gemm, gemm_persistent
+    from xsync.kernels.gemm import gemm, gemm_persistent, gemm_persistent_2wg
+    from xsync.kernels.gemm_variants import gemm_2wg
     from xsync.backends.nvidia import compile_kernel
 
     M = N = K = size
@@ -75,9 +78,11 @@ def measure(size: int, variants) -> dict:
     tiles_grid = (triton.cdiv(M, 128), triton.cdiv(N, 128))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for name in variants:
-        persistent = "_persistent" in name
-        kernel = gemm_persistent if persistent else gemm
-        grid = (min(sms, tiles_grid[0] * tiles_grid[1]),) if persistent else tiles_grid
+        persistent, two = "_persistent" in name, "_2wg" in name
+        kernel = {(False, False): gemm, (True, False): gemm_persistent,
+                  (False, True): gemm_2wg, (True, True): gemm_persistent_2wg}[persistent, two]
+        tiles = (triton.cdiv(M, 256), tiles_grid[1]) if two else tiles_grid
+        grid = (min(sms, tiles[0] * tiles[1]),) if persistent else tiles
         stages = int(name.split("_")[0][1:])
         opts = {}
         if "_2cta" in name:
@@ -97,7 +102,8 @@ def measure(size: int, variants) -> dict:
         torch.cuda.synchronize()
         err = (c - ref.float()).abs().max().item() / ref.float().abs().max().item()
         t = triton.testing.do_bench(run, warmup=25, rep=200)
-        row = {"variant": name, "kernel": kernel.__name__, "programs": grid, "BM": 128, "BN": 128, "BK": 64, "stages": stages, "group_m": group,
+        row = {"variant": name, "kernel": kernel.__name__, "programs": grid, "BM": 256 if two else 128, "BN": 128,
+               "BK": 64, "stages": stages, "group_m": group,
                "options": opts, "ms": t,
                "tflops": tflops(t), "ratio_vs_torch": t_ref / t, "max_rel_err_vs_torch": err}
         results["xsync"].append(row)

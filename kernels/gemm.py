@@ -109,3 +109,63 @@ def gemm_persistent(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs
                 tiles.release()
         with mma:
             xs.store(c, [off_m, off_n], acc)
+
+
+def _persistent_2wg_trace_args(settings):
+    """Small launch for `xsync trace`: 2 programs walking 3 output tiles of 2*BM rows."""
+    import torch
+
+    cx = dict(BM=16, BN=16, BK=16, STAGES=2)
+    cx.update({k: v for k, v in settings.items() if k in cx})
+    M, N, K = 2 * cx["BM"], 3 * cx["BN"], 4 * cx["BK"]
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    c = torch.zeros(M, N)
+    return (2,), (a, b, c, M, N, K), cx
+
+
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32,
+                        BM=128, BN=128, BK=64, STAGES=4), trace=_persistent_2wg_trace_args)
+def gemm_persistent_2wg(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                        STAGES: xs.constexpr, GROUP_M: xs.constexpr = 8):
+    """The persistent GEMM with output tiles of 2*BM x BN: two matrix replicas, replica r
+    computing rows r*BM.. of the tile. Each replica's A tiles come through a paired pipe
+    from its own copy replica; the B tile, which both need, through one pipe from a
+    one-replica copy role to both (a broadcast: one load per K step, two consumers). One
+    program per SM (or AI core) walks the tiles p, p + P, ... in the grouped order; as in
+    gemm_persistent the rings run on across tiles, so the next tile's loads overlap this
+    tile's epilogue. On Hopper: two consumer warpgroups sharing each B tile, as CUTLASS's
+    cooperative 256x128 schedule; ring of STAGES x (2 x BM x BK + BK x BN) bf16 (4 x 48 KB)."""
+    load_a = xs.role("load_a", kind="copy", replicas=2)
+    load_b = xs.role("load_b", kind="copy")
+    mma = xs.role("mma", kind="matrix", replicas=2)
+    a_in = xs.pipe(load_a, mma, stages=STAGES, a=xs.tile([BM, BK], a.dtype))   # paired: r -> r
+    b_in = xs.pipe(load_b, mma, stages=STAGES, b=xs.tile([BK, BN], b.dtype))   # 1 -> both
+
+    blocks_m = xs.cdiv(M, 2 * BM)
+    blocks_n = xs.cdiv(N, BN)
+    per_group = GROUP_M * blocks_n
+    for tile in range(xs.program_id(0), blocks_m * blocks_n, xs.num_programs(0)):
+        first_m = (tile // per_group) * GROUP_M
+        group_rows = xs.minimum(blocks_m - first_m, GROUP_M)
+        off_m = (first_m + tile % per_group % group_rows) * (2 * BM)
+        off_n = (tile % per_group // group_rows) * BN
+        with mma:
+            acc = xs.zeros([BM, BN], xs.float32)
+        for k in range(0, K, BK):
+            with load_a:
+                sa = a_in.acquire()
+                sa.a = xs.load(a, [off_m + xs.replica_id() * BM, k], [BM, BK])
+                a_in.commit()
+            with load_b:
+                sb = b_in.acquire()
+                sb.b = xs.load(b, [k, off_n], [BK, BN])
+                b_in.commit()
+            with mma:
+                ta = a_in.wait()
+                tb = b_in.wait()
+                acc = xs.mma(ta.a, tb.b, acc)
+                acc = xs.mma_wait(acc, pending=0)
+                a_in.release()
+                b_in.release()
+        with mma:
+            xs.store(c, [off_m + xs.replica_id() * BM, off_n], acc)
