@@ -15,7 +15,7 @@ from xsync.backends.ascend.render import AscendModule
 from xsync.backends.ascend.simulator import simulate
 from xsync.errors import BackendError, SimulationError, StallError
 from xsync.kernels.flash_attn import attention, attention_varlen
-from xsync.kernels.gemm import gemm, gemm_persistent
+from xsync.kernels.gemm import gemm, gemm_persistent, gemm_persistent_2wg
 from xsync.kernels.gemm_softmax import gemm_softmax
 
 pytestmark = pytest.mark.usefixtures("triton_ascend")
@@ -60,6 +60,9 @@ def test_persistent_gemm():
     a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
     c = torch.full((M, N), float("nan"))
     gemm_persistent[(3,)](a, b, c, M, N, K, BM=128, BN=128, BK=64, STAGES=2)
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-4)
+    c = torch.full((M, N), float("nan"))
+    gemm_persistent_2wg[(2,)](a, b, c, M, N, K, BM=64, BN=128, BK=64, STAGES=2)   # 2 x 64 rows
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-4)
 
 

@@ -577,3 +577,17 @@ def test_persistent_gemm_keeps_the_deferred_wait():
     consts = dict(BM=128, BN=128, BK=64, STAGES=4, GROUP_M=8)
     r = compile_ptx(gemm_persistent, consts, GEMM_DTYPES)
     common_sync_checks(r.ptx, expect_bytes=32768, wait_groups=(0, 1))
+
+
+def test_persistent_2wg_gemm_compiles_with_both_consumers_deferring():
+    """gemm_persistent_2wg (256x128 tiles): two consumer warpgroups at the full register
+    budget, one wgmma in flight across K steps, a 4 x 48 KB ring that fits the SM."""
+    from xsync.kernels.gemm import gemm_persistent_2wg
+
+    consts = dict(BM=128, BN=128, BK=64, STAGES=4, GROUP_M=8)
+    r = compile_ptx(gemm_persistent_2wg, consts, GEMM_DTYPES)
+    waits = {int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", r.ptx)}
+    assert waits == {0, 1}
+    assert lines(r.ptx, r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;")
+    assert lines(r.ptx, r"cp\.async\.bulk\.tensor\.2d")
+    assert 4 * 48 * 1024 <= r.metadata.shared <= 227 * 1024
