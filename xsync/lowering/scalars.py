@@ -303,6 +303,7 @@ class Scalars:
         self.programs = []
         self._unrollers = None    # one generated function per program (see _unroller)
         self._unrolled = 0        # unrolls so far (the first few are interpreted)
+        self._tracers = None      # the unrollers' control decisions only (see tracer)
         self.acts: list[Act] = []                 # action index -> action
         self.act_inst: list[int] = []             # action index -> instance
         self._carried = False      # some bound or condition reads a value carried across iterations
@@ -1346,6 +1347,25 @@ class Scalars:
             out.append(steps)
         return out
 
+    def tracer(self):
+        """``trace(a)``: a key of the programs ``unroll(a)`` gives -- the control decisions of
+        every instance's unroll (``_unroller(trace=True)``): equal keys, equal programs. None
+        where a program is too deep to generate."""
+        if self._tracers is None:
+            self._tracers = [_unroller(prog, trace=True) for prog in self.programs]
+        fns = self._tracers
+        if any(fn is None for fn in fns):
+            return None
+
+        def trace(a: Assignment) -> tuple:
+            values, overrides = dict(a.values), dict(a.overrides)
+            out = []
+            for fn in fns:
+                fn(dict(values), out, values, overrides)
+                out.append(-1)      # the end of an instance's decisions
+            return tuple(out)
+        return trace
+
     def describe(self, a: Assignment, keys=None) -> str:
         """``n = 3, K = 130`` for the free scalars the observations read."""
         parts = []
@@ -1394,11 +1414,18 @@ _CACHE_CAP = 512            # generated functions kept per cache
 _NESTING_CAP = 12           # deeper programs keep the interpreter (Python's block limit is 20)
 
 
-def _unroller(prog):
+def _unroller(prog, trace: bool = False):
     """``_run_fast`` for one program as a generated function ``fn(env, steps, values,
     overrides)``: the same statements in the same order, without the interpretation -- a run
     of consecutive actions is one ``extend`` of a constant tuple, and a loop whose body holds
-    only actions extends by the body times its trip count."""
+    only actions extends by the body times its trip count.
+
+    With ``trace`` it appends, instead of the actions, the control decisions in the order they
+    are taken: the trip count of each loop and the arm (1 / 0) of each branch that holds an
+    action (the others add none, whatever they decide). The actions follow from those and the
+    program (which arm, how many iterations of which block), so equal traces unroll to equal
+    programs; the evaluations are the unroller's, in its order (the same
+    values, the same exceptions). None where the program is too deep to generate."""
     consts: list = []           # the evaluators, passed to the factory as C0, C1, ...
 
     def const(x) -> str:
@@ -1414,9 +1441,9 @@ def _unroller(prog):
         run: list[int] = []
 
         def flush():
-            if run:
+            if run and not trace:
                 lines.append(pad + f"ext({tuple(run)!r})")
-                run.clear()
+            run.clear()
         for n in nodes:
             if n.__class__ is int:
                 run.append(n)
@@ -1440,9 +1467,12 @@ def _unroller(prog):
                 else:
                     lines.append(pad + f"s{u}, e{u}, d{u} = {const(n.bounds)}(E)")
                     lines.append(pad + f"c{u} = trip(s{u}, e{u}, d{u})")
+                if trace and _acts_in(n.body):
+                    lines.append(pad + f"ext(c{u})")
                 if n.body and all(x.__class__ is int for x in n.body):
                     # the body only appends: as _run_fast's loop of one action
-                    lines.append(pad + f"ext({tuple(n.body)!r} * c{u})")
+                    if not trace:
+                        lines.append(pad + f"ext({tuple(n.body)!r} * c{u})")
                     lines.append(pad + f"if c{u}:")
                     lines.append(pad + f"    E[{n.var!r}] = s{u} + (c{u} - 1) * d{u}")
                 elif n.same:
@@ -1452,7 +1482,8 @@ def _unroller(prog):
                     lines.append(pad + f"    E[{n.var!r}] = s{u}")
                     block(n.body, pad + "    ", level + 1)
                     lines.append(pad + f"    if c{u} > 1:")
-                    lines.append(pad + f"        ext(S[m{u}:] * (c{u} - 1))")
+                    if not trace:
+                        lines.append(pad + f"        ext(S[m{u}:] * (c{u} - 1))")
                     lines.append(pad + f"        E[{n.var!r}] = s{u} + (c{u} - 1) * d{u}")
                 else:
                     lines.append(pad + f"for i{u} in range(c{u}):")
@@ -1460,9 +1491,14 @@ def _unroller(prog):
                     block(n.body, pad + "    ", level + 1)
             elif isinstance(n, _XBranch):
                 cond = f"V[{n.opaque!r}]" if n.opaque else f"{const(n.cond)}(E)"
+                marks = trace and (_acts_in(n.body) or _acts_in(n.orelse))
                 lines.append(pad + f"if {cond}:")
+                if marks:
+                    lines.append(pad + "    ext(1)")
                 block(n.body, pad + "    ", level + 1)
                 lines.append(pad + "else:")
+                if marks:
+                    lines.append(pad + "    ext(0)")
                 block(n.orelse, pad + "    ", level + 1)
         flush()
         if len(lines) == start:
@@ -1470,11 +1506,13 @@ def _unroller(prog):
 
     block(prog, "        ", 1)
     if depth[0] > _NESTING_CAP:
+        if trace:
+            return None
         return lambda env, steps, values, overrides: _run_fast(prog, env, steps, values, overrides)
     names = "".join(f"C{k}, " for k in range(len(consts)))
     source = (f"def _factory({names}):\n"
               f"    def _unroll(E, S, V, OV):\n"
-              f"        ext = S.extend\n" + "\n".join(lines) + "\n"
+              f"        ext = S.{'append' if trace else 'extend'}\n" + "\n".join(lines) + "\n"
               f"    return _unroll\n")
     factory = _UNROLLERS.get(source)
     if factory is None:
@@ -1484,6 +1522,18 @@ def _unroller(prog):
         exec(compile(source, "<xsync unroll>", "exec"), ns)  # noqa: S102
         factory = _UNROLLERS[source] = ns["_factory"]
     return factory(*consts)
+
+
+def _acts_in(nodes) -> bool:
+    """Whether a compiled block unrolls to any action (else its decisions add none)."""
+    for n in nodes:
+        if n.__class__ is int:
+            return True
+        if isinstance(n, _XLoop) and _acts_in(n.body):
+            return True
+        if isinstance(n, _XBranch) and (_acts_in(n.body) or _acts_in(n.orelse)):
+            return True
+    return False
 
 
 def _run(prog, env, iters, steps, values, overrides, acts):

@@ -77,7 +77,8 @@ from xsync.errors import (VerifierLimitError, DeadlockError, LeftoverError, Prot
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
-from xsync.lowering.scalars import EPISODE_TRIPS, Assignment, episode_loops, CutVar, Scalars, Step, trip
+from xsync.lowering.scalars import (COMPILE_AFTER, EPISODE_TRIPS, Assignment, episode_loops, CutVar, Scalars,
+                                    Step, trip)
 from xsync.lowering.scalars import _free as _free_of
 
 INF = 1 << 60
@@ -86,6 +87,7 @@ CROSS_CHECK_STATES = 20_000  # exhaustive cross-check: runs with at most this ma
 MAX_RUNS = 4096             # scalar assignments checked at most
 MAX_STEPS = 20_000_000      # actions executed at most (then the report says what was not checked)
 LOOK_FURTHER = 48           # assignments checked for a worse bug after the first one found
+TRACE_TRIAL = 64            # assignments over which tracing must pay (_check)
 
 
 @dataclass(frozen=True)
@@ -199,17 +201,41 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     # not run again, their steps are one per action, as their run would count them.
     repeats = not leads.specs and not exhaustive
     fully_clean: dict[tuple, set] = {}      # program lengths -> programs of clean runs
+    # Programs are interned (programs -> a small id: the keys above hash an id, not every
+    # action), and where there are many assignments found by their control decisions
+    # (Scalars.tracer: equal decisions, equal programs) -- only a new trace is unrolled.
+    # Tracing costs about half an unroll: it stops where, over the first TRACE_TRIAL
+    # assignments, fewer than half repeat a trace. None of this changes what is run.
+    interned: dict[tuple, int] = {}
+    traced: dict[tuple, tuple] = {}         # trace -> (ids, programs, program id)
+    repeated: set[int] = set()              # program ids _repeats_clean said yes to
+    trace = sc.tracer() if len(found) > COMPILE_AFTER else None
+    hits = 0
     simulated = 0
-    for assignment, obs in found:
+    for n_done, (assignment, obs) in enumerate(found):
         # only look for bugs worse than the worst one found (at smaller scalar values), and
         # only among the next LOOK_FURTHER assignments: a hang found soon after a leftover
         # is the one to report
         below = worst[0] if worst else 4
-        ids = sc.unroll(assignment)
-        programs = tuple(map(tuple, ids))
-        key = (programs, below > 1)
+        got = None
+        if trace is not None and n_done == TRACE_TRIAL and 2 * hits < n_done:
+            trace = None
+        if trace is not None:
+            decisions = trace(assignment)
+            got = traced.get(decisions)
+            hits += got is not None
+        if got is None:
+            ids = sc.unroll(assignment)
+            programs = tuple(map(tuple, ids))
+            got = (ids, programs, interned.setdefault(programs, len(interned)))
+            if trace is not None:
+                traced[decisions] = got
+        ids, programs, pid = got
+        key = (pid, below > 1)
         run = clean.get(key)
-        if run is None and repeats and _repeats_clean(programs, fully_clean):
+        # fully_clean only grows: a yes stays a yes
+        if run is None and repeats and (pid in repeated or _repeats_clean(programs, fully_clean)):
+            repeated.add(pid)
             run = _Repeated(sum(map(len, programs)))
             found_here = None
         elif run is None:
