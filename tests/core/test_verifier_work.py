@@ -48,3 +48,32 @@ def test_repeated_programs_give_the_report_of_running_them(monkeypatch):
     slow = _report("cpu")
     assert slow == fast and slow.summary() == fast.summary()
     assert slow.simulated > fast.simulated
+
+
+@pytest.mark.parametrize("backend", sorted(SIMULATED))
+def test_equal_control_decisions_unroll_to_equal_programs(backend):
+    """The run caches look programs up by their unroll's control decisions (Scalars.tracer):
+    over every assignment of the forward's tile-by-tile check, equal decisions give equal
+    programs, and the decisions tell at least the distinct programs apart."""
+    from xsync.backends import place, target_of
+    from xsync.lowering import passes
+    from xsync.lowering.frontend import parse_kernel
+    from xsync.lowering.passes import PassLog
+    from xsync.lowering.protocol import derive
+    from xsync.lowering.scalars import Scalars
+
+    cx, dt = attention_fwd.specialization()
+    kernel = parse_kernel(attention_fwd.fn, cx, dt)
+    placement = place(kernel, target_of(backend))
+    kernel = passes.run(kernel, placement, PassLog())
+    skel = derive(kernel, placement)
+    sc = Scalars(kernel, skel, episodes=True)
+    bounds, periods, _ = verify_module.loop_bounds(sc, skel)
+    found, _ = sc.enumerate({ln: b + periods[ln] for ln, b in bounds.items()})
+    trace = sc.tracer()
+    programs: dict = {}
+    for assignment, _ in found:
+        unrolled = tuple(map(tuple, sc.unroll(assignment)))
+        assert programs.setdefault(trace(assignment), unrolled) == unrolled
+    assert len(set(programs.values())) <= len(programs) <= len(found)
+    assert len(set(programs.values())) > 1
