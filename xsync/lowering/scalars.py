@@ -1291,10 +1291,16 @@ class Scalars:
         else:
             out.append(pad + "_memo, _added = {}, {}")
             emit(-1, pad)
-        ns: dict = {}
-        exec(compile("\n".join(out) + "\n", "<xsync scalars>", "exec"), ns)  # noqa: S102
+        source = "\n".join(out) + "\n"
+        fn = _PRODUCTS.get(source)
+        if fn is None:
+            if len(_PRODUCTS) >= _CACHE_CAP:
+                _PRODUCTS.clear()
+            ns: dict = {}
+            exec(compile(source, "<xsync scalars>", "exec"), ns)  # noqa: S102
+            fn = _PRODUCTS[source] = ns["_run"]
         found: dict = {}
-        ns["_run"](dims, found)
+        fn(dims, found)
         return found
 
     def _assignment(self, names, combo) -> Assignment:
@@ -1328,7 +1334,7 @@ class Scalars:
         if not iters:
             self._unrolled += 1
             if self._unrollers is None and self._unrolled > COMPILE_AFTER:
-                self._unrollers = [_unroller(prog) for prog in self.programs]
+                self._unrollers = [_unroller(prog, False, set(self.cut)) for prog in self.programs]
             if self._unrollers is None:
                 for prog in self.programs:
                     steps: list = []
@@ -1352,7 +1358,7 @@ class Scalars:
         every instance's unroll (``_unroller(trace=True)``): equal keys, equal programs. None
         where a program is too deep to generate."""
         if self._tracers is None:
-            self._tracers = [_unroller(prog, trace=True) for prog in self.programs]
+            self._tracers = [_unroller(prog, True, set(self.cut)) for prog in self.programs]
         fns = self._tracers
         if any(fn is None for fn in fns):
             return None
@@ -1410,11 +1416,12 @@ def _run_fast(prog, env, steps, values, overrides):
 
 
 _UNROLLERS: dict = {}       # generated unroller source -> factory (process-wide cache)
+_PRODUCTS: dict = {}        # generated enumeration source -> function (process-wide cache)
 _CACHE_CAP = 512            # generated functions kept per cache
 _NESTING_CAP = 12           # deeper programs keep the interpreter (Python's block limit is 20)
 
 
-def _unroller(prog, trace: bool = False):
+def _unroller(prog, trace: bool = False, overridable=None):
     """``_run_fast`` for one program as a generated function ``fn(env, steps, values,
     overrides)``: the same statements in the same order, without the interpretation -- a run
     of consecutive actions is one ``extend`` of a constant tuple, and a loop whose body holds
@@ -1425,7 +1432,8 @@ def _unroller(prog, trace: bool = False):
     action (the others add none, whatever they decide). The actions follow from those and the
     program (which arm, how many iterations of which block), so equal traces unroll to equal
     programs; the evaluations are the unroller's, in its order (the same
-    values, the same exceptions). None where the program is too deep to generate."""
+    values, the same exceptions). None where the program is too deep to generate.
+    ``overridable``: the (name, line) an assignment can override (its cut names; None: any)."""
     consts: list = []           # the evaluators, passed to the factory as C0, C1, ...
 
     def const(x) -> str:
@@ -1453,6 +1461,13 @@ def _unroller(prog, trace: bool = False):
             if isinstance(n, _XLet):
                 for t, f in zip(n.targets, n.fns):
                     key = repr((t, n.line))
+                    if overridable is not None and (t, n.line) not in overridable:
+                        if f is not None:
+                            lines.append(pad + "try:")
+                            lines.append(pad + f"    E[{t!r}] = {const(f)}(E)")
+                            lines.append(pad + f"except {_FAILS}:")
+                            lines.append(pad + f"    E.pop({t!r}, None)")
+                        continue
                     lines.append(pad + f"if {key} in OV:")
                     lines.append(pad + f"    E[{t!r}] = OV[{key}]")
                     if f is not None:
