@@ -592,6 +592,8 @@ class _Run:
         """Worklist form of the greedy run: an instance blocked on j is looked at again only
         when j moves (``self.waiters``)."""
         lens, waiters, pos, tpl = self.lens, self.waiters, self.pos, self.tables.tpl
+        if path is None:
+            return self._propagate(state, work, hold)
         while work:
             i = work.pop()
             if i == hold:
@@ -620,6 +622,37 @@ class _Run:
                 if waiters[i]:
                     work.extend(waiters[i])
                     waiters[i] = []
+
+    def _propagate(self, state, work, hold):
+        """``propagate`` without a path: the same moves in the same order."""
+        lens, waiters, pos, tpl = self.lens, self.waiters, self.pos, self.tables.tpl
+        steps = 0
+        while work:
+            i = work.pop()
+            if i == hold:
+                continue
+            k, size, ids, occ = state[i], lens[i], self.ids[i], self.occ[i]
+            start = k
+            while k < size:
+                for pk, pi, off, shift in tpl[ids[k]]:
+                    idx = occ[k] - shift
+                    if idx < 0:
+                        continue
+                    at = pos[pk]
+                    if state[pi] < (at[idx] + off if idx < len(at) else INF):
+                        waiters[pi].append(i)
+                        break
+                else:
+                    k += 1
+                    state[i] = k
+                    continue
+                break
+            if k != start:
+                steps += k - start
+                if waiters[i]:
+                    work.extend(waiters[i])
+                    waiters[i] = []
+        self.steps += steps
 
     # ------------------------------------------------------------ the check
     def check(self, exhaustive=False) -> XSyncError | None:
