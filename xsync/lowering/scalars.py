@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass, field
 
 from xsync.lowering import ir
@@ -1134,6 +1135,70 @@ class Scalars:
             or any(_divides_by_scalar(f) or _divides_by_zero(f)
                    for f in (list(o.form) if o.kind == "trip" else [o.form]) + [g for g, _ in o.guard])
             for o in obs)
+        # Where every scalar value is a plain int, a sum in an observation of the innermost
+        # scalar is regrouped: its terms that do not read that scalar become one named value
+        # (``v2 + n3`` for ``((v0 + 128) + v2) - v1``, n3 = (v0 + 128) - v1), computed outside
+        # the innermost loop. Integer sums do not depend on the order of their terms, and
+        # nothing here fails (``shared``), so the values are the same; the innermost loop is
+        # then built once per value of n3 rather than per (v0, v1) (``last``).
+        n = len(dims)
+        int_dims = {i for i, d in enumerate(dims) if d and all(
+            type(x) is int or (type(x) is tuple and all(type(y) is int for y in x)) for x in d)}
+        exact = shared and n >= 2 and n - 1 in int_dims
+        if exact:
+            inner_dim = n - 1
+
+            def reads_inner(x) -> bool:
+                return any(slot(v)[0] == inner_dim for v in _free(x))
+
+            def int_safe(x) -> bool:
+                """Whether ``x`` is an exact int whatever the (int) scalars are."""
+                if isinstance(x, ir.Const):
+                    return type(x.value) is int
+                if isinstance(x, (Atom, CutVar)):
+                    return slot(x)[0] in int_dims
+                if isinstance(x, Named):
+                    return int_safe(x.value)
+                if isinstance(x, ir.BinOp):
+                    return x.op in ("+", "-", "*", "//", "%") and int_safe(x.left) and int_safe(x.right)
+                if isinstance(x, ir.UnaryOp):
+                    return x.op == "-" and int_safe(x.operand)
+                if isinstance(x, ir.Call):
+                    if x.op in ("cdiv", "minimum", "maximum"):
+                        return all(int_safe(a) for a in x.args)
+                    return x.op == "where" and int_safe(x.args[1]) and int_safe(x.args[2])
+                if isinstance(x, Select):
+                    return int_safe(x.a) and int_safe(x.b)
+                return False
+
+            def chain(terms):
+                sign, acc = terms[0]
+                acc = acc if sign > 0 else ir.UnaryOp("-", acc)
+                for sign, t in terms[1:]:
+                    acc = ir.BinOp("+" if sign > 0 else "-", acc, t)
+                return acc
+
+            def top(x):
+                """The regrouped sum ``x`` (None: not one; its parts are looked at)."""
+                if not (isinstance(x, ir.BinOp) and x.op in ("+", "-") and reads_inner(x)):
+                    return None
+                terms: list = []
+
+                def flat(y, sign):
+                    if isinstance(y, ir.BinOp) and y.op in ("+", "-"):
+                        flat(y.left, sign)
+                        flat(y.right, sign if y.op == "+" else -sign)
+                    else:
+                        terms.append((sign, y))
+                flat(x, 1)
+                rest = [(sg, t) for sg, t in terms if not reads_inner(t)]
+                if len(rest) < 2 or not all(int_safe(t) for _, t in terms):
+                    return None
+                mine = [(sg, _subst(t, top)) for sg, t in terms if reads_inner(t)]
+                return ir.BinOp("+", chain(mine), Named("_outer", 0, chain(rest)))
+
+            obs = [Observation(o.kind, _subst(o.form, top), tuple((_subst(g, top), pol) for g, pol in o.guard),
+                               o.loop_line, o.uses_var) for o in obs]
         locals_of: dict = {}            # Named -> local name
         defs: dict[int, list[str]] = {}   # depth -> definitions of the named values there
 
@@ -1250,9 +1315,26 @@ class Scalars:
             here = [k for k in range(len(obs)) if obs_depth[k] == j]
             outer = [k for k in range(len(obs)) if obs_depth[k] < j]
             reads = sorted({slot(v)[0] for k in here for f in obs_forms[k] for v in _free(f)} - {j, -1})
+            key = [f"v{i}" for i in reads]
+            if exact:
+                # the loop is a function of the outer locals its code reads: keyed by those
+                # where each is an exact int or a bool (equal keys, the same values)
+                named = {name: x for x, name in locals_of.items()}
+                assigned = {ln.split(" = ", 1)[0] for ln in levels.get(j, [])}
+                used = list(dict.fromkeys(m for ln in levels.get(j, [])
+                                          for m in re.findall(r"\b([vn]\d+)\b", ln.split(" = ", 1)[1])))
+                used = [u for u in used if u not in assigned and u != f"v{j}"]
+
+                def exact_local(u) -> bool:
+                    if u[0] == "v":
+                        return int(u[1:]) in int_dims
+                    x = named.get(u)
+                    return x is not None and (int_safe(x.value) or isinstance(x.value, ir.Compare))
+                if all(map(exact_local, used)):
+                    key = used
             mine = "(" + "".join(f"o{k}, " for k in here) + ")"
             rest = "(" + "".join(f"v{i}, " for i in range(n)) + ")"
-            out.append(pad + "_mk = (" + "".join(f"v{i}, " for i in reads) + ")")
+            out.append(pad + "_mk = (" + "".join(f"{u}, " for u in key) + ")")
             out.append(pad + "_got = _memo.get(_mk)")
             out.append(pad + "if _got is None:")
             out.append(pad + "    _lst = []")
