@@ -61,13 +61,14 @@ def gemm(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
         xs.store(c, [off_m, off_n], acc)
 
 
-def _persistent_trace_args(settings):
-    """Small launch for `xsync trace`: 2 programs walking 3 output tiles of 4 K steps."""
+def _persistent_trace_args(settings, replicas: int = 1):
+    """Small launch for `xsync trace`: 2 programs walking 3 output tiles (of `replicas` * BM
+    rows) of 4 K steps."""
     import torch
 
     cx = dict(BM=16, BN=16, BK=16, STAGES=2)
     cx.update({k: v for k, v in settings.items() if k in cx})
-    M, N, K = cx["BM"], 3 * cx["BN"], 4 * cx["BK"]
+    M, N, K = replicas * cx["BM"], 3 * cx["BN"], 4 * cx["BK"]
     a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
     c = torch.zeros(M, N)
     return (2,), (a, b, c, M, N, K), cx
@@ -112,15 +113,7 @@ def gemm_persistent(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs
 
 
 def _persistent_2wg_trace_args(settings):
-    """Small launch for `xsync trace`: 2 programs walking 3 output tiles of 2*BM rows."""
-    import torch
-
-    cx = dict(BM=16, BN=16, BK=16, STAGES=2)
-    cx.update({k: v for k, v in settings.items() if k in cx})
-    M, N, K = 2 * cx["BM"], 3 * cx["BN"], 4 * cx["BK"]
-    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
-    c = torch.zeros(M, N)
-    return (2,), (a, b, c, M, N, K), cx
+    return _persistent_trace_args(settings, replicas=2)
 
 
 @xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32,
