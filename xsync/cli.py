@@ -151,7 +151,8 @@ def cmd_check(args) -> int:
         for a in lowered.placement.agents:
             print(f"  {a.name:<12} {a.replicas} x {a.hardware}: roles {', '.join(a.roles)}")
         print(lowered.allocation.table())
-        print(f"verdict: OK — {lowered.report.summary()}")
+        state = "OK" if lowered.report.complete else "OK within bounds"
+        print(f"verdict: {state} — {lowered.report.summary()}")
     return 1 if failures else 0
 
 

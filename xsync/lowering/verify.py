@@ -111,14 +111,16 @@ class VerifyReport:
 
     def summary(self) -> str:
         what = "no deadlock, leftover, unpaired slot or counter overflow"
-        scal = f"for every value of {', '.join(self.scalars)}" if self.scalars else \
-            "(no run-time scalar)"
+        # an incomplete check must not read as a proof: say which values it covers
+        every = "for the values tried of" if self.unproven else "for every value of"
+        scal = f"{every} {', '.join(self.scalars)}" if self.scalars else "(no run-time scalar)"
         loops = "; ".join(
             f"the loop at line {ln} `{key}` up to {b} iterations, each of them for every tile "
             f"its counter reaches (its iterations are independent)" if ln in self.episodes else
             f"the loop at line {ln} `{key}` up to {b} iterations, beyond which its "
             f"verdict repeats with period {p}" for ln, key, b, p in self.loops)
-        out = (f"verified for {self.backend}: {what} {scal} ({self.assignments} scalar "
+        bounded = " up to the bounds below, not for every trip count" if self.unproven else ""
+        out = (f"verified for {self.backend}{bounded}: {what} {scal} ({self.assignments} scalar "
                f"assignment(s) checked, {self.states} steps" + (f"; {loops}" if loops else "") + ")")
         if self.unproven:
             out += "; not proven beyond the bound: " + "; ".join(self.unproven)
