@@ -335,22 +335,34 @@ def gradients_along_sdpa_training(steps=200, every=50, device="cpu"):
 
 def test_toy_model_trains_like_sdpa():
     """Loss curves of the same model, data and seed with the xsync op and with SDPA (both in
-    bf16), 200 steps: every 20-step mean within 0.2 nats (bf16 rounding differs, and training
-    amplifies it: 0.1 at most seen here), and both learn (the last mean below 0.3x the first).
+    bf16), 200 steps. bf16 training with Adam amplifies rounding chaotically: on the CPU, SDPA's
+    own math and flash backends drift apart by 0.16 nats in 20-step means within 200 steps, and
+    by how much depends on the CPU's bf16 kernels (this test's own curves: 0.1 apart on one
+    machine, 0.24 on another, with the first 80 steps within 0.001 on both). So: the first 80
+    steps agree closely (a wrong gradient shows there, before the drift; the gradient test
+    below checks without drift), every 20-step mean stays within twice the SDPA backends'
+    spread measured here (at least 0.3), and both learn (the last mean below 0.3x the first).
     The cooperative emulator scheduler (same semantics, one thread) and one intra-op thread
     keep it to seconds: on this 2-core machine torch's 2-thread pool made the emulator's tiny
     ops about 30x slower (0.8 s vs 29 s for 20 steps)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with xs.options(cpu_mode="cooperative"):
             ours = train(sdpa=False)
         theirs = train(sdpa=True)
+        others = []
+        for backend in (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION):
+            with sdpa_kernel(backend):
+                others.append(train(sdpa=True).view(-1, 20).mean(1))
     finally:
         torch.set_num_threads(threads)
     ours_m, theirs_m = ours.view(-1, 20).mean(1), theirs.view(-1, 20).mean(1)
-    assert (ours_m[0] - theirs_m[0]).abs() < 1e-2, (ours_m, theirs_m)
-    assert (ours_m - theirs_m).abs().max() < 0.2, (ours_m, theirs_m)
+    spread = max((m - theirs_m).abs().max().item() for m in others)
+    assert (ours_m[:4] - theirs_m[:4]).abs().max() < 0.02, (ours_m, theirs_m)
+    assert (ours_m - theirs_m).abs().max() < max(0.3, 2 * spread), (ours_m, theirs_m, spread)
     assert ours_m[-1] < 0.3 * ours_m[0] and theirs_m[-1] < 0.3 * theirs_m[0], (ours_m, theirs_m)
 
 
