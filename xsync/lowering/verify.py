@@ -592,7 +592,8 @@ class _Run:
 
     def propagate(self, state, work, hold, path):
         """Worklist form of the greedy run: an instance blocked on j is looked at again only
-        when j moves (``self.waiters``)."""
+        when j moves (``self.waiters``). Without a path it is ``_propagate``, a copy of this
+        loop with the path's bookkeeping left out (the verifier's innermost loop)."""
         lens, waiters, pos, tpl = self.lens, self.waiters, self.pos, self.tables.tpl
         if path is None:
             return self._propagate(state, work, hold)
@@ -615,8 +616,7 @@ class _Run:
                 if blocked >= 0:
                     waiters[blocked].append(i)
                     break
-                if path is not None:
-                    path.append((i, k))
+                path.append((i, k))
                 k += 1
                 state[i] = k
             if k != start:
