@@ -1143,3 +1143,102 @@ def episode_handoff_to_next_tile(x, y, tiles, rows, BLOCK: xs.constexpr, STAGES:
                 got = ring.wait()
                 xs.store(y, [tile * BLOCK, 0], got.t)
                 ring.release()
+
+
+# The loop's counter (and a value computed from it alone) meets a constant, or bounds a nested
+# loop, beyond the few iterations the tile sweep runs for small scalars: the per-iteration
+# check must try those counters too (Scalars._episode_dims). Each was accepted once.
+@xs.kernel(example=EX)
+def episode_counter_meets_constant(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # a triangular loop nest; one release skipped at i = 6, j = 4
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
+    for i in range(n):
+        for j in range(i):
+            with load:
+                s = ring.acquire()
+                s.t = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [j * BLOCK, 0], got.t)
+                if i != 6 or j != 4:
+                    ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_coordinate_meets_constant(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the nested loop runs i // 2 times; one release skipped where i // 2 = 6
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        half = i // 2
+        for j in range(half):
+            with load:
+                s = ring.acquire()  # BUG
+                s.t = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [j * BLOCK, 0], got.t)
+                if half != 6 or j != 4:
+                    ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_persistent_tile_meets_constant(x, y, tiles, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # tile t has t blocks; tile 9 never releases (reached by 10 tiles on any program count)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for tile in range(xs.program_id(0), tiles, xs.num_programs(0)):
+        for k in range(tile):
+            with load:
+                s = ring.acquire()  # BUG
+                s.t = xs.load(x, [k * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [k * BLOCK, 0], got.t)
+                if tile != 9:
+                    ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_coordinate_bounded(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # correct: i % 4 never reaches 5, so the skipped release never happens
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        lane = i % 4
+        for j in range(lane):
+            with load:
+                s = ring.acquire()
+                s.t = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [j * BLOCK, 0], got.t)
+                if lane != 5 or j != 4:
+                    ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_triangle(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # correct: a triangular loop nest, every slot released
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        for j in range(i):
+            with load:
+                s = ring.acquire()
+                s.t = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [j * BLOCK, 0], got.t)
+                ring.release()

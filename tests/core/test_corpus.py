@@ -33,6 +33,14 @@ EXPECT = {
         r"\(j=16\): acquire on pipe 'ring'", r"'work' waits for 17 slot\(s\) of pipe 'ring' and releases 15"),
     "episode_skip_for_one_tile": same(DeadlockError, r"\(tile=3, k=0\): wait on pipe 'ring'"),
     "episode_signal_runs_ahead": {"ascend": (FlagOverflowError, (r"16 sets pending for vec",))},
+    "episode_counter_meets_constant": same(
+        LeftoverError, r"with n = 7: loop at line \d+ `range\(0, n, 1\)` runs 7 time\(s\)",
+        r"pipe 'ring': 1 slot\(s\) waited by work[^\n]* never released", r"\(i=6, j=5\)"),
+    "episode_coordinate_meets_constant": same(
+        DeadlockError, r"with n = 14: loop at line \d+ `range\(0, n, 1\)` runs 14 time\(s\)",
+        r"'work' waits for 42 slot\(s\) of pipe 'ring' and releases 40"),
+    "episode_persistent_tile_meets_constant": same(
+        DeadlockError, r"xs.num_programs\(0\) = 4, tiles = 10", r"'work' waits for 15 slot\(s\) of pipe 'ring'"),
     "late_flag_overflow": {"ascend": (FlagOverflowError, (
         r"with n = 16", r"event 'tick' has 16 sets pending for vec \(vector\)", r"at most 15"))},
     "late_phase_aliasing": {

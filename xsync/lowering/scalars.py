@@ -49,6 +49,7 @@ from xsync.lowering.protocol import Act, Branch, Let, Loop, Skeleton, text
 
 TRIP_CAP = 512        # no loop bound beyond this many iterations is tried
 EPISODE_TRIPS = 3     # iterations of an episode loop checked (see episode_loops)
+EPISODE_EXTRA = 256   # counters of an episode loop added beyond the sweep's (_episode_dims)
 Q_CAP = 64            # candidate multiples of a scalar's unit
 PERIOD_CAP = 64
 COMPILE_AFTER = 16    # unrolls interpreted before the programs are compiled (compiling costs ~1 ms)
@@ -315,6 +316,9 @@ class Scalars:
         # values they take (see episode_loops)
         self.episode_images: dict[tuple[str, int], list[int]] = {}
         self.episode_trip_lines = {episode_trips(line): line for line in self.episodes}
+        # episode loop line -> (its keys, counter first; evaluate(counters) -> key -> values at
+        # those counters; counter stride; its bound reads a run-time value) (_episode_dims)
+        self._episode_more: dict[int, tuple] = {}
         programs = list(skel.programs)
         if self.episodes:
             self._inst = skel.instances[0]
@@ -700,7 +704,20 @@ class Scalars:
                 images.setdefault(key, set())
             size = math.prod(len(d) for d in dims)
             stride = max(1, size // 50_000)      # a spread sample when the product is large
-            self._episode_sweep(n, before, inner, axes, others, dims, stride, targets, images)
+            evaluate = self._episode_sweep(n, before, inner, axes, others, dims, stride, targets, images)
+            step = self._sym(n.step, {})
+            step = abs(step.value) if isinstance(step, ir.Const) and isinstance(step.value, int) else None
+            # a coordinate that divides the counter by a constant d needs d times the counters
+            coord_unit = 1
+            for m, _ in inner:
+                for x in ir.subexprs(m.value):
+                    d = x.right if isinstance(x, ir.BinOp) and x.op in ("//", "%") else \
+                        (x.args[1] if isinstance(x, ir.Call) and x.op == "cdiv" else None)
+                    d = self._sym(d, {}) if d is not None else None
+                    if isinstance(d, ir.Const) and isinstance(d.value, int) and d.value > 1:
+                        coord_unit = coord_unit * d.value // math.gcd(coord_unit, d.value)
+            self._episode_more[n.loc.line] = (targets, evaluate, step, min(coord_unit, 64),
+                                              not isinstance(self._sym(n.stop, {}), ir.Const))
         # a value whose definition never evaluated stays symbolic (no image, no guess)
         return {k: sorted(v) for k, v in images.items() if v}
 
@@ -769,14 +786,14 @@ class Scalars:
         fns = [f for _, (f,) in inner]
         names = [key[0] for key in targets[1:]]
 
-        def iteration(env, counter):
+        def iteration(env, counter, into=images):
             """One iteration: the counter's and the coordinates' images (``env`` updated)."""
             env[loop.var] = counter
-            images[targets[0]].add(counter)
+            into[targets[0]].add(counter)
             for f, key in zip(fns, targets[1:]):
                 try:
                     env[key[0]] = f(env)
-                    images[key].add(env[key[0]])
+                    into[key].add(env[key[0]])
                 except (KeyError, TypeError, ZeroDivisionError, ValueError):
                     env.pop(key[0], None)
 
@@ -791,6 +808,14 @@ class Scalars:
         # pair is run once. Its images are then the same sets as running every iteration;
         # where a value is not a plain int the set's members could depend on the order they
         # were added in (1 == 1.0), so that case runs the iterations in their original order.
+        def evaluate(more):
+            """The counter and the coordinates computed from the counter alone (and constants)
+            at counters ``more``; a coordinate that reads anything else has no value here."""
+            into = {key: set() for key in targets}
+            for counter in more:
+                iteration({}, counter, into)
+            return into
+
         reads = [set(self._reads(m.value)) if f is not None else set() for (m, (f,)) in inner]
         independent = len(set(names)) == len(names) and loop.var not in names and all(
             r <= (set(carried) - set(names)) | {loop.var} | set(names[:k]) for k, r in enumerate(reads))
@@ -809,9 +834,51 @@ class Scalars:
                 for counter in sorted(seen):
                     iteration(dict(base), counter)
             if all(type(x) is int for key in targets for x in images[key]):
-                return
+                return evaluate
             images.update(snapshot)      # run again in the original order
         fn(dims, iterations)
+        return evaluate
+
+    def _episode_dims(self, free, trips, bounds) -> dict:
+        """Candidate values of episode loops' counters and coordinates for ``enumerate``.
+
+        The sweep (``_episode_images``) runs the loop for small values of what its bounds read,
+        so its counter stops after a few iterations; a condition such as ``i != 6`` in the body,
+        or a nested ``range(i)`` that must reach its bound, needs larger counters. Where the
+        loop's bound reads a run-time value (every larger counter in its stride is reachable),
+        counters are added up to what the observations of the counter and of the coordinates
+        computed from it alone tell apart (their constants + 1 and the trip counts their nested
+        loops must reach, times the constant divisors of those coordinates' definitions, at
+        most EPISODE_EXTRA strides), and those coordinates evaluated there. A coordinate that
+        also reads values set before the loop (``tile % row_blocks``) keeps the sweep's
+        values: they are those of the sweep's small scalars."""
+        wanted = {(v.name, v.line) for v in free if isinstance(v, CutVar)}
+        out = {}
+        for targets, evaluate, step, coord_unit, open_ended in self._episode_more.values():
+            if not open_ended or not wanted.intersection(targets):
+                continue
+            counters = self.episode_images.get(targets[0])
+            if not counters:
+                continue
+            low, high = min(counters), max(counters)
+            stride = step or math.gcd(*(x - low for x in counters))
+            if not stride:
+                continue
+            own = {key for key, got in evaluate([low]).items() if got}   # the counter's own
+            top = high
+            for key in targets:
+                if key in wanted and key in own:
+                    var = CutVar(*key)
+                    consts = self._unit_and_constants(var)[2]
+                    top = max(top, self._reach(var, trips, bounds),
+                              max((abs(c) for c in consts), default=0) + 1)
+            top = low + min((top + 1) * coord_unit, EPISODE_EXTRA * stride)
+            if top <= high:
+                continue
+            got = evaluate(range(low, top + 1, stride))
+            for key in own:
+                out[key] = sorted(set(self.episode_images.get(key, ())) | got[key])
+        return out
 
     # ------------------------------------------------------------ cut variables
     def _cuts(self):
@@ -942,6 +1009,7 @@ class Scalars:
         in_guards = {v for o in self.observations for g, _ in o.guard for v in _free(g)}
         free.sort(key=lambda v: v not in in_guards)
         trips = [o for o in self.observations if o.kind == "trip" and _free(o.form)]
+        episode_dims = self._episode_dims(free, trips, bounds) if self._episode_more else {}
         scale = 1
         while True:
             dims, names = [], []
@@ -955,7 +1023,8 @@ class Scalars:
                     continue
                 names.append(v)
                 if isinstance(v, CutVar) and (v.name, v.line) in self.episode_images:
-                    dims.append(self.episode_images[(v.name, v.line)])
+                    dims.append(episode_dims.get((v.name, v.line)) or
+                                self.episode_images[(v.name, v.line)])
                 elif isinstance(v, CutVar) and not _surjective(self.cut[(v.name, v.line)]):
                     dims.append(self._image(v))
                 else:
