@@ -1242,3 +1242,47 @@ def episode_triangle(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
                 got = ring.wait()
                 xs.store(y, [j * BLOCK, 0], got.t)
                 ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_coordinate_of_runtime_shape(x, y, tiles, rows, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the row block, counted from the last, is taken modulo the run-time block count: row 640
+    # (rows > 640) skips a release. The general check cannot bound the tile loop (its counter is
+    # taken modulo a run-time value): the tile-by-tile finding stands.
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    blocks = xs.cdiv(rows, 64)
+    for tile in range(xs.program_id(0), tiles, xs.num_programs(0)):
+        m_block = (blocks - 1 - tile % blocks) * 64
+        for k in range(3):
+            with load:
+                s = ring.acquire()  # BUG
+                s.t = xs.load(x, [m_block + k * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [m_block + k * BLOCK, 0], got.t)
+                if m_block != 640 or k != 1:
+                    ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_coordinate_never_equal(x, y, tiles, rows, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # correct: a multiple of 64 is never 650
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    blocks = xs.cdiv(rows, 64)
+    for tile in range(xs.program_id(0), tiles, xs.num_programs(0)):
+        m_block = (blocks - 1 - tile % blocks) * 64
+        for k in range(3):
+            with load:
+                s = ring.acquire()
+                s.t = xs.load(x, [m_block + k * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [m_block + k * BLOCK, 0], got.t)
+                if m_block != 650 or k != 1:
+                    ring.release()

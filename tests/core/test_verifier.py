@@ -10,7 +10,7 @@ import xsync as xs
 from tests.core import broken_kernels as bk
 from xsync.kernel import Kernel
 from xsync.errors import (AllocationError, DeadlockError, KernelSourceError, ProtocolError,
-                          XSyncError)
+                          VerifierLimitError, XSyncError)
 
 
 def bug_line(kernel) -> int:
@@ -217,3 +217,59 @@ def test_deferred_release_needs_two_slots_in_one_core_on_ascend():
     from tests.core.pipelined_kernels import gemm_overlap
     with pytest.raises(DeadlockError, match="deadlock on the ascend placement: cube"):
         gemm_overlap.lower("ascend")
+
+
+@xs.kernel
+def _divides_by_a_runtime_count(tiles, rows):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=2)
+    blocks = xs.cdiv(rows, 64)
+    for tile in range(tiles):
+        lane = tile % blocks                 # no value where rows <= 0: blocks is 0
+        for k in range(3):
+            with load:
+                ring.acquire()
+                ring.commit()
+            with work:
+                ring.wait()
+                if lane != 7 or k != 1:      # read under the inner counter: not an observation
+                    ring.release()
+    with load:                               # the pipe is used after the loop as well, so the
+        ring.acquire()                       # loop is not checked tile by tile
+        ring.commit()
+    with work:
+        ring.wait()
+        ring.release()
+
+
+@xs.kernel
+def _divides_by_zero_always(tiles):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=2)
+    nothing = tiles - tiles
+    for tile in range(tiles):
+        for k in range(tile % nothing):
+            with load:
+                ring.acquire()
+                ring.commit()
+            with work:
+                ring.wait()
+                ring.release()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "nvidia", "ascend"])
+def test_assignments_where_a_bound_has_no_value_are_skipped_and_said(backend):
+    """A bound that divides by a run-time count of zero has no value at those scalars (the
+    kernel faults there): those assignments are skipped, and the report says so and is
+    bounded -- not a KeyError from inside the verifier (as before), not a full proof. Where no
+    assignment has a value, nothing could be checked: a VerifierLimitError (before, an empty
+    enumeration crashed, or was accepted having checked nothing)."""
+    report = _divides_by_a_runtime_count.lower(backend, check=True).report
+    assert not report.complete
+    assert any("skipped: a loop bound or condition cannot be evaluated" in u for u in report.unproven)
+    assert report.summary().startswith(f"verified for {backend} up to the bounds below")
+    with pytest.raises(VerifierLimitError, match="cannot be evaluated for any value") as info:
+        _divides_by_zero_always.lower(backend, check=True)
+    assert "xs.maximum" in info.value.fix

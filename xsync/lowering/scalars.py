@@ -609,6 +609,15 @@ class Scalars:
                 elif isinstance(node, ir.Call) and node.op == "cdiv" and _has(node.args[0], mine) \
                         and isinstance(node.args[1], ir.Const) and isinstance(node.args[1].value, int):
                     m = node.args[1].value
+                elif isinstance(node, (ir.BinOp, ir.Call)) and facts.periodic:
+                    # the counter divided by a run-time value: the body's period is that value
+                    left, right = (node.left, node.right) if isinstance(node, ir.BinOp) and \
+                        node.op in ("%", "//") else (node.args[0], node.args[1]) if \
+                        isinstance(node, ir.Call) and node.op == "cdiv" else (None, None)
+                    if left is not None and _has(left, mine) and not isinstance(right, ir.Const):
+                        facts.periodic = False
+                        facts.why = (f"its counter `{loop.var}` is divided by (or taken "
+                                     f"modulo) a run-time value")
                 if m is not None and abs(m) > 1:
                     m = abs(m)
                     p = m // math.gcd(m, step) if step else m
@@ -1038,7 +1047,7 @@ class Scalars:
                 return None, names
             # every loop reaches its bound, where the scalars allow it
             short = [o for o in trips if o.loop_line in bounds and
-                     max(_trip_of(v) for v in self._column(found, o)) < bounds[o.loop_line]]
+                     max((_trip_of(v) for v in self._column(found, o)), default=-1) < bounds[o.loop_line]]
             if not short or scale >= 8:
                 return found, names
             scale *= 2

@@ -151,15 +151,21 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
     # A persistent tile loop: its body grows with its counter, or its scalars are too many to
     # combine, so check it iteration by iteration (scalars.episode_loops). That check
     # assumes every iteration ends with its channels empty; a kernel that hands slots from one
-    # iteration to the next fails it and gets the general check, whose verdict stands
-    # (where the general check cannot run, the per-iteration verdict is reported).
+    # iteration to the next fails it and gets the general check, whose verdict stands where
+    # it is complete (where the general check cannot run, or proves only up to its bounds,
+    # the per-iteration verdict is reported).
     try:
         return _check(kernel, placement, skel, Scalars(kernel, skel, episodes=True), exhaustive)
     except ProtocolError as per_iteration:
         try:
-            return _check(kernel, placement, skel, general, exhaustive)
+            report = _check(kernel, placement, skel, general, exhaustive)
         except VerifierLimitError:
             raise per_iteration from None
+        if not report.complete:
+            # the general check accepts only up to its bounds: the per-iteration finding is a
+            # run it has not excluded, so it stands
+            raise per_iteration from None
+        return report
 
 
 def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyReport:
@@ -213,6 +219,7 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     repeated: set[int] = set()              # program ids _repeats_clean said yes to
     trace = sc.tracer() if len(found) > COMPILE_AFTER else None
     hits = 0
+    faulted = 0           # assignments where a bound or condition cannot be evaluated
     simulated = 0
     for n_done, (assignment, obs) in enumerate(found):
         # only look for bugs worse than the worst one found (at smaller scalar values), and
@@ -222,16 +229,22 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
         got = None
         if trace is not None and n_done == TRACE_TRIAL and 2 * hits < n_done:
             trace = None
-        if trace is not None:
-            decisions = trace(assignment)
-            got = traced.get(decisions)
-            hits += got is not None
-        if got is None:
-            ids = sc.unroll(assignment)
-            programs = tuple(map(tuple, ids))
-            got = (ids, programs, interned.setdefault(programs, len(interned)))
+        try:
             if trace is not None:
-                traced[decisions] = got
+                decisions = trace(assignment)
+                got = traced.get(decisions)
+                hits += got is not None
+            if got is None:
+                ids = sc.unroll(assignment)
+                programs = tuple(map(tuple, ids))
+                got = (ids, programs, interned.setdefault(programs, len(interned)))
+                if trace is not None:
+                    traced[decisions] = got
+        except _EVALUATION_FAILS:
+            # a loop bound or condition cannot be evaluated at these values (a division by
+            # zero, or it reads a value whose definition failed): no run gets past it there
+            faulted += 1
+            continue
         ids, programs, pid = got
         key = (pid, below > 1)
         run = clean.get(key)
@@ -269,6 +282,20 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
             break
     if worst is not None:
         raise worst[1].error(worst)
+    if faulted or not found:
+        if faulted == len(found):       # (no assignment at all: every combination failed)
+            raise VerifierLimitError(
+                f"{kernel.name}: a loop bound or branch condition cannot be evaluated for any "
+                f"value of the run-time scalars tried (a division or modulo by zero, or a value "
+                f"whose definition fails), so no run of the protocol could be checked on the "
+                f"{placement.backend} placement",
+                loc=kernel.loc,
+                fix="guard the division (compute the divisor as xs.maximum(d, 1), or test it "
+                    "before the loop) so that every bound and condition has a value")
+        complete = False
+        unproven = unproven + [f"{faulted} scalar assignment(s) skipped: a loop bound or "
+                               f"condition cannot be evaluated there (a division or modulo by "
+                               f"zero, or a value whose definition fails)"]
     if leads.specs:
         err = _growth(skel, sc, results, leads, bounds, periods, tables)
         if err is not None:
@@ -280,6 +307,10 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
                         tuple(unproven), sum(r[2].cross_checked for r in results),
                         tuple(sorted(sc.episodes)), simulated)
+
+
+# what evaluating a bound or condition raises where it has no value (as the scalar module's)
+_EVALUATION_FAILS = (KeyError, TypeError, ZeroDivisionError, ValueError)
 
 
 @dataclass(frozen=True)
@@ -1248,7 +1279,10 @@ def _growth(skel, sc: Scalars, results, leads: _Leads, bounds, periods, tables) 
         before = dict(run.max_lead)
         for k in range(1, 40):
             pumped = sc.pumped(assignment, var, delta * k)
-            r = _Run(skel, sc, pumped, _pumped_obs(sc, pumped), leads, tables)
+            try:
+                r = _Run(skel, sc, pumped, _pumped_obs(sc, pumped), leads, tables)
+            except _EVALUATION_FAILS:
+                break            # no run at these values (see _check)
             err = r.check()
             if err is not None:
                 return err
