@@ -1286,3 +1286,24 @@ def episode_coordinate_never_equal(x, y, tiles, rows, BLOCK: xs.constexpr, STAGE
                 xs.store(y, [m_block + k * BLOCK, 0], got.t)
                 if m_block != 650 or k != 1:
                     ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_head_meets_constant(x, y, tiles, heads, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # head h = tile % heads has h + 1 blocks; head 12 (reached with 13 heads) skips a release.
+    # The head reads the run-time head count: the tile sweep runs again with more heads.
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for tile in range(xs.program_id(0), tiles, xs.num_programs(0)):
+        h = tile % heads
+        for k in range(h + 1):
+            with load:
+                s = ring.acquire()  # BUG
+                s.t = xs.load(x, [k * BLOCK, h * BLOCK], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [k * BLOCK, h * BLOCK], got.t)
+                if h != 12:
+                    ring.release()

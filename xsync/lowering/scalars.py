@@ -725,8 +725,21 @@ class Scalars:
                     d = self._sym(d, {}) if d is not None else None
                     if isinstance(d, ir.Const) and isinstance(d.value, int) and d.value > 1:
                         coord_unit = coord_unit * d.value // math.gcd(coord_unit, d.value)
+
+            def resweep(extra, loop=n, before=before, inner=inner, axes=axes, others=others,
+                        small=small, targets=targets):
+                """The sweep again, with ``extra`` among the values of the scalars the loop's
+                bounds and coordinates read: their images there."""
+                wider = sorted(set(small) | {x for x in extra if x >= 0})
+                grid = [[(p, m) for m in range(1, 5) for p in range(m)] for _ in axes] + \
+                    [wider for _ in others]
+                into = {key: set() for key in targets}
+                self._episode_sweep(loop, before, inner, axes, others, grid,
+                                    max(1, math.prod(len(d) for d in grid) // 50_000), targets, into)
+                return into
             self._episode_more[n.loc.line] = (targets, evaluate, step, min(coord_unit, 64),
-                                              not isinstance(self._sym(n.stop, {}), ir.Const))
+                                              not isinstance(self._sym(n.stop, {}), ir.Const),
+                                              resweep, unit)
         # a value whose definition never evaluated stays symbolic (no image, no guess)
         return {k: sorted(v) for k, v in images.items() if v}
 
@@ -851,42 +864,61 @@ class Scalars:
     def _episode_dims(self, free, trips, bounds) -> dict:
         """Candidate values of episode loops' counters and coordinates for ``enumerate``.
 
-        The sweep (``_episode_images``) runs the loop for small values of what its bounds read,
-        so its counter stops after a few iterations; a condition such as ``i != 6`` in the body,
-        or a nested ``range(i)`` that must reach its bound, needs larger counters. Where the
-        loop's bound reads a run-time value (every larger counter in its stride is reachable),
-        counters are added up to what the observations of the counter and of the coordinates
-        computed from it alone tell apart (their constants + 1 and the trip counts their nested
-        loops must reach, times the constant divisors of those coordinates' definitions, at
-        most EPISODE_EXTRA strides), and those coordinates evaluated there. A coordinate that
-        also reads values set before the loop (``tile % row_blocks``) keeps the sweep's
-        values: they are those of the sweep's small scalars."""
+        The sweep (``_episode_images``) runs the loop for small values of what its bounds and
+        coordinates read, so its counter stops after a few iterations and a coordinate such as
+        ``tile % heads`` stays below a few; a condition such as ``i != 6`` or ``h != 12`` in the
+        body, or a nested ``range(i)`` that must reach its bound, needs more.
+
+        1. The counter and the coordinates computed from it alone (and constants): where the
+           loop's bound reads a run-time value (every larger counter in its stride is
+           reachable), counters are added up to what their observations tell apart (their
+           constants + 1 and the trip counts their nested loops must reach, times the constant
+           divisors of those coordinates' definitions, at most EPISODE_EXTRA strides), and
+           those coordinates evaluated there.
+        2. A coordinate that also reads other values (a scalar, a value set before the loop):
+           where its observations compare it with a constant c beyond its values, the sweep
+           runs again with c - 1 .. c + 1 (and those times the divisors' unit) among the values
+           of every scalar it reads, and its values there are added. What such a coordinate
+           needs only to reach a nested loop's bound is left to the small shapes."""
         wanted = {(v.name, v.line) for v in free if isinstance(v, CutVar)}
         out = {}
-        for targets, evaluate, step, coord_unit, open_ended in self._episode_more.values():
-            if not open_ended or not wanted.intersection(targets):
+        for targets, evaluate, step, coord_unit, open_ended, resweep, unit in self._episode_more.values():
+            if not wanted.intersection(targets):
                 continue
             counters = self.episode_images.get(targets[0])
             if not counters:
                 continue
+            got: dict = {key: set(self.episode_images.get(key, ())) for key in targets}
+            own = {key for key, seen in evaluate([min(counters)]).items() if seen}
             low, high = min(counters), max(counters)
             stride = step or math.gcd(*(x - low for x in counters))
-            if not stride:
-                continue
-            own = {key for key, got in evaluate([low]).items() if got}   # the counter's own
-            top = high
+            if open_ended and stride:
+                top = high
+                for key in targets:
+                    if key in wanted and key in own:
+                        var = CutVar(*key)
+                        consts = self._unit_and_constants(var)[2]
+                        top = max(top, self._reach(var, trips, bounds),
+                                  max((abs(c) for c in consts), default=0) + 1)
+                top = low + min((top + 1) * coord_unit, EPISODE_EXTRA * stride)
+                if top > high:
+                    for key, seen in evaluate(range(low, top + 1, stride)).items():
+                        if key in own:
+                            got[key] |= seen
+            need = 0
             for key in targets:
-                if key in wanted and key in own:
-                    var = CutVar(*key)
-                    consts = self._unit_and_constants(var)[2]
-                    top = max(top, self._reach(var, trips, bounds),
-                              max((abs(c) for c in consts), default=0) + 1)
-            top = low + min((top + 1) * coord_unit, EPISODE_EXTRA * stride)
-            if top <= high:
-                continue
-            got = evaluate(range(low, top + 1, stride))
-            for key in own:
-                out[key] = sorted(set(self.episode_images.get(key, ())) | got[key])
+                if key in wanted and key not in own and got[key]:
+                    consts = self._unit_and_constants(CutVar(*key))[2]
+                    c = max((abs(c) for c in consts), default=0) + 1
+                    if c > max(got[key]):
+                        need = max(need, c)
+            if need:
+                for key, seen in resweep({need - 1, need, need + 1, need * unit - 1,
+                                          need * unit, need * unit + 1}).items():
+                    got[key] |= seen
+            for key in targets:
+                if got[key] != set(self.episode_images.get(key, ())):
+                    out[key] = sorted(got[key])
         return out
 
     # ------------------------------------------------------------ cut variables
