@@ -1307,3 +1307,24 @@ def episode_head_meets_constant(x, y, tiles, heads, BLOCK: xs.constexpr, STAGES:
                 xs.store(y, [k * BLOCK, h * BLOCK], got.t)
                 if h != 12:
                     ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_head_bounds_nested_loop(x, y, tiles, heads, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # head h = tile % heads has h + 1 blocks; block 9 (a head of 10 or more) skips a release.
+    # Only the head bounds the nested loop: the sweep runs again until it can reach 10 blocks.
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for tile in range(xs.program_id(0), tiles, xs.num_programs(0)):
+        h = tile % heads
+        for k in range(h + 1):
+            with load:
+                s = ring.acquire()  # BUG
+                s.t = xs.load(x, [k * BLOCK, h * BLOCK], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                got = ring.wait()
+                xs.store(y, [k * BLOCK, h * BLOCK], got.t)
+                if k != 9:
+                    ring.release()

@@ -878,8 +878,9 @@ class Scalars:
         2. A coordinate that also reads other values (a scalar, a value set before the loop):
            where its observations compare it with a constant c beyond its values, the sweep
            runs again with c - 1 .. c + 1 (and those times the divisors' unit) among the values
-           of every scalar it reads, and its values there are added. What such a coordinate
-           needs only to reach a nested loop's bound is left to the small shapes."""
+           of every scalar it reads, and its values there are added; so where a nested loop's
+           bound reads this coordinate and no other scalar, up to what that loop must reach.
+           (A bound that reads other scalars too reaches its bound through them.)"""
         wanted = {(v.name, v.line) for v in free if isinstance(v, CutVar)}
         out = {}
         for targets, evaluate, step, coord_unit, open_ended, resweep, unit in self._episode_more.values():
@@ -908,8 +909,14 @@ class Scalars:
             need = 0
             for key in targets:
                 if key in wanted and key not in own and got[key]:
-                    consts = self._unit_and_constants(CutVar(*key))[2]
+                    var = CutVar(*key)
+                    consts = self._unit_and_constants(var)[2]
                     c = max((abs(c) for c in consts), default=0) + 1
+                    # a nested loop whose bound reads no other scalar reaches its bound only
+                    # through this value (one that reads others reaches it through them)
+                    alone = [o for o in trips if set().union(*(_free(x) for x in o.form[:2])) == {var}]
+                    if alone:
+                        c = max(c, self._reach(var, alone, bounds))
                     if c > max(got[key]):
                         need = max(need, c)
             if need:
