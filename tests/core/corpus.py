@@ -1328,3 +1328,27 @@ def episode_head_bounds_nested_loop(x, y, tiles, heads, BLOCK: xs.constexpr, STA
                 xs.store(y, [k * BLOCK, h * BLOCK], got.t)
                 if k != 9:
                     ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_output_tile_meets_constant(x, y, M, N, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # a persistent GEMM-like tile order; output tile (5, 2) skips a release. It needs 6 x 3
+    # tiles: the shapes must pass the constants the tile's row and column are compared with.
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    ring = xs.pipe(load, mma, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    tiles_m = xs.cdiv(M, 128)
+    tiles_n = xs.cdiv(N, 128)
+    for tile in range(xs.program_id(0), tiles_m * tiles_n, xs.num_programs(0)):
+        tm = tile // tiles_n
+        tn = tile % tiles_n
+        for k in range(4):
+            with load:
+                s = ring.acquire()  # BUG
+                s.t = xs.load(x, [tm * BLOCK, k * BLOCK], [BLOCK, BLOCK])
+                ring.commit()
+            with mma:
+                got = ring.wait()
+                xs.store(y, [tm * BLOCK, tn * BLOCK], got.t)
+                if tm != 5 or tn != 2:
+                    ring.release()

@@ -592,9 +592,16 @@ class Scalars:
         start = self._sym(loop.start, {})
         start = abs(start.value) if isinstance(start, ir.Const) and isinstance(start.value, int) else 0
         for f in forms:
-            if _has(f, lambda x: x is DYN) and facts.periodic:
-                facts.periodic = False
-                facts.why = "a bound or condition in its body reads a value carried across iterations"
+            if _has(f, lambda x: x is DYN):
+                if facts.periodic:
+                    facts.periodic = False
+                    facts.why = "a bound or condition in its body reads a value carried across iterations"
+                # a carried value compared with a constant c: a value that moves by one or more
+                # per iteration meets it within c iterations, so the bounded check goes that far
+                consts = [abs(c.value) for c in _nodes(f) if isinstance(c, ir.Const)
+                          and isinstance(c.value, int) and not isinstance(c.value, bool)]
+                if consts:
+                    facts.threshold = max(facts.threshold, min(PERIOD_CAP, max(consts) + 2))
             if not _has(f, mine):
                 continue
             if bound_of is not None and _linear_in(f, mine):
@@ -985,12 +992,18 @@ class Scalars:
 
     def _unit_and_constants_of(self, var):
         divisors, consts = set(), set()
+        quotient = 0      # the largest small constant an observation where var divides meets
         for o in self.observations:
             parts = [o.form] + [g for g, _ in o.guard]
             for f in parts:
                 if var not in _free(f):
                     continue
-                for node in _nodes(f):
+                nodes = _nodes(f)
+                if any(var in _free(d) for d in _divisors_of(nodes)):
+                    quotient = max([quotient] + [abs(c.value) for c in nodes if isinstance(c, ir.Const)
+                                                 and isinstance(c.value, int) and not isinstance(c.value, bool)
+                                                 and abs(c.value) <= Q_CAP])
+                for node in nodes:
                     if isinstance(node, ir.BinOp) and node.op in ("//", "%") and \
                             isinstance(node.right, ir.Const) and isinstance(node.right.value, int) \
                             and node.right.value > 1 and var in _free(node.left):
@@ -1011,11 +1024,11 @@ class Scalars:
             unit = unit * d // math.gcd(unit, d)
         if unit > 4096:
             unit = max(divisors)
-        return unit, divisors, consts
+        return unit, divisors, consts, quotient
 
     def candidates(self, var, reach: int) -> list[int]:
         """Candidate values of a free integer scalar (see the module docstring)."""
-        unit, divisors, consts = self._unit_and_constants(var)
+        unit, divisors, consts, quotient = self._unit_and_constants(var)
         # residue 0 and 1 tell a multiple of the unit from a non-multiple (x // u against
         # cdiv(x, u)); a constant c offsets those breakpoints to -c and c (and +-1 around them);
         # a smaller divisor m adds its own multiples
@@ -1032,10 +1045,12 @@ class Scalars:
                         residues.add((k * m + d) % unit)
         if len(residues) > 48:
             residues = set(sorted(residues)[:: max(1, len(residues) // 48)]) | {0, 1 % unit, unit - 1}
-        q_max = min(Q_CAP, -(-reach // max(1, unit))) if unit > 1 else 0
+        # where var divides (x // d, x % d, with d reading var), d must pass the constants that
+        # quotient or remainder is compared with: var reaches quotient + 1 units
+        q_max = min(Q_CAP, max(-(-reach // max(1, unit)), quotient + 1)) if unit > 1 else 0
         values = {-1} | {q * unit + r for q in range(q_max + 1) for r in residues}
         if unit == 1:
-            values |= set(range(0, min(reach, TRIP_CAP) + 2))
+            values |= set(range(0, min(max(reach, quotient + 1), TRIP_CAP) + 2))
         for c in consts:
             values |= {c - 1, c, c + 1}
         # non-negative values first: the first value giving an observation represents it
@@ -1736,6 +1751,17 @@ def _unroller(prog, trace: bool = False, overridable=None):
         exec(compile(source, "<xsync unroll>", "exec"), ns)  # noqa: S102
         factory = _UNROLLERS[source] = ns["_factory"]
     return factory(*consts)
+
+
+def _divisors_of(nodes) -> list:
+    """The divisors (right operands of // and %, second arguments of cdiv) among ``nodes``."""
+    out = []
+    for node in nodes:
+        if isinstance(node, ir.BinOp) and node.op in ("//", "%"):
+            out.append(node.right)
+        elif isinstance(node, ir.Call) and node.op == "cdiv" and len(node.args) == 2:
+            out.append(node.args[1])
+    return out
 
 
 def _acts_in(nodes) -> bool:
