@@ -1352,3 +1352,25 @@ def episode_output_tile_meets_constant(x, y, M, N, BLOCK: xs.constexpr, STAGES: 
                 xs.store(y, [tm * BLOCK, tn * BLOCK], got.t)
                 if tm != 5 or tn != 2:
                     ring.release()
+
+
+@xs.kernel(example=EX)
+def late_carried_value_meets_constant(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # a running offset carried across iterations reaches 20 at the 10th: one release skipped.
+    # Carried values make the loop unprovable beyond a bound (the report says so); the bound
+    # reaches the constant the carried value is compared with.
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
+    offset = 0
+    for i in range(n):
+        offset = offset + 2
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [offset * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [offset * BLOCK, 0], got.t)
+            if offset != 20:
+                ring.release()

@@ -41,6 +41,8 @@ EXPECT = {
         r"'work' waits for 42 slot\(s\) of pipe 'ring' and releases 40"),
     "episode_coordinate_of_runtime_shape": same(
         DeadlockError, r"rows = 641, tile = 0", r"'work' waits for \d+ slot\(s\) of pipe 'ring' and releases"),
+    "late_carried_value_meets_constant": same(
+        LeftoverError, r"with n = 10", r"pipe 'ring': 1 slot\(s\) waited by work[^\n]* never released"),
     "episode_output_tile_meets_constant": same(DeadlockError, r"M = 641, N = 257"),
     "episode_head_bounds_nested_loop": same(DeadlockError, r"h = 9", r"runs 10 time\(s\)"),
     "episode_head_meets_constant": same(DeadlockError, r"h = 12", r"runs 13 time\(s\)"),
