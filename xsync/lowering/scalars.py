@@ -52,6 +52,8 @@ EPISODE_TRIPS = 3     # iterations of an episode loop checked (see episode_loops
 EPISODE_EXTRA = 256   # counters of an episode loop added beyond the sweep's (_episode_dims)
 Q_CAP = 64            # candidate multiples of a scalar's unit
 PERIOD_CAP = 64
+# what evaluating a value, bound or condition raises where it has no value at some scalars
+EVALUATION_FAILS = (KeyError, TypeError, ZeroDivisionError, ValueError)
 COMPILE_AFTER = 16    # unrolls interpreted before the programs are compiled (compiling costs ~1 ms)
 
 
@@ -316,9 +318,7 @@ class Scalars:
         # values they take (see episode_loops)
         self.episode_images: dict[tuple[str, int], list[int]] = {}
         self.episode_trip_lines = {episode_trips(line): line for line in self.episodes}
-        # episode loop line -> (its keys, counter first; evaluate(counters) -> key -> values at
-        # those counters; counter stride; its bound reads a run-time value) (_episode_dims)
-        self._episode_more: dict[int, tuple] = {}
+        self._episode_more: dict[int, _EpisodeSweep] = {}   # episode loop line -> (_episode_dims)
         programs = list(skel.programs)
         if self.episodes:
             self._inst = skel.instances[0]
@@ -598,8 +598,7 @@ class Scalars:
                     facts.why = "a bound or condition in its body reads a value carried across iterations"
                 # a carried value compared with a constant c: a value that moves by one or more
                 # per iteration meets it within c iterations, so the bounded check goes that far
-                consts = [abs(c.value) for c in _nodes(f) if isinstance(c, ir.Const)
-                          and isinstance(c.value, int) and not isinstance(c.value, bool)]
+                consts = _int_constants(_nodes(f))
                 if consts:
                     facts.threshold = max(facts.threshold, min(PERIOD_CAP, max(consts) + 2))
             if not _has(f, mine):
@@ -610,21 +609,14 @@ class Scalars:
                              f"counter `{loop.var}`")
             for node in _nodes(f):
                 m = None
-                if isinstance(node, ir.BinOp) and node.op in ("%", "//") and _has(node.left, mine) \
-                        and isinstance(node.right, ir.Const) and isinstance(node.right.value, int):
-                    m = node.right.value
-                elif isinstance(node, ir.Call) and node.op == "cdiv" and _has(node.args[0], mine) \
-                        and isinstance(node.args[1], ir.Const) and isinstance(node.args[1].value, int):
-                    m = node.args[1].value
-                elif isinstance(node, (ir.BinOp, ir.Call)) and facts.periodic:
-                    # the counter divided by a run-time value: the body's period is that value
-                    left, right = (node.left, node.right) if isinstance(node, ir.BinOp) and \
-                        node.op in ("%", "//") else (node.args[0], node.args[1]) if \
-                        isinstance(node, ir.Call) and node.op == "cdiv" else (None, None)
-                    if left is not None and _has(left, mine) and not isinstance(right, ir.Const):
+                div = _division(node)
+                if div is not None and _has(div[0], mine):
+                    if isinstance(div[1], ir.Const) and isinstance(div[1].value, int):
+                        m = div[1].value
+                    elif not isinstance(div[1], ir.Const) and facts.periodic:
+                        # the counter divided by a run-time value: the body's period is that value
                         facts.periodic = False
-                        facts.why = (f"its counter `{loop.var}` is divided by (or taken "
-                                     f"modulo) a run-time value")
+                        facts.why = f"its counter `{loop.var}` is divided by (or taken modulo) a run-time value"
                 if m is not None and abs(m) > 1:
                     m = abs(m)
                     p = m // math.gcd(m, step) if step else m
@@ -694,22 +686,14 @@ class Scalars:
                     pure.add(m.targets[0])
             hoisted = [m for m in hoisted if m.targets[0] in pure]
             exprs = [m.value for m in before] + [n.start, n.stop, n.step] + [m.value for m in hoisted]
-            keys, divisors = set(), set()
+            keys = set()
             for e in exprs:
                 for x in ir.subexprs(e):
                     if isinstance(x, ir.Call) and x.op in ("program_id", "num_programs", "load_scalar"):
                         keys.add(text(x))
                     elif isinstance(x, ir.Name) and self.params.get(x.id) == "scalar":
                         keys.add(x.id)
-                    if isinstance(x, (ir.BinOp, ir.Call)):
-                        right = x.right if isinstance(x, ir.BinOp) and x.op in ("//", "%") else \
-                            (x.args[1] if isinstance(x, ir.Call) and x.op == "cdiv" else None)
-                        right = self._sym(right, {}) if right is not None else None
-                        if isinstance(right, ir.Const) and isinstance(right.value, int) and right.value > 1:
-                            divisors.add(right.value)
-            unit = 1
-            for d in divisors:
-                unit = unit * d // math.gcd(unit, d)
+            unit = self._divisor_unit(exprs)
             small = sorted({k * unit + r for k in range(4) for r in (0, 1, unit - 1) if k * unit + r >= 0})
             axes = sorted({k[k.index("("):] for k in keys if k.startswith(("xs.program_id", "xs.num_programs"))})
             others = sorted(k for k in keys if not k.startswith(("xs.program_id", "xs.num_programs")))
@@ -723,15 +707,6 @@ class Scalars:
             evaluate = self._episode_sweep(n, before, inner, axes, others, dims, stride, targets, images)
             step = self._sym(n.step, {})
             step = abs(step.value) if isinstance(step, ir.Const) and isinstance(step.value, int) else None
-            # a coordinate that divides the counter by a constant d needs d times the counters
-            coord_unit = 1
-            for m, _ in inner:
-                for x in ir.subexprs(m.value):
-                    d = x.right if isinstance(x, ir.BinOp) and x.op in ("//", "%") else \
-                        (x.args[1] if isinstance(x, ir.Call) and x.op == "cdiv" else None)
-                    d = self._sym(d, {}) if d is not None else None
-                    if isinstance(d, ir.Const) and isinstance(d.value, int) and d.value > 1:
-                        coord_unit = coord_unit * d.value // math.gcd(coord_unit, d.value)
 
             def resweep(extra, loop=n, before=before, inner=inner, axes=axes, others=others,
                         small=small, targets=targets):
@@ -744,11 +719,24 @@ class Scalars:
                 self._episode_sweep(loop, before, inner, axes, others, grid,
                                     max(1, math.prod(len(d) for d in grid) // 50_000), targets, into)
                 return into
-            self._episode_more[n.loc.line] = (targets, evaluate, step, min(coord_unit, 64),
-                                              not isinstance(self._sym(n.stop, {}), ir.Const),
-                                              resweep, unit)
+            self._episode_more[n.loc.line] = _EpisodeSweep(
+                targets, evaluate, resweep, step,
+                # a coordinate that divides the counter by a constant d needs d times the counters
+                min(self._divisor_unit([m.value for m, _ in inner]), 64),
+                not isinstance(self._sym(n.stop, {}), ir.Const), unit)
         # a value whose definition never evaluated stays symbolic (no image, no guess)
         return {k: sorted(v) for k, v in images.items() if v}
+
+    def _divisor_unit(self, exprs) -> int:
+        """The least common multiple of the constant divisors (> 1) in IR expressions ``exprs``."""
+        unit = 1
+        for e in exprs:
+            for x in ir.subexprs(e):
+                div = _division(x)
+                d = self._sym(div[1], {}) if div is not None else None
+                if isinstance(d, ir.Const) and isinstance(d.value, int) and d.value > 1:
+                    unit = unit * d.value // math.gcd(unit, d.value)
+        return unit
 
     def _episode_sweep(self, loop, before, inner, axes, others, dims, stride, targets, images):
         """Add to ``images`` the values of ``targets`` (the counter of episode loop ``loop`` and
@@ -823,7 +811,7 @@ class Scalars:
                 try:
                     env[key[0]] = f(env)
                     into[key].add(env[key[0]])
-                except (KeyError, TypeError, ZeroDivisionError, ValueError):
+                except EVALUATION_FAILS:
                     env.pop(key[0], None)
 
         def iterations(start, stop, step, values):
@@ -890,7 +878,8 @@ class Scalars:
            (A bound that reads other scalars too reaches its bound through them.)"""
         wanted = {(v.name, v.line) for v in free if isinstance(v, CutVar)}
         out = {}
-        for targets, evaluate, step, coord_unit, open_ended, resweep, unit in self._episode_more.values():
+        for sweep in self._episode_more.values():
+            targets, evaluate = sweep.targets, sweep.evaluate
             if not wanted.intersection(targets):
                 continue
             counters = self.episode_images.get(targets[0])
@@ -899,8 +888,8 @@ class Scalars:
             got: dict = {key: set(self.episode_images.get(key, ())) for key in targets}
             own = {key for key, seen in evaluate([min(counters)]).items() if seen}
             low, high = min(counters), max(counters)
-            stride = step or math.gcd(*(x - low for x in counters))
-            if open_ended and stride:
+            stride = sweep.step or math.gcd(*(x - low for x in counters))
+            if sweep.open_ended and stride:
                 top = high
                 for key in targets:
                     if key in wanted and key in own:
@@ -908,7 +897,7 @@ class Scalars:
                         consts = self._unit_and_constants(var)[2]
                         top = max(top, self._reach(var, trips, bounds),
                                   max((abs(c) for c in consts), default=0) + 1)
-                top = low + min((top + 1) * coord_unit, EPISODE_EXTRA * stride)
+                top = low + min((top + 1) * sweep.coord_unit, EPISODE_EXTRA * stride)
                 if top > high:
                     for key, seen in evaluate(range(low, top + 1, stride)).items():
                         if key in own:
@@ -927,8 +916,9 @@ class Scalars:
                     if c > max(got[key]):
                         need = max(need, c)
             if need:
-                for key, seen in resweep({need - 1, need, need + 1, need * unit - 1,
-                                          need * unit, need * unit + 1}).items():
+                unit = sweep.unit
+                for key, seen in sweep.resweep({need - 1, need, need + 1, need * unit - 1,
+                                                need * unit, need * unit + 1}).items():
                     got[key] |= seen
             for key in targets:
                 if got[key] != set(self.episode_images.get(key, ())):
@@ -999,10 +989,8 @@ class Scalars:
                 if var not in _free(f):
                     continue
                 nodes = _nodes(f)
-                if any(var in _free(d) for d in _divisors_of(nodes)):
-                    quotient = max([quotient] + [abs(c.value) for c in nodes if isinstance(c, ir.Const)
-                                                 and isinstance(c.value, int) and not isinstance(c.value, bool)
-                                                 and abs(c.value) <= Q_CAP])
+                if any(div is not None and var in _free(div[1]) for div in map(_division, nodes)):
+                    quotient = max([quotient] + [c for c in _int_constants(nodes) if c <= Q_CAP])
                 for node in nodes:
                     if isinstance(node, ir.BinOp) and node.op in ("//", "%") and \
                             isinstance(node.right, ir.Const) and isinstance(node.right.value, int) \
@@ -1119,8 +1107,7 @@ class Scalars:
             if not any(var in _free(x) for x in o.form[:2]):
                 continue
             step = o.form[2].value if isinstance(o.form[2], ir.Const) and isinstance(o.form[2].value, int) else 1
-            consts = [abs(c.value) for x in o.form[:2] for c in _nodes(x)
-                      if isinstance(c, ir.Const) and isinstance(c.value, int) and not isinstance(c.value, bool)]
+            consts = [c for x in o.form[:2] for c in _int_constants(_nodes(x))]
             n = bounds.get(o.loop_line, 8)
             out = max(out, n * max(abs(step) or 1, unit) + max(consts, default=0))
         return out
@@ -1607,7 +1594,7 @@ def _run_fast(prog, env, steps, values, overrides):
                 elif f is not None:
                     try:
                         env[t] = f(env)
-                    except (KeyError, TypeError, ZeroDivisionError, ValueError):
+                    except EVALUATION_FAILS:
                         env.pop(t, None)
         elif isinstance(n, _XLoop):
             if n.opaque:
@@ -1753,15 +1740,32 @@ def _unroller(prog, trace: bool = False, overridable=None):
     return factory(*consts)
 
 
-def _divisors_of(nodes) -> list:
-    """The divisors (right operands of // and %, second arguments of cdiv) among ``nodes``."""
-    out = []
-    for node in nodes:
-        if isinstance(node, ir.BinOp) and node.op in ("//", "%"):
-            out.append(node.right)
-        elif isinstance(node, ir.Call) and node.op == "cdiv" and len(node.args) == 2:
-            out.append(node.args[1])
-    return out
+def _division(node):
+    """(dividend, divisor) of ``a // b``, ``a % b`` or ``xs.cdiv(a, b)``; None for another node."""
+    if isinstance(node, ir.BinOp) and node.op in ("//", "%"):
+        return node.left, node.right
+    if isinstance(node, ir.Call) and node.op == "cdiv" and len(node.args) == 2:
+        return node.args[0], node.args[1]
+    return None
+
+
+def _int_constants(nodes) -> list[int]:
+    """The absolute values of the integer constants among ``nodes`` (booleans are not)."""
+    return [abs(c.value) for c in nodes if isinstance(c, ir.Const) and isinstance(c.value, int)
+            and not isinstance(c.value, bool)]
+
+
+@dataclass(frozen=True)
+class _EpisodeSweep:
+    """What ``Scalars._episode_dims`` needs of one episode loop's tile sweep."""
+
+    targets: list           # (name, line) of the counter, then of its coordinates
+    evaluate: object        # counters -> key -> values: the counter and its own coordinates there
+    resweep: object         # extra scalar values -> key -> values: the sweep run with them too
+    step: int | None        # the counter's constant stride (None: not constant)
+    coord_unit: int         # lcm of the constant divisors in the coordinates' definitions
+    open_ended: bool        # the loop's bound reads a run-time value
+    unit: int               # lcm of the constant divisors the sweep's scalars meet
 
 
 def _acts_in(nodes) -> bool:
@@ -1787,7 +1791,7 @@ def _run(prog, env, iters, steps, values, overrides, acts):
                 elif f is not None:
                     try:
                         env[t] = f(env)
-                    except (KeyError, TypeError, ZeroDivisionError, ValueError):
+                    except EVALUATION_FAILS:
                         env.pop(t, None)
         elif isinstance(n, _XLoop):
             if n.opaque:
@@ -1805,7 +1809,7 @@ def _run(prog, env, iters, steps, values, overrides, acts):
 
 
 _SWEEPS: dict = {}          # generated sweep source -> function (process-wide cache)
-_FAILS = "(KeyError, TypeError, ZeroDivisionError, ValueError)"
+_FAILS = "(" + ", ".join(e.__name__ for e in EVALUATION_FAILS) + ")"   # as generated code spells it
 
 
 def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:

@@ -77,8 +77,8 @@ from xsync.errors import (VerifierLimitError, DeadlockError, LeftoverError, Prot
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
-from xsync.lowering.scalars import (COMPILE_AFTER, EPISODE_TRIPS, Assignment, episode_loops, CutVar, Scalars,
-                                    Step, trip)
+from xsync.lowering.scalars import (COMPILE_AFTER, EPISODE_TRIPS, EVALUATION_FAILS, Assignment, episode_loops,
+                                    CutVar, Scalars, Step, trip)
 from xsync.lowering.scalars import _free as _free_of
 
 INF = 1 << 60
@@ -240,7 +240,7 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
                 got = (ids, programs, interned.setdefault(programs, len(interned)))
                 if trace is not None:
                     traced[decisions] = got
-        except _EVALUATION_FAILS:
+        except EVALUATION_FAILS:
             # a loop bound or condition cannot be evaluated at these values (a division by
             # zero, or it reads a value whose definition failed): no run gets past it there
             faulted += 1
@@ -307,10 +307,6 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
                         tuple(unproven), sum(r[2].cross_checked for r in results),
                         tuple(sorted(sc.episodes)), simulated)
-
-
-# what evaluating a bound or condition raises where it has no value (as the scalar module's)
-_EVALUATION_FAILS = (KeyError, TypeError, ZeroDivisionError, ValueError)
 
 
 @dataclass(frozen=True)
@@ -1281,7 +1277,7 @@ def _growth(skel, sc: Scalars, results, leads: _Leads, bounds, periods, tables) 
             pumped = sc.pumped(assignment, var, delta * k)
             try:
                 r = _Run(skel, sc, pumped, _pumped_obs(sc, pumped), leads, tables)
-            except _EVALUATION_FAILS:
+            except EVALUATION_FAILS:
                 break            # no run at these values (see _check)
             err = r.check()
             if err is not None:
