@@ -11,19 +11,13 @@ import triton.backends.nvidia.driver as driver
 from xsync.backends.nvidia import launcher
 
 
-def _layout_known() -> bool:
-    expand = getattr(driver, "make_tensordesc_arg", None)
-    return (getattr(driver, "_BASE_ARGS_FORMAT", None) == launcher.C_ARGS_FORMAT and expand is not None
-            and expand.__code__.co_argcount == 2)
-
-
 def test_triton_36_layout_is_the_known_one():
     if not triton.__version__.startswith("3.6"):
-        assert not _layout_known(), (
+        assert not launcher.layout_known(driver), (
             f"Triton {triton.__version__} matches the 3.6 launcher layout: check launcher.py's "
             "argument tuple against its driver before letting it launch directly")
         return
-    assert _layout_known()
+    assert launcher.layout_known(driver)
     # what prepare_c_launch builds per call: the 13 fixed arguments, then the expanded ones
     assert len(launcher.C_ARGS_FORMAT) == 13
     src = " ".join(inspect.getsource(driver.CudaLauncher.__call__).split())

@@ -27,6 +27,15 @@ MAPS_PER_SLOT = 64
 C_ARGS_FORMAT = "iiiKKppOOOOOO"
 
 
+def layout_known(driver_module) -> bool:
+    """Whether a Triton driver module spells the C function's argument tuple as this module
+    does (Triton 3.6): grid, stream, function, cooperative, pdl, two scratch pointers,
+    metadata, launch metadata, two hooks; descriptors expanded by make_tensordesc_arg(arg, meta)."""
+    expand = getattr(driver_module, "make_tensordesc_arg", None)
+    return (getattr(driver_module, "_BASE_ARGS_FORMAT", None) == C_ARGS_FORMAT and expand is not None
+            and getattr(expand, "__code__", None) is not None and expand.__code__.co_argcount == 2)
+
+
 def c_launch(kernel):
     """(C launch function, tensordesc metadata, make_tensordesc_arg) of a compiled Triton 3.6
     kernel, or None where its launcher is not the layout known here or needs scratch memory."""
@@ -37,9 +46,7 @@ def c_launch(kernel):
     if getattr(run, "launch_cooperative_grid", None) is None or getattr(run, "launch_pdl", None) is None:
         return None
     module = sys.modules.get(type(run).__module__)
-    # the C function's argument tuple as this module spells it (Triton 3.6): grid, stream,
-    # function, cooperative, pdl, two scratch pointers, metadata, launch metadata, two hooks
-    if getattr(module, "_BASE_ARGS_FORMAT", None) != C_ARGS_FORMAT:
+    if not layout_known(module):
         return None
     meta = getattr(kernel.metadata, "tensordesc_meta", None)
     code = getattr(wrapper, "__code__", None)
@@ -49,10 +56,9 @@ def c_launch(kernel):
     if "launcher" not in free or wrapper.__closure__ is None:
         return None
     inner = wrapper.__closure__[free.index("launcher")].cell_contents
-    expand = getattr(module, "make_tensordesc_arg", None)
-    if not _is_builtin(inner) or expand is None or expand.__code__.co_argcount != 2:
+    if not _is_builtin(inner):
         return None
-    return inner, meta, expand
+    return inner, meta, module.make_tensordesc_arg
 
 
 def _is_builtin(fn) -> bool:
