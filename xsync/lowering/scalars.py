@@ -120,9 +120,20 @@ def _children(x):
     return ()
 
 
-def _nodes(x) -> list:
-    """Every node of ``x`` in pre-order (a list: nested generators pass each node up
-    through every level, which made the walks quadratic in the depth)."""
+# id(form) -> (form, its nodes) / (form, its free scalars): forms are immutable and the
+# entry keeps its form alive, so an id found here is that form's (the walks are repeated
+# for the same observations by every pass over them)
+_NODES: dict[int, tuple] = {}
+_FREE: dict[int, tuple] = {}
+_WALK_CAP = 100_000
+
+
+def _nodes(x) -> tuple:
+    """Every node of ``x`` in pre-order (a tuple, computed once per form: nested generators
+    pass each node up through every level, which made the walks quadratic in the depth)."""
+    got = _NODES.get(id(x))
+    if got is not None and got[0] is x:
+        return got[1]
     out, stack = [], [x]
     while stack:
         n = stack.pop()
@@ -130,31 +141,33 @@ def _nodes(x) -> list:
         kids = _children(n)
         if kids:
             stack.extend(reversed(kids))
-    return out
+    if len(_NODES) >= _WALK_CAP:
+        _NODES.clear()
+    out = _NODES[id(x)] = (x, tuple(out))
+    return out[1]
 
 
 def _has(x, pred) -> bool:
-    stack = [x]
-    while stack:
-        n = stack.pop()
+    for n in _nodes(x):
         if pred(n):
             return True
-        stack.extend(_children(n))
     return False
 
 
 def _dynamic(x) -> bool:
-    stack = [x]
-    while stack:
-        n = stack.pop()
+    for n in _nodes(x):
         if n is DYN or isinstance(n, (LoopVar, Opaque)):
             return True
-        stack.extend(_children(n))
     return False
 
 
 def _free(x) -> set:
-    return {n for n in _nodes(x) if isinstance(n, (Atom, CutVar, Opaque))}
+    got = _FREE.get(id(x))
+    if got is None or got[0] is not x:
+        if len(_FREE) >= _WALK_CAP:
+            _FREE.clear()
+        got = _FREE[id(x)] = (x, frozenset(n for n in _nodes(x) if isinstance(n, (Atom, CutVar, Opaque))))
+    return set(got[1])
 
 
 def _subst(x, fn):
@@ -791,15 +804,21 @@ class Scalars:
                 seen_keys.update(dict.fromkeys(self._reads(m.value)))
         carried = [k for k in seen_keys if k in where]
         depth = max([bounds[1]] + [d for d, _, _, _ in lets] + [where[k][1] for k in carried])
-        source = _sweep_source([len(d) for d in dims], len(axes), stride, lets, bounds,
-                               [where[k][0] for k in carried], depth)
-        fn = _SWEEPS.get(source)
-        if fn is None:
-            if len(_SWEEPS) >= _CACHE_CAP:
-                _SWEEPS.clear()
-            ns = {"_cdiv": _cdiv}
-            exec(compile(source, "<xsync episode sweep>", "exec"), ns)  # noqa: S102
-            fn = _SWEEPS[source] = ns["_sweep"]
+        lens = [len(d) for d in dims]
+        source = _sweep_source(lens, len(axes), stride, lets, bounds, [where[k][0] for k in carried], depth)
+        fn = tile_fn = _sweep_fn(source)
+        # the persistent form (range(program_id, stop, num_programs), the program ids read by
+        # nothing else): the same visits, the program ids innermost (_sweep_source ``tiles``)
+        pid = {"p0", "q0"}
+        stop = spelled(loop.stop)
+        if (stride == 1 and len(axes) == 1 and stop is not None and not stop[2] & pid
+                and text(loop.start) == f"xs.program_id{axes[0]}"
+                and text(loop.step) == f"xs.num_programs{axes[0]}"
+                and not any(r & pid for _, _, _, r in lets)
+                and not {where[k][0] for k in carried} & pid):
+            rest = max([stop[1]] + [d for d, _, _, _ in lets] + [where[k][1] for k in carried])
+            tile_fn = _sweep_fn(_sweep_source(lens, 1, 1, lets, stop, [where[k][0] for k in carried],
+                                              max(rest, 0), tiles=True))
         fns = [f for _, (f,) in inner]
         names = [key[0] for key in targets[1:]]
 
@@ -845,16 +864,47 @@ class Scalars:
                     got = counters[values] = set()
                 got.update(itertools.islice(range(start, stop, step), 16))
             snapshot = {key: set(v) for key, v in images.items()}
-            fn(dims, collect)
-            for values, seen in counters.items():
-                base = dict(zip(carried, values))
-                for counter in sorted(seen):
-                    iteration(dict(base), counter)
+            tile_fn(dims, collect)
+            _images_fn(self._images_source(loop, inner, carried, names))(
+                counters, [images[key] for key in targets])
             if all(type(x) is int for key in targets for x in images[key]):
                 return evaluate
             images.update(snapshot)      # run again in the original order
         fn(dims, iterations)
         return evaluate
+
+    def _images_source(self, loop, inner, carried, names) -> str:
+        """Source of ``_images(counters, outs)``: ``iteration`` over every (carried values,
+        counter) of ``counters`` (values -> counters), in the same order, spelled over locals
+        (``c<i>`` the carried values, ``t`` the counter, ``x<k>`` the k-th coordinate): each
+        coordinate's value added to ``outs[k]``; one that fails, or reads one that failed or
+        is opaque, adds nothing, as ``iteration`` pops it from its environment."""
+        where = {key: f"c{i}" for i, key in enumerate(carried)}
+        where[loop.var] = "t"
+        out = ["def _images(counters, outs):",
+               "    " + "".join(f"o{k}, " for k in range(len(names) + 1)) + "= outs",
+               "    for values, seen in counters.items():"]
+        if carried:
+            out.append("        " + "".join(f"c{i}, " for i in range(len(carried))) + "= values")
+        out += ["        for t in sorted(seen):", "            o0.add(t)"]
+        for k, (m, _) in enumerate(inner, 1):
+            code = self._code(m.value, lambda key: where[key])
+            # the earlier coordinates it reads: each must have a value
+            ok = " and ".join(f"k{where[key][1:]}" for key in self._reads(m.value)
+                              if where.get(key, "").startswith("x"))
+            pad = "            "
+            if code is None:
+                out.append(pad + f"k{k} = False")
+                where[names[k - 1]] = f"x{k}"
+                continue
+            if ok:
+                out.append(pad + f"k{k} = False")
+                out.append(pad + f"if {ok}:")
+                pad += "    "
+            out += [pad + "try:", pad + f"    x{k} = {code}", pad + f"    o{k}.add(x{k})",
+                    pad + f"    k{k} = True", pad + f"except {_FAILS}:", pad + f"    k{k} = False"]
+            where[names[k - 1]] = f"x{k}"
+        return "\n".join(out) + "\n"
 
     def _episode_dims(self, free, trips, bounds) -> dict:
         """Candidate values of episode loops' counters and coordinates for ``enumerate``.
@@ -1047,11 +1097,12 @@ class Scalars:
     def unit(self, var) -> int:
         return self._unit_and_constants(var)[0]
 
-    def enumerate(self, bounds: dict[int, int], limit: int = 400_000):
+    def enumerate(self, bounds: dict[int, int], limit: int = 400_000, fixed=None):
         """Distinct observations -> (Assignment, observation values), smallest first; None
         when the product of the candidate sets exceeds ``limit``.
 
         ``bounds``: loop line -> the trip count every loop must reach (when it can).
+        ``fixed``: free scalar key -> the values it takes (instead of its candidates).
         The limit fits the flagship attention after the Hopper passes (its rotated loop has
         a prologue and epilogue, so its bound is 44 trips: 96 x 96 x 4 x 7 candidates, ~1 s)."""
         free = self.free()
@@ -1073,7 +1124,9 @@ class Scalars:
                 if isinstance(v, Atom) and v.kind in ("pid", "np"):
                     continue
                 names.append(v)
-                if isinstance(v, CutVar) and (v.name, v.line) in self.episode_images:
+                if fixed and isinstance(v, Atom) and v.key in fixed:
+                    dims.append(list(fixed[v.key]))
+                elif isinstance(v, CutVar) and (v.name, v.line) in self.episode_images:
                     dims.append(episode_dims.get((v.name, v.line)) or
                                 self.episode_images[(v.name, v.line)])
                 elif isinstance(v, CutVar) and not _surjective(self.cut[(v.name, v.line)]):
@@ -1320,6 +1373,11 @@ class Scalars:
                                o.loop_line, o.uses_var) for o in obs]
         locals_of: dict = {}            # Named -> local name
         defs: dict[int, list[str]] = {}   # depth -> definitions of the named values there
+        # the locals the line being spelled reads (a stack: a named value's definition is
+        # spelled inside the line that first reads it), and per generated local (n<i>, o<k>)
+        # the locals its line reads
+        reading: list[set] = [set()]
+        line_reads: dict[str, set] = {}
 
         def var(x):
             if isinstance(x, Named):
@@ -1327,11 +1385,16 @@ class Scalars:
                     return _py(x.value, var)
                 got = locals_of.get(x)
                 if got is None:
+                    reading.append(set())
                     code = _py(x.value, var)      # the named values it reads come first
                     got = locals_of[x] = f"n{len(locals_of)}"
+                    line_reads[got] = reading.pop()
                     defs.setdefault(depth([x.value]), []).append(f"{got} = {code}")
+                reading[-1].add(got)
                 return got
-            return slot(x)[1]
+            name = slot(x)[1]
+            reading[-1].add(name.split("[")[0])     # v0[0]: the program-id pair v0
+            return name
 
         # so is a sub-form that several observations (or guards) repeat
         spelled = {}                    # observation -> (form, guard) as rendered
@@ -1365,6 +1428,7 @@ class Scalars:
             obs_depth.append(d)
             obs_forms.append(forms + guards)
             guard_depth.append(depth(guards))
+            reading.append(set())
             guard = " and ".join(f"({_py(g, var)})" if pol else f"(not {_py(g, var)})"
                                  for g, pol in o.guard) or "True"
             if o.kind == "trip":
@@ -1375,6 +1439,7 @@ class Scalars:
                 value = f"bool({_py(o.form, var)})"
             else:
                 value = _py(o.form, var)
+            line_reads[f"o{k}"] = reading.pop()
             levels.setdefault(d, []).append(f"o{k} = ({value}) if ({guard}) else None")
         for d, lines in defs.items():
             levels[d] = lines + levels.get(d, [])
@@ -1435,43 +1500,78 @@ class Scalars:
             outer = [k for k in range(len(obs)) if obs_depth[k] < j]
             reads = sorted({slot(v)[0] for k in here for f in obs_forms[k] for v in _free(f)} - {j, -1})
             key = [f"v{i}" for i in reads]
+            values_of = None      # the locals the observations here read (see below)
             if exact:
                 # the loop is a function of the outer locals its code reads: keyed by those
                 # where each is an exact int or a bool (equal keys, the same values)
                 named = {name: x for x, name in locals_of.items()}
-                assigned = {ln.split(" = ", 1)[0] for ln in levels.get(j, [])}
-                used = list(dict.fromkeys(m for ln in levels.get(j, [])
-                                          for m in re.findall(r"\b([vn]\d+)\b", ln.split(" = ", 1)[1])))
-                used = [u for u in used if u not in assigned and u != f"v{j}"]
+                inner_defs = [ln.split(" = ", 1)[0] for ln in defs.get(j, [])]
+                used = [u for u in dict.fromkeys(u for name in inner_defs + [f"o{k}" for k in here]
+                                                 for u in sorted(line_reads[name]))
+                        if u not in inner_defs and u != f"v{j}"]
 
                 def exact_local(u) -> bool:
-                    if u[0] == "v":
+                    if re.fullmatch(r"v\d+", u):
                         return int(u[1:]) in int_dims
                     x = named.get(u)
                     return x is not None and (int_safe(x.value) or isinstance(x.value, ir.Compare))
                 if all(map(exact_local, used)):
                     key = used
+                # the observations read v{j} only through the values defined at this depth:
+                # they are a function of those and of outer locals, each an exact int or bool,
+                # so a tuple of them computed once stands for every v{j} that gives it
+                seen_by = sorted(set().union(*(line_reads[f"o{k}"] for k in here))) if here else []
+                if _OBS_MEMO and here and not risky.get(j) and f"v{j}" not in seen_by and all(map(exact_local, seen_by)):
+                    values_of = seen_by
             mine = "(" + "".join(f"o{k}, " for k in here) + ")"
             rest = "(" + "".join(f"v{i}, " for i in range(n)) + ")"
             out.append(pad + "_mk = (" + "".join(f"{u}, " for u in key) + ")")
             out.append(pad + "_got = _memo.get(_mk)")
             out.append(pad + "if _got is None:")
-            out.append(pad + "    _lst = []")
-            out.append(pad + "    _seen = set()")
-            out.append(pad + f"    for v{j} in D[{j}]:")
+            if values_of is not None and inner_defs:
+                # The values defined here, for every v{j} at once: where they and the outer
+                # locals the observations read repeat, so does the list (_vm)
+                gens = "".join(f" for {ln.split(' = ', 1)[0]} in ({ln.split(' = ', 1)[1]},)"
+                               for ln in levels[j][:len(inner_defs)])
+                cols = "(" + "".join(f"{u}, " for u in inner_defs) + ")"
+                outer_read = [u for u in values_of if u not in inner_defs]
+                out.append(pad + f"    _col = tuple([{cols} for v{j} in D[{j}]{gens}])")
+                out.append(pad + "    _vk = (_col, " + "".join(f"{u}, " for u in outer_read) + ")")
+                out.append(pad + "    _got = _vm.get(_vk)")
+                out.append(pad + "    if _got is None:")
+                pad += "    "
+                out.append(pad + "    _lst = []")
+                out.append(pad + "    _seen = set()")
+                out.append(pad + f"    for v{j}, {cols} in zip(D[{j}], _col):")
+            else:
+                out.append(pad + "    _lst = []")
+                out.append(pad + "    _seen = set()")
+                out.append(pad + f"    for v{j} in D[{j}]:")
             inner = pad + "        "
             if risky.get(j):
                 out.append(inner + "try:")
                 out.extend(inner + "    " + ln for ln in levels[j])
                 out.append(inner + "except (ZeroDivisionError, ValueError):")
                 out.append(inner + "    continue")
+                out.append(inner + f"_t = {mine}")
+            elif values_of is not None:
+                out.append(inner + "_ok = (" + "".join(f"{u}, " for u in values_of) + ")")
+                out.append(inner + "_t = _om.get(_ok)")
+                out.append(inner + "if _t is None:")
+                out.extend(inner + "    " + ln for ln in levels[j][len(inner_defs):])
+                out.append(inner + f"    _t = _om[_ok] = {mine}")
             else:
                 out.extend(inner + ln for ln in levels[j])
-            out.append(inner + f"_t = {mine}")
+                out.append(inner + f"_t = {mine}")
             out.append(inner + "if _t not in _seen:")
             out.append(inner + "    _seen.add(_t)")
             out.append(inner + f"    _lst.append((v{j}, _t))")
-            out.append(pad + "    _got = _memo[_mk] = (_lst, _seen)")
+            if values_of is not None and inner_defs:
+                out.append(pad + "    _got = _vm[_vk] = (_lst, _seen)")
+                pad = pad[:-4]
+                out.append(pad + "    _memo[_mk] = _got")
+            else:
+                out.append(pad + "    _got = _memo[_mk] = (_lst, _seen)")
             out.append(pad + "_pk = (" + "".join(f"o{k}, " for k in outer) + ")")
             out.append(pad + "_add = _added.get(_pk)")
             out.append(pad + "if _add is None:")
@@ -1490,7 +1590,7 @@ class Scalars:
             out.append(pad + f"key = {keys}")
             out.append(pad + "out[key] = ()")
         else:
-            out.append(pad + "_memo, _added = {}, {}")
+            out.append(pad + "_memo, _added, _om, _vm = {}, {}, {}, {}")
             emit(-1, pad)
         source = "\n".join(out) + "\n"
         fn = _PRODUCTS.get(source)
@@ -1554,6 +1654,20 @@ class Scalars:
             out.append(steps)
         return out
 
+    def repeating_episode(self) -> str | None:
+        """The iteration-count scalar (``iterations@L``) of the one episode loop that holds
+        every action of every program, or None. The rest of each program only sets values,
+        and the loop's iterations unroll alike (``_XLoop.same``), so an assignment with c
+        iterations unrolls to c copies of the programs of the same assignment with one."""
+        lines = set()
+        for prog in self.programs:
+            loops = [n for n in prog if isinstance(n, _XLoop) and n.same]
+            rest = [n for n in prog if not (isinstance(n, _XLoop) and n.same)]
+            if len(loops) != 1 or _acts_in(rest):
+                return None
+            lines.add(loops[0].line)
+        return episode_trips(lines.pop()) if len(lines) == 1 else None
+
     def tracer(self):
         """``trace(a)``: a key of the programs ``unroll(a)`` gives -- the control decisions of
         every instance's unroll (``_unroller(trace=True)``): equal keys, equal programs. None
@@ -1616,6 +1730,9 @@ def _run_fast(prog, env, steps, values, overrides):
             _run_fast(n.body if value else n.orelse, env, steps, values, overrides)
 
 
+# the enumeration's memos in its innermost loop (``Scalars._product``): off only to test that
+# they change nothing (tests/core/test_verifier_work.py)
+_OBS_MEMO = True
 _UNROLLERS: dict = {}       # generated unroller source -> factory (process-wide cache)
 _PRODUCTS: dict = {}        # generated enumeration source -> function (process-wide cache)
 _CACHE_CAP = 512            # generated functions kept per cache
@@ -1812,7 +1929,31 @@ _SWEEPS: dict = {}          # generated sweep source -> function (process-wide c
 _FAILS = "(" + ", ".join(e.__name__ for e in EVALUATION_FAILS) + ")"   # as generated code spells it
 
 
-def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
+def _sweep_fn(source: str):
+    """The compiled ``_sweep_source`` (process-wide cache)."""
+    fn = _SWEEPS.get(source)
+    if fn is None:
+        if len(_SWEEPS) >= _CACHE_CAP:
+            _SWEEPS.clear()
+        ns = {"_cdiv": _cdiv}
+        exec(compile(source, "<xsync episode sweep>", "exec"), ns)  # noqa: S102
+        fn = _SWEEPS[source] = ns["_sweep"]
+    return fn
+
+
+def _images_fn(source: str):
+    """The compiled ``Scalars._images_source`` (process-wide cache)."""
+    fn = _SWEEPS.get(source)
+    if fn is None:
+        if len(_SWEEPS) >= _CACHE_CAP:
+            _SWEEPS.clear()
+        ns = {"_cdiv": _cdiv}
+        exec(compile(source, "<xsync episode images>", "exec"), ns)  # noqa: S102
+        fn = _SWEEPS[source] = ns["_images"]
+    return fn
+
+
+def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth, tiles=False) -> str:
     """Source of ``_sweep(D, visit)`` for ``Scalars._episode_sweep``: loops over dimensions
     0 .. ``depth`` (the deeper ones change nothing the iterations see: they only count, for
     the sample), ``lets`` = (depth, local, code, locals read) evaluated at their depth, a
@@ -1825,14 +1966,23 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
     only it (``a1 = cdiv(max_q, 128)``) loops over the distinct values of those assignments
     instead (``U3``, computed once, in first-occurrence order, the failing values left
     out): everything below it sees only those values, so a repeated one would visit nothing
-    new (``seen``), and a failing one skips what the loop's ``continue`` skips."""
+    new (``seen``), and a failing one skips what the loop's ``continue`` skips.
+
+    ``tiles``: the loop is ``range(program_id, stop, num_programs)`` over the one program-id
+    axis, dimension 0, which nothing else reads, and ``bounds`` spells ``stop`` alone. The
+    program ids then loop innermost, once per distinct (stop, carried values) with stop
+    capped at ``cap``: the first 16 counters of ``range(p, stop, q)`` are the same for every
+    stop >= cap = max p + 16 max q. The same visits, in another order (``stride`` 1 only)."""
     out = ["def _sweep(D, visit):", "    seen = set()"]
+    if tiles:
+        out += ["    if not D[0]:", "        return",
+                "    cap = max(p for p, _ in D[0]) + 16 * max(q for _, q in D[0])", "    tops = set()"]
     bounds_code, bounds_depth, bounds_reads = bounds
     # a visit reads the first 16 counters only: calls whose ranges agree there are one
     key = "(r, " + "".join(c + ", " for c in carried) + ")"
     own_lets: dict[int, list] = {}      # dimension -> its own assignments (local, code)
     if stride == 1:
-        for j in range(depth + 1):
+        for j in range(1 if tiles else 0, depth + 1):
             mine = {f"p{j}", f"q{j}"} if j < n_axes else {f"v{j}"}
             own = []
             for d, local, code, reads in lets:
@@ -1863,10 +2013,11 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
             out.append(pad + "try:")
             out.extend(pad + f"    {local} = {code}" for local, code in here)
             if bounds_depth == level:
-                out.append(pad + f"    start, stop, step = {bounds_code}")
+                out.append(pad + (f"    stop = {bounds_code}" if tiles else
+                                  f"    start, stop, step = {bounds_code}"))
             out.append(pad + f"except {_FAILS}:")
             out.append(pad + ("    return" if level < 0 else "    continue"))
-            if bounds_depth == level:
+            if bounds_depth == level and not tiles:
                 out.append(pad + "if not step:")
                 out.append(pad + ("    return" if level < 0 else "    continue"))
 
@@ -1882,6 +2033,21 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
                                  f"(f{level} + 1) * {below}:")
                 out.append(pad + "    continue")
             elif not math.prod(lens[level + 1:]):
+                return
+            if tiles:
+                out.append(pad + "t = (min(stop, cap), " + "".join(c + ", " for c in carried) + ")")
+                out.append(pad + "if t in tops:")
+                out.append(pad + "    continue" if level > 0 else pad + "    return")
+                out.append(pad + "tops.add(t)")
+                out.append(pad + "for p0, q0 in D[0]:")
+                pad += "    "
+                out.append(pad + "if not q0:")
+                out.append(pad + "    continue")
+                out.append(pad + "r = range(p0, stop, q0)[:16]")
+                out.append(pad + f"k = {key}")
+                out.append(pad + "if k not in seen:")
+                out.append(pad + "    seen.add(k)")
+                out.append(pad + f"    visit(r.start, r.stop, r.step, ({''.join(c + ', ' for c in carried)}))")
                 return
             out.append(pad + "r = range(start, stop, step)[:16]")
             out.append(pad + f"k = {key}")
@@ -1907,7 +2073,10 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth) -> str:
             out.append(pad + f"    v{j} = x{j}")
         loops(j, pad + "    ")
 
-    if depth < 0:       # no dimension read: one visit if the product is not empty
+    if tiles:           # dimension 0 is looped over innermost
+        body(-1, "    ")
+        loops(0, "    ")
+    elif depth < 0:     # no dimension read: one visit if the product is not empty
         body(-1, "    ")
         if not math.prod(lens):
             out.append("    return")
@@ -1945,7 +2114,9 @@ def episode_loops(skel: Skeleton) -> dict[int, str]:
     a free scalar. So the verifier replaces the counter with a free scalar
     (``tile@96``: every value it can take is tried) and checks L up to EPISODE_TRIPS
     iterations: one decides deadlock and leftovers for every iteration, the further ones
-    expose leads that grow across iteration boundaries (pumped like any other)."""
+    expose leads that grow across iteration boundaries (pumped like any other). Where the
+    target bounds no lead and L holds every action, one iteration stands for any number
+    (``Scalars.repeating_episode``, ``verify._check``)."""
     programs = skel.programs
     if not programs:
         return {}
@@ -1972,6 +2143,18 @@ def episode_loops(skel: Skeleton) -> dict[int, str]:
         if any(_carries(loop.body) for loop in loops):
             continue
         out[line] = loops[0].var
+    return out
+
+
+def tile_loops(skel: Skeleton, episodes: dict[int, str]) -> set[int]:
+    """The episode loops spread over programs: their bounds read ``xs.program_id`` or
+    ``xs.num_programs`` (a persistent tile loop, ``xs.tile_range``)."""
+    out = set()
+    for n in skel.programs[0] if skel.programs else ():
+        if isinstance(n, Loop) and n.loc.line in episodes and any(
+                isinstance(x, ir.Call) and x.op in ("program_id", "num_programs")
+                for e in (n.start, n.stop, n.step) for x in ir.subexprs(e)):
+            out.add(n.loc.line)
     return out
 
 

@@ -78,7 +78,7 @@ from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
 from xsync.lowering.scalars import (COMPILE_AFTER, EPISODE_TRIPS, EVALUATION_FAILS, Assignment, episode_loops,
-                                    CutVar, Scalars, Step, trip)
+                                    CutVar, Scalars, Step, tile_loops, trip)
 from xsync.lowering.scalars import _free as _free_of
 
 INF = 1 << 60
@@ -101,6 +101,8 @@ class VerifyReport:
     unproven: tuple[str, ...] = ()
     cross_checked: int = 0      # runs also searched interleaving by interleaving (exhaustive=True)
     episodes: tuple[int, ...] = ()   # loops whose iterations are independent (scalars.episode_loops)
+    # episode loops that hold every action: one iteration stands for any number (_check)
+    repeated: tuple[int, ...] = ()
     # assignments whose programs were simulated; the others unrolled to programs already run,
     # or to a clean run's programs repeated (_repeats_clean). Not part of the verdict.
     simulated: int = field(default=0, compare=False, repr=False)
@@ -115,6 +117,9 @@ class VerifyReport:
         every = "for the values tried of" if self.unproven else "for every value of"
         scal = f"{every} {', '.join(self.scalars)}" if self.scalars else "(no run-time scalar)"
         loops = "; ".join(
+            f"the loop at line {ln} `{key}` for any number of iterations, each of them for every "
+            f"tile its counter reaches (its iterations are independent and hold every action, so "
+            f"one stands for more)" if ln in self.repeated else
             f"the loop at line {ln} `{key}` up to {b} iterations, each of them for every tile "
             f"its counter reaches (its iterations are independent)" if ln in self.episodes else
             f"the loop at line {ln} `{key}` up to {b} iterations, beyond which its "
@@ -140,25 +145,32 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
     PhaseAliasingError, FlagOverflowError) for the worst bug at the smallest scalar values
     that show it; return a report otherwise."""
     skel = skeleton or derive(kernel, placement)
-    general = Scalars(kernel, skel, episodes=False)
     candidates = episode_loops(skel)
-    if not any(not general.loops[ln].periodic for ln in candidates):
-        try:
-            return _check(kernel, placement, skel, general, exhaustive)
-        except VerifierLimitError:
-            if not candidates:
-                raise
-    # A persistent tile loop: its body grows with its counter, or its scalars are too many to
-    # combine, so check it iteration by iteration (scalars.episode_loops). That check
-    # assumes every iteration ends with its channels empty; a kernel that hands slots from one
-    # iteration to the next fails it and gets the general check, whose verdict stands where
-    # it is complete (where the general check cannot run, or proves only up to its bounds,
-    # the per-iteration verdict is reported).
+    general = None
+    # A persistent tile loop (tile_loops) is checked iteration by iteration first: the
+    # general check would combine the program ids with every scalar its tiles read, which
+    # it cannot do for every value. Other kernels get the general check first where every
+    # candidate loop repeats, the per-iteration one where one does not.
+    if not tile_loops(skel, candidates):
+        general = Scalars(kernel, skel, episodes=False)
+        if not any(not general.loops[ln].periodic for ln in candidates):
+            try:
+                return _check(kernel, placement, skel, general, exhaustive)
+            except VerifierLimitError:
+                if not candidates:
+                    raise
+    # Iteration by iteration (scalars.episode_loops): its body grows with its counter, or its
+    # scalars are too many to combine. That check assumes every iteration ends with its
+    # channels empty; a kernel that hands slots from one iteration to the next fails it and
+    # gets the general check, whose verdict stands where it is complete (where the general
+    # check cannot run, or proves only up to its bounds, the per-iteration verdict is
+    # reported).
     try:
         return _check(kernel, placement, skel, Scalars(kernel, skel, episodes=True), exhaustive)
     except ProtocolError as per_iteration:
         try:
-            report = _check(kernel, placement, skel, general, exhaustive)
+            report = _check(kernel, placement, skel, general or Scalars(kernel, skel, episodes=False),
+                            exhaustive)
         except VerifierLimitError:
             raise per_iteration from None
         if not report.complete:
@@ -168,11 +180,31 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
         return report
 
 
-def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyReport:
+def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: bool = True) -> VerifyReport:
+    leads = _Leads(skel)
+    # Programs that repeat, c times over, programs whose run found nothing at all (every
+    # instance runs the same block c times: a persistent tile loop checked for c tiles) are
+    # clean as well where the target bounds no lead (docs/verifier.md, "Repeated programs"):
+    # not run again, their steps are one per action, as their run would count them.
+    repeats = not leads.specs and not exhaustive
     bounds, periods, unproven = loop_bounds(sc, skel)
     unproven = unproven + [f"{key} depends on tile data: tried as one free value for every "
                            f"evaluation" for key in sorted(sc.opaque)]
-    found, names = sc.enumerate({ln: b + periods[ln] for ln, b in bounds.items()})
+    # An episode loop that holds every action (Scalars.repeating_episode): its programs at c
+    # iterations are c copies of those at one, the other scalars equal, so by the same
+    # argument they are clean where those are. Only 0 and 1 iterations are checked; where
+    # that finds a bug the check runs again over every count, so the bug reported is the one
+    # the full check reports.
+    copies_of = sc.repeating_episode() if repeats and one_copy else None
+    reach = {ln: b + periods[ln] for ln, b in bounds.items()}
+    if copies_of is not None:
+        reach[sc.episode_trip_lines[copies_of]] = 1
+    found, names = sc.enumerate(reach, fixed={copies_of: (0, 1)} if copies_of else None)
+    if copies_of is not None and found:
+        # at 0 iterations every program is empty, whatever the other scalars: one stands for all
+        none = {k for k, (a, _) in enumerate(found) if a.get(copies_of) == 0}
+        none.discard(min(none, default=None))
+        found = [x for k, x in enumerate(found) if k not in none]
     complete = not unproven
     if found is None:
         found, names = _coarse(sc, bounds)
@@ -192,7 +224,6 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
         found = found[:MAX_RUNS]
         complete = False
         unproven = unproven + [f"only the {MAX_RUNS} smallest scalar assignments were checked"]
-    leads = _Leads(skel)
     tables = _Tables(skel, sc)
     worst = None          # (severity, run, build) of the worst finding so far
     steps = 0
@@ -203,11 +234,6 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
     # counted again, so the report reads as if it had been). Whether the leads were measured
     # changes the steps, so it is part of the key.
     clean: dict[tuple, _Run] = {}
-    # Programs that repeat, c times over, programs whose run found nothing at all (every
-    # instance runs the same block c times: a persistent tile loop checked for c tiles) are
-    # clean as well where the target bounds no lead (docs/verifier.md, "Repeated programs"):
-    # not run again, their steps are one per action, as their run would count them.
-    repeats = not leads.specs and not exhaustive
     fully_clean: dict[tuple, set] = {}      # program lengths -> programs of clean runs
     # Programs are interned (programs -> a small id: the keys above hash an id, not every
     # action), and where there are many assignments found by their control decisions
@@ -253,6 +279,8 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
             repeated.add(pid)
             run = _Repeated(sum(map(len, programs)))
             found_here = None
+            # clean at any threshold: copies of these are clean too
+            fully_clean.setdefault(tuple(map(len, programs)), set()).add(programs)
         elif run is None:
             run = _Run(skel, sc, assignment, obs, leads, tables, ids)
             found_here = run.find(below, exhaustive)
@@ -281,6 +309,8 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
                                    f"were not checked)"]
             break
     if worst is not None:
+        if copies_of is not None:
+            return _check(kernel, placement, skel, sc, exhaustive, one_copy=False)
         raise worst[1].error(worst)
     if faulted or not found:
         if faulted == len(found):       # (no assignment at all: every combination failed)
@@ -306,7 +336,8 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool) -> VerifyRepo
                   if ln in runtime)
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
                         tuple(unproven), sum(r[2].cross_checked for r in results),
-                        tuple(sorted(sc.episodes)), simulated)
+                        tuple(sorted(sc.episodes)),
+                        (sc.episode_trip_lines[copies_of],) if copies_of is not None else (), simulated)
 
 
 @dataclass(frozen=True)
@@ -330,9 +361,7 @@ def _repeats_clean(programs: tuple, fully_clean: dict) -> bool:
     slots pair up copy by copy and they end balanced."""
     lens = [len(p) for p in programs]
     g = math.gcd(*lens)
-    for c in range(2, min(g, 64) + 1):
-        if g % c:
-            continue
+    for c in _divisors(g):
         clean = fully_clean.get(tuple(n // c for n in lens))
         if not clean:
             continue
@@ -340,6 +369,17 @@ def _repeats_clean(programs: tuple, fully_clean: dict) -> bool:
         if base in clean and all(p == q * c for p, q in zip(programs, base)):
             return True
     return False
+
+
+def _divisors(g: int) -> list[int]:
+    """The divisors of ``g`` from 2 up, smallest first."""
+    out = set()
+    d = 1
+    while d * d <= g:
+        if g % d == 0:
+            out |= {d, g // d}
+        d += 1
+    return sorted(out - {1})
 
 
 def loop_bounds(sc: Scalars, skel: Skeleton):
