@@ -1355,6 +1355,75 @@ def episode_output_tile_meets_constant(x, y, M, N, BLOCK: xs.constexpr, STAGES: 
 
 
 @xs.kernel(example=EX)
+def episode_tile_and_scalar_bound_a_loop(x, y, tiles, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # tile t has t % 3 + n blocks; block 11 skips its wait (the release then has no slot). The
+    # nested loop's bound reads the tile counter and the scalar n, so the general check must
+    # let n alone reach the loop's bound (found by the differential test's tile loops).
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for tile in xs.tile_range(tiles, persistent=1):
+        blocks = tile % 3 + n
+        for k in range(blocks):
+            with load:
+                s = ring.acquire()
+                s.t = xs.load(x, [k * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                if k != 11:
+                    got = ring.wait()
+                    xs.store(y, [k * BLOCK, 0], got.t)
+                ring.release()  # BUG
+
+
+@xs.kernel(example=EX)
+def episode_tile_and_scalar_bound_a_loop_balanced(x, y, tiles, n, BLOCK: xs.constexpr,
+                                                 STAGES: xs.constexpr):
+    # the correct neighbour: block 11 skips its wait and its release
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for tile in xs.tile_range(tiles, persistent=1):
+        blocks = tile % 3 + n
+        for k in range(blocks):
+            with load:
+                if k != 11:
+                    s = ring.acquire()
+                    s.t = xs.load(x, [k * BLOCK, 0], [BLOCK, BLOCK])
+                    ring.commit()
+            with work:
+                if k != 11:
+                    got = ring.wait()
+                    xs.store(y, [k * BLOCK, 0], got.t)
+                    ring.release()
+
+
+@xs.kernel(example=EX)
+def episode_idle_role_late_tile(x, y, tiles, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # a role with no sync action, and tile 5 skips its waits: slots left over (found by the
+    # differential test). The idle role once hid the tile loop from the tile-by-tile check,
+    # and the general one accepted within its bounds.
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    idle = xs.role("idle", kind="matrix")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    with idle:
+        xs.store(y, [0, 0], xs.zeros([BLOCK, BLOCK], xs.float32))
+    for tile in xs.tile_range(tiles, persistent=1):
+        blocks = xs.maximum(n - tile, 0)
+        for k in range(blocks):
+            with load:
+                s = ring.acquire()  # BUG
+                s.t = xs.load(x, [k * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+            with work:
+                if tile != 5:
+                    got = ring.wait()
+                    xs.store(y, [k * BLOCK, 0], got.t)
+                    ring.release()
+
+
+@xs.kernel(example=EX)
 def late_carried_value_meets_constant(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
     # a running offset carried across iterations reaches 20 at the 10th: one release skipped.
     # Carried values make the loop unprovable beyond a bound (the report says so); the bound

@@ -8,7 +8,10 @@ sometimes a nested loop (constant or the second scalar ``m``), conditions on loo
 (small moduli and thresholds) and on the scalars, a peeled first iteration, per-role loops,
 and -- for about half of them -- one mutation that may break the protocol (a release
 dropped on one path, a condition on one side only, a loop one short, a stray signal, a
-release before its wait, a barrier call missing in one member).
+release before its wait, a barrier call missing in one member). About one in five is then
+wrapped in a persistent tile loop (``for tile in xs.tile_range(t, persistent=1)``) whose
+body's trip counts may grow with the tile (``n`` becomes ``tile + n``, ``tile % 3 + n``, ...),
+as in the attention kernel: the verifier checks those tile by tile.
 
 ``check(kernel)`` compares the verifier's CPU verdict with CPU-emulator runs (cooperative
 scheduler, every trip count up to ``BOUND``): an accepted kernel that stalls or leaves
@@ -25,6 +28,7 @@ import argparse
 import importlib.util
 import os
 import random
+import re
 import sys
 import tempfile
 import time
@@ -32,6 +36,12 @@ from dataclasses import dataclass, field
 
 BOUND = 24          # the emulator runs n = 0 .. BOUND (and m = 0 .. M_BOUND when used)
 M_BOUND = 6
+TILE_SHARE = 0.2    # protocols wrapped in a persistent tile loop
+# tile loops: the emulator runs every (programs, t, n) of these (m as above, up to 3)
+TILE_PROGRAMS = (1, 3)
+TILE_COUNTS = (0, 1, 2, 3, 4, 5, 6, 9, 13)
+TILE_N = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 17)
+TILE_SPANS = ("n", "tile + n", "tile % 3 + n", "n + tile // 2", "xs.maximum(n - tile, 0)")
 KINDS = ("copy", "matrix", "vector")
 
 
@@ -54,6 +64,7 @@ class Protocol:
     source: str
     mutation: str = ""
     scalars: tuple = ("n",)
+    tiles: bool = False         # wrapped in a persistent tile loop over ``t`` tiles
 
 
 def generate(seed: int) -> Protocol:
@@ -133,11 +144,21 @@ def generate(seed: int) -> Protocol:
     if rnd.random() < 0.5:
         mutation = rnd.choice(("drop_release", "one_sided_cond", "short_loop", "stray_signal",
                                "release_first", "barrier_skip", "drop_wait", "reorder"))
+    # its own generator: the protocols of the seeds not wrapped stay what they were
+    tiles = random.Random(f"tiles-{seed}")
+    wrapped = tiles.random() < TILE_SHARE
+    # a mutation that bites late may bite at a late tile instead (``if tile != 5:``)
+    late_var = "tile" if wrapped and tiles.random() < 0.4 else None
     body = _fill(_layout(rnd, groups, names, bound, nested, inner_bound, per_role, peeled, guard,
-                         mutation))
+                         mutation, late_var))
+    if wrapped:
+        span = tiles.choice(TILE_SPANS)
+        body = ["    for tile in xs.tile_range(t, persistent=1):", f"        nt = {span}"] + [
+            "    " + re.sub(r"\bn\b", "nt", line) for line in body]
+        scalars = scalars + ("t",)
     src = ["import xsync as xs", "", "", "@xs.kernel", f"def {name}({', '.join(scalars)}):"]
     src += decls + body
-    return Protocol(name, "\n".join(src) + "\n", mutation, scalars)
+    return Protocol(name, "\n".join(src) + "\n", mutation, scalars, wrapped)
 
 
 def _fill(lines: list[str]) -> list[str]:
@@ -153,9 +174,11 @@ def _fill(lines: list[str]) -> list[str]:
     return out
 
 
-def _layout(rnd, groups, names, bound, nested, inner_bound, per_role, peeled, guard, mutation):
+def _layout(rnd, groups, names, bound, nested, inner_bound, per_role, peeled, guard, mutation,
+            late_var=None):
     """The kernel body: role blocks in a random order inside one shared loop (or per-role
-    loops), each group's sides in their roles' blocks."""
+    loops), each group's sides in their roles' blocks. ``late_var``: what a late-biting
+    mutation tests (default: the loop counter)."""
     order = names[:]
     rnd.shuffle(order)
     muts = {"drop_release", "one_sided_cond", "release_first", "drop_wait", "barrier_skip"}
@@ -170,7 +193,7 @@ def _layout(rnd, groups, names, bound, nested, inner_bound, per_role, peeled, gu
                             f"%c < {rnd.randint(2, 9)}"))
 
     def ops_of(role, inner, counter="i"):
-        late = late_pick.replace("%c", counter)
+        late = late_pick.replace("%c", late_var or counter)
         lines = []
         for g in groups:
             if g.inner != inner:
@@ -297,24 +320,58 @@ def _verdict(kernel, backend):
         return type(err).__name__, err
 
 
-def _emulate(kernel, scalars, values):
+def _emulate(kernel, scalars, values, programs=1):
     import xsync as xs
     from xsync.errors import XSyncError
 
     args = [values.get(s, 0) for s in scalars]
     with xs.options(verify=False, cpu_mode="cooperative", cpu_timeout=30):
         try:
-            kernel[(1,)](*args, backend="cpu")
+            kernel[(programs,)](*args, backend="cpu")
             return "ok", None
         except XSyncError as err:
             return type(err).__name__, err
+
+
+def _tile_grid(proto: Protocol):
+    """(programs, values) the emulator runs a tile-loop protocol at."""
+    ms = range(4) if "m" in proto.scalars else (0,)
+    return [(p, {"t": t, "n": n, "m": m}) for p in TILE_PROGRAMS for t in TILE_COUNTS
+            for n in TILE_N for m in ms]
 
 
 def check(kernel, proto: Protocol) -> Outcome:
     out = Outcome(proto.name)
     cpu, err = _verdict(kernel, "cpu")
     out.verdicts["cpu"] = cpu
-    if cpu == "ok":
+    if proto.tiles and (cpu == "ok" or cpu in _MATCH):
+        # a counterexample of the tile-by-tile check names a tile's coordinates, not a launch:
+        # a rejected protocol must fail on the emulator at its counterexample where that is a
+        # launch, else somewhere on the grid; an accepted one nowhere
+        grid = _tile_grid(proto)
+        values = getattr(err, "scalars", None) or {}
+        if cpu != "ok":
+            # the scalars the counterexample names keep their values on the grid
+            known = {v: values[v] for v in proto.scalars if v in values}
+            grid = [(programs, dict(point, **known)) for programs, point in grid]
+            if len(known) == len(proto.scalars):
+                grid.insert(0, (values.get("xs.num_programs(0)", 1), known))
+        for programs, values in grid:
+            got, e = _emulate(kernel, proto.scalars, values, programs)
+            if got != "ok":
+                out.emulator = got
+                if cpu == "ok":
+                    out.disagreement = (f"accepted, but the emulator raises {got} with {programs} "
+                                        f"program(s), {values}:\n{e}")
+                    return out
+                break
+        else:
+            out.emulator = "ok"
+            if cpu != "ok":
+                out.disagreement = (f"rejected with {cpu}, but the emulator runs cleanly on every "
+                                    f"grid point:\n{err}")
+                return out
+    elif cpu == "ok":
         grid = [(n, m) for n in range(BOUND + 1) for m in range(M_BOUND + 1)] \
             if "m" in proto.scalars else [(n, 0) for n in range(BOUND + 1)]
         for n, m in grid:

@@ -44,6 +44,8 @@ EXPECT = {
     "late_carried_value_meets_constant": same(
         LeftoverError, r"with n = 10", r"pipe 'ring': 1 slot\(s\) waited by work[^\n]* never released"),
     "episode_output_tile_meets_constant": same(DeadlockError, r"M = 641, N = 257"),
+    "episode_tile_and_scalar_bound_a_loop": same(SlotOrderError, r"n = 12, tiles = 1", r"at iteration tile=0, k=11"),
+    "episode_idle_role_late_tile": same(DeadlockError, r"n = 8, tiles = 6", r"wait\(s\) forever"),
     "episode_head_bounds_nested_loop": same(DeadlockError, r"h = 9", r"runs 10 time\(s\)"),
     "episode_head_meets_constant": same(DeadlockError, r"h = 12", r"runs 13 time\(s\)"),
     "episode_persistent_tile_meets_constant": same(

@@ -315,6 +315,9 @@ class Scalars:
         self.consts = dict(kernel.constexpr_values)
         self.params = {p.name: p.kind for p in kernel.params}
         self.observations: dict[Observation, None] = {}
+        # loops whose bounds read an outer loop's counter and a free scalar (no observation
+        # of their own: their trip counts change from one iteration of the outer loop to the next)
+        self._counter_trips: dict[Observation, None] = {}
         self.loops: dict[int, LoopFacts] = {}
         self.opaque: dict[str, str] = {}      # key -> "bool" | "trip"
         self.programs = []
@@ -338,9 +341,9 @@ class Scalars:
             self._opaque_names = set()
             for line in self.episodes:
                 self.params[episode_trips(line)] = "scalar"
-                original = next(n for n in programs[0] if isinstance(n, Loop) and n.loc.line == line)
+                original = next(n for n in _acting(programs)[0] if isinstance(n, Loop) and n.loc.line == line)
                 self.loops[line] = LoopFacts(line, original.key)
-            self.episode_images = self._episode_images(programs[0])
+            self.episode_images = self._episode_images(_acting(programs)[0])
             programs = [_as_episodes(p, self.episodes) for p in programs]
         for inst in skel.instances:
             self._inst = inst
@@ -551,6 +554,10 @@ class Scalars:
                     self.observations[Observation("trip", forms, guard, n.loc.line, uses)] = None
                 else:
                     self._dynamic_form(forms, guard, loops)
+                    if _free(forms):
+                        # bounded by an outer counter and a scalar (range(tile % 3 + n)): it
+                        # must reach its bound through the scalar (_reach)
+                        self._counter_trips[Observation("trip", forms, guard, n.loc.line)] = None
                 # names assigned in the body are per-iteration values: unknown before their
                 # assignment in an iteration, and after the loop
                 assigned = _assigned(n.body)
@@ -1111,6 +1118,7 @@ class Scalars:
         in_guards = {v for o in self.observations for g, _ in o.guard for v in _free(g)}
         free.sort(key=lambda v: v not in in_guards)
         trips = [o for o in self.observations if o.kind == "trip" and _free(o.form)]
+        reaching = trips + list(self._counter_trips)
         episode_dims = self._episode_dims(free, trips, bounds) if self._episode_more else {}
         scale = 1
         while True:
@@ -1132,7 +1140,7 @@ class Scalars:
                 elif isinstance(v, CutVar) and not _surjective(self.cut[(v.name, v.line)]):
                     dims.append(self._image(v))
                 else:
-                    dims.append(self.candidates(v, self._reach(v, trips, bounds) * scale))
+                    dims.append(self.candidates(v, self._reach(v, reaching, bounds) * scale))
             for key, kind in sorted(self.opaque.items()):
                 names.append(Opaque(key))
                 dims.append([False, True] if kind == "bool" else
@@ -1661,6 +1669,8 @@ class Scalars:
         iterations unrolls to c copies of the programs of the same assignment with one."""
         lines = set()
         for prog in self.programs:
+            if not _acts_in(prog):
+                continue            # an instance with no action: empty at any count
             loops = [n for n in prog if isinstance(n, _XLoop) and n.same]
             rest = [n for n in prog if not (isinstance(n, _XLoop) and n.same)]
             if len(loops) != 1 or _acts_in(rest):
@@ -2116,8 +2126,9 @@ def episode_loops(skel: Skeleton) -> dict[int, str]:
     iterations: one decides deadlock and leftovers for every iteration, the further ones
     expose leads that grow across iteration boundaries (pumped like any other). Where the
     target bounds no lead and L holds every action, one iteration stands for any number
-    (``Scalars.repeating_episode``, ``verify._check``)."""
-    programs = skel.programs
+    (``Scalars.repeating_episode``, ``verify._check``). An instance with no action at all
+    takes part in nothing, so the conditions are over the others."""
+    programs = _acting(skel.programs)
     if not programs:
         return {}
     tops = [{n.loc.line: n for n in prog if isinstance(n, Loop)} for prog in programs]
@@ -2150,7 +2161,7 @@ def tile_loops(skel: Skeleton, episodes: dict[int, str]) -> set[int]:
     """The episode loops spread over programs: their bounds read ``xs.program_id`` or
     ``xs.num_programs`` (a persistent tile loop, ``xs.tile_range``)."""
     out = set()
-    for n in skel.programs[0] if skel.programs else ():
+    for n in (_acting(skel.programs) or [()])[0]:
         if isinstance(n, Loop) and n.loc.line in episodes and any(
                 isinstance(x, ir.Call) and x.op in ("program_id", "num_programs")
                 for e in (n.start, n.stop, n.step) for x in ir.subexprs(e)):
@@ -2205,6 +2216,11 @@ def _value_names(e) -> set[str]:
     for c in ir.children(e):
         out |= _value_names(c)
     return out
+
+
+def _acting(programs) -> list:
+    """The programs that hold an action (an instance with none takes part in nothing)."""
+    return [p for p in programs if _objects(p)]
 
 
 def _objects(nodes) -> set:
