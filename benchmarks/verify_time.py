@@ -1,7 +1,8 @@
 """Verification time of the flagship kernels, this tree against the pre-wave verifier (issue 11:
 "verification time for the flagship kernels stays within 2x of today's").
 
-    python benchmarks/verify_time.py [--baseline DIR] [--runs N] [--json FILE] [--profile K:B]
+    python benchmarks/verify_time.py [--baseline DIR] [--runs N] [--rounds R] [--json FILE]
+                                     [--profile K:B]
 
 Each tree is measured in its own fresh process (cwd and PYTHONPATH = that tree), so the
 process-wide caches of generated code start empty in both. Per kernel and placement:
@@ -12,7 +13,10 @@ process-wide caches of generated code start empty in both. Per kernel and placem
   first     the first ``verify`` call of the process (its generated-code caches empty)
   lower     ``Kernel.lower(backend, *specialization(), check=True)`` end to end
 
-All but ``first`` are medians of --runs calls (default 7) after one warm-up call. The kernel
+All but ``first`` are medians of --runs calls (default 7) after one warm-up call. With
+--rounds R the two trees' processes alternate R times (this tree, the baseline, this tree,
+...) and each number is the median over the rounds: a shared machine drifts by more than the
+difference being measured between two processes run minutes apart. The kernel
 source is whatever the tree holds (the forward's tile loop may be persistent or one guarded
 tile per program; both verify the same way). Kernels the baseline lacks show "-".
 --profile attention_fwd:ascend prints the top cProfile items of that verify call instead.
@@ -204,10 +208,22 @@ def table(now: dict, before: dict) -> str:
     return "\n".join(lines)
 
 
+def _over_rounds(rounds: list[dict]) -> dict:
+    """Per kernel and number, the median over the rounds (counts are the same in each)."""
+    if not rounds:
+        return {}
+    out = {}
+    for key, row in rounds[0].items():
+        out[key] = {k: (_median([r[key][k] for r in rounds]) if isinstance(v, float) else v)
+                    for k, v in row.items()}
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--baseline", default=DEFAULT_BASELINE)
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=1, help="alternate the two trees' processes R times")
     ap.add_argument("--json", help="write both trees' numbers here")
     ap.add_argument("--profile", help="KERNEL:BACKEND: cProfile of that verify call (this tree)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -221,9 +237,16 @@ def main(argv=None) -> None:
     if args.profile:
         print(measure(ROOT, args.runs, args.profile))
         return
-    now = measure(ROOT, args.runs)
-    before = measure(args.baseline, args.runs) if os.path.isdir(args.baseline) else {}
+    has_baseline = os.path.isdir(args.baseline)
+    nows, befores = [], []
+    for _ in range(max(1, args.rounds)):
+        nows.append(measure(ROOT, args.runs))
+        if has_baseline:
+            befores.append(measure(args.baseline, args.runs))
+    now, before = _over_rounds(nows), _over_rounds(befores)
     print(table(now, before))
+    if args.rounds > 1:
+        print(f"each number: the median over {args.rounds} alternating rounds")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"now": now, "baseline": before}, f, indent=1)
