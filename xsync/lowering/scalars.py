@@ -813,7 +813,7 @@ class Scalars:
         depth = max([bounds[1]] + [d for d, _, _, _ in lets] + [where[k][1] for k in carried])
         lens = [len(d) for d in dims]
         source = _sweep_source(lens, len(axes), stride, lets, bounds, [where[k][0] for k in carried], depth)
-        fn = tile_fn = _sweep_fn(source)
+        fn = tile_fn = _generated(source, "_sweep", "episode sweep")
         # the persistent form (range(program_id, stop, num_programs), the program ids read by
         # nothing else): the same visits, the program ids innermost (_sweep_source ``tiles``)
         pid = {"p0", "q0"}
@@ -824,8 +824,8 @@ class Scalars:
                 and not any(r & pid for _, _, _, r in lets)
                 and not {where[k][0] for k in carried} & pid):
             rest = max([stop[1]] + [d for d, _, _, _ in lets] + [where[k][1] for k in carried])
-            tile_fn = _sweep_fn(_sweep_source(lens, 1, 1, lets, stop, [where[k][0] for k in carried],
-                                              max(rest, 0), tiles=True))
+            tile_fn = _generated(_sweep_source(lens, 1, 1, lets, stop, [where[k][0] for k in carried],
+                                               max(rest, 0), tiles=True), "_sweep", "episode sweep")
         fns = [f for _, (f,) in inner]
         names = [key[0] for key in targets[1:]]
 
@@ -872,7 +872,7 @@ class Scalars:
                 got.update(itertools.islice(range(start, stop, step), 16))
             snapshot = {key: set(v) for key, v in images.items()}
             tile_fn(dims, collect)
-            _images_fn(self._images_source(loop, inner, carried, names))(
+            _generated(self._images_source(loop, inner, carried, names), "_images", "episode images")(
                 counters, [images[key] for key in targets])
             if all(type(x) is int for key in targets for x in images[key]):
                 return evaluate
@@ -1939,27 +1939,16 @@ _SWEEPS: dict = {}          # generated sweep source -> function (process-wide c
 _FAILS = "(" + ", ".join(e.__name__ for e in EVALUATION_FAILS) + ")"   # as generated code spells it
 
 
-def _sweep_fn(source: str):
-    """The compiled ``_sweep_source`` (process-wide cache)."""
+def _generated(source: str, name: str, label: str):
+    """Function ``name`` of generated ``source``, compiled once per process (``_SWEEPS``):
+    the episode sweep (``_sweep_source``) and its images (``Scalars._images_source``)."""
     fn = _SWEEPS.get(source)
     if fn is None:
         if len(_SWEEPS) >= _CACHE_CAP:
             _SWEEPS.clear()
         ns = {"_cdiv": _cdiv}
-        exec(compile(source, "<xsync episode sweep>", "exec"), ns)  # noqa: S102
-        fn = _SWEEPS[source] = ns["_sweep"]
-    return fn
-
-
-def _images_fn(source: str):
-    """The compiled ``Scalars._images_source`` (process-wide cache)."""
-    fn = _SWEEPS.get(source)
-    if fn is None:
-        if len(_SWEEPS) >= _CACHE_CAP:
-            _SWEEPS.clear()
-        ns = {"_cdiv": _cdiv}
-        exec(compile(source, "<xsync episode images>", "exec"), ns)  # noqa: S102
-        fn = _SWEEPS[source] = ns["_images"]
+        exec(compile(source, f"<xsync {label}>", "exec"), ns)  # noqa: S102
+        fn = _SWEEPS[source] = ns[name]
     return fn
 
 
