@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from dataclasses import dataclass, field
 
 from xsync.lowering import ir
@@ -339,11 +338,12 @@ class Scalars:
         if self.episodes:
             self._inst = skel.instances[0]
             self._opaque_names = set()
+            first = _acting(programs)[0]
             for line in self.episodes:
                 self.params[episode_trips(line)] = "scalar"
-                original = next(n for n in _acting(programs)[0] if isinstance(n, Loop) and n.loc.line == line)
+                original = next(n for n in first if isinstance(n, Loop) and n.loc.line == line)
                 self.loops[line] = LoopFacts(line, original.key)
-            self.episode_images = self._episode_images(_acting(programs)[0])
+            self.episode_images = self._episode_images(first)
             programs = [_as_episodes(p, self.episodes) for p in programs]
         for inst in skel.instances:
             self._inst = inst
@@ -888,6 +888,7 @@ class Scalars:
         is opaque, adds nothing, as ``iteration`` pops it from its environment."""
         where = {key: f"c{i}" for i, key in enumerate(carried)}
         where[loop.var] = "t"
+        coordinate: dict[str, int] = {}     # name -> k of the coordinates spelled so far
         out = ["def _images(counters, outs):",
                "    " + "".join(f"o{k}, " for k in range(len(names) + 1)) + "= outs",
                "    for values, seen in counters.items():"]
@@ -897,12 +898,11 @@ class Scalars:
         for k, (m, _) in enumerate(inner, 1):
             code = self._code(m.value, lambda key: where[key])
             # the earlier coordinates it reads: each must have a value
-            ok = " and ".join(f"k{where[key][1:]}" for key in self._reads(m.value)
-                              if where.get(key, "").startswith("x"))
+            ok = " and ".join(f"k{coordinate[key]}" for key in self._reads(m.value) if key in coordinate)
             pad = "            "
+            where[names[k - 1]], coordinate[names[k - 1]] = f"x{k}", k
             if code is None:
                 out.append(pad + f"k{k} = False")
-                where[names[k - 1]] = f"x{k}"
                 continue
             if ok:
                 out.append(pad + f"k{k} = False")
@@ -910,7 +910,6 @@ class Scalars:
                 pad += "    "
             out += [pad + "try:", pad + f"    x{k} = {code}", pad + f"    o{k}.add(x{k})",
                     pad + f"    k{k} = True", pad + f"except {_FAILS}:", pad + f"    k{k} = False"]
-            where[names[k - 1]] = f"x{k}"
         return "\n".join(out) + "\n"
 
     def _episode_dims(self, free, trips, bounds) -> dict:
@@ -1380,7 +1379,7 @@ class Scalars:
             obs = [Observation(o.kind, _subst(o.form, top), tuple((_subst(g, top), pol) for g, pol in o.guard),
                                o.loop_line, o.uses_var) for o in obs]
         locals_of: dict = {}            # Named -> local name
-        defs: dict[int, list[str]] = {}   # depth -> definitions of the named values there
+        defs: dict[int, list[tuple[str, str]]] = {}   # depth -> (local, code) of the named values there
         # the locals the line being spelled reads (a stack: a named value's definition is
         # spelled inside the line that first reads it), and per generated local (n<i>, o<k>)
         # the locals its line reads
@@ -1397,7 +1396,7 @@ class Scalars:
                     code = _py(x.value, var)      # the named values it reads come first
                     got = locals_of[x] = f"n{len(locals_of)}"
                     line_reads[got] = reading.pop()
-                    defs.setdefault(depth([x.value]), []).append(f"{got} = {code}")
+                    defs.setdefault(depth([x.value]), []).append((got, code))
                 reading[-1].add(got)
                 return got
             name = slot(x)[1]
@@ -1449,8 +1448,8 @@ class Scalars:
                 value = _py(o.form, var)
             line_reads[f"o{k}"] = reading.pop()
             levels.setdefault(d, []).append(f"o{k} = ({value}) if ({guard}) else None")
-        for d, lines in defs.items():
-            levels[d] = lines + levels.get(d, [])
+        for d, pairs in defs.items():
+            levels[d] = [f"{local} = {code}" for local, code in pairs] + levels.get(d, [])
         n = len(dims)
         keys = ", ".join(f"o{k}" for k in range(len(obs)))
         keys = f"({keys}{',' if len(obs) == 1 else ''})"
@@ -1513,13 +1512,13 @@ class Scalars:
                 # the loop is a function of the outer locals its code reads: keyed by those
                 # where each is an exact int or a bool (equal keys, the same values)
                 named = {name: x for x, name in locals_of.items()}
-                inner_defs = [ln.split(" = ", 1)[0] for ln in defs.get(j, [])]
+                inner_defs = [local for local, _ in defs.get(j, [])]
                 used = [u for u in dict.fromkeys(u for name in inner_defs + [f"o{k}" for k in here]
                                                  for u in sorted(line_reads[name]))
                         if u not in inner_defs and u != f"v{j}"]
 
                 def exact_local(u) -> bool:
-                    if re.fullmatch(r"v\d+", u):
+                    if u[0] == "v":
                         return int(u[1:]) in int_dims
                     x = named.get(u)
                     return x is not None and (int_safe(x.value) or isinstance(x.value, ir.Compare))
@@ -1539,8 +1538,7 @@ class Scalars:
             if values_of is not None and inner_defs:
                 # The values defined here, for every v{j} at once: where they and the outer
                 # locals the observations read repeat, so does the list (_vm)
-                gens = "".join(f" for {ln.split(' = ', 1)[0]} in ({ln.split(' = ', 1)[1]},)"
-                               for ln in levels[j][:len(inner_defs)])
+                gens = "".join(f" for {local} in ({code},)" for local, code in defs[j])
                 cols = "(" + "".join(f"{u}, " for u in inner_defs) + ")"
                 outer_read = [u for u in values_of if u not in inner_defs]
                 out.append(pad + f"    _col = tuple([{cols} for v{j} in D[{j}]{gens}])")
@@ -2020,6 +2018,14 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth, tiles=Fals
                 out.append(pad + "if not step:")
                 out.append(pad + ("    return" if level < 0 else "    continue"))
 
+    def visit_once(pad, bounds_args):
+        # a visit per distinct (first 16 counters, carried values)
+        out.append(pad + f"r = range({bounds_args})[:16]")
+        out.append(pad + f"k = {key}")
+        out.append(pad + "if k not in seen:")
+        out.append(pad + "    seen.add(k)")
+        out.append(pad + f"    visit(r.start, r.stop, r.step, ({''.join(c + ', ' for c in carried)}))")
+
     def loops(level, pad):
         body(level, pad)
         if level == depth:
@@ -2042,17 +2048,9 @@ def _sweep_source(lens, n_axes, stride, lets, bounds, carried, depth, tiles=Fals
                 pad += "    "
                 out.append(pad + "if not q0:")
                 out.append(pad + "    continue")
-                out.append(pad + "r = range(p0, stop, q0)[:16]")
-                out.append(pad + f"k = {key}")
-                out.append(pad + "if k not in seen:")
-                out.append(pad + "    seen.add(k)")
-                out.append(pad + f"    visit(r.start, r.stop, r.step, ({''.join(c + ', ' for c in carried)}))")
+                visit_once(pad, "p0, stop, q0")
                 return
-            out.append(pad + "r = range(start, stop, step)[:16]")
-            out.append(pad + f"k = {key}")
-            out.append(pad + "if k not in seen:")
-            out.append(pad + "    seen.add(k)")
-            out.append(pad + f"    visit(r.start, r.stop, r.step, ({''.join(c + ', ' for c in carried)}))")
+            visit_once(pad, "start, stop, step")
             return
         j = level + 1
         if j in own_lets:
