@@ -9,6 +9,10 @@ in one process on the same tensors, next to SDPA's cuDNN backend, and reports me
 * ``tile_loop``: the flagship with the tile loop kept (``PERSISTENT=1``) but one program per
   tile, the form it had before ``xs.tile_range`` spelled non-persistent launches without a loop;
 * ``bn64`` / ``bn128``: the flagship with 64 or 128 keys per step;
+* ``persistent`` / ``one_per_tile``: the flagship with one program per SM, or one per tile;
+  ``by_pair`` / ``persistent_by_pair``: causal tiles dealt pair by pair instead of by work
+  (kernels/flash_attn/tiles.py), with the table's programs or one per SM; ``persistent_g<n>``:
+  one program per SM, causal tiles dealt by work within groups of n pairs;
 * ``older``: an older revision's kernel source (``--older PATH``, e.g. the file from
   ``git show 00e8dd1:kernels/flash_attn/kernel.py``), lowered by this xsync with its own
   launch layout (grid (row blocks, batch*heads), no ``batch``/``max_q`` arguments).
@@ -21,6 +25,7 @@ Writes flash_attn_ab.json under --out.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import math
@@ -33,13 +38,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-CANDIDATES = {   # name -> (constexprs over the table's, merge-pipes on)
+CANDIDATES = {   # name -> (schedule fields over the table's, merge-pipes on)
     "flagship": ({}, True),
     "flagship_s2": ({"STAGES": 2}, True),
     "no_merge": ({}, False),
-    "tile_loop": ({"PERSISTENT": 1}, True),     # the loop kept under a one-per-tile launch
+    "tile_loop": ({}, True),     # the loop kept (PERSISTENT=1) under a one-per-tile launch
     "bn64": ({"BN": 64}, True),
     "bn128": ({"BN": 128}, True),
+    "persistent": ({"persistent": True}, True),
+    "one_per_tile": ({"persistent": False}, True),
+    "by_pair": ({"causal_group": None}, True),
+    "persistent_by_pair": ({"persistent": True, "causal_group": None}, True),
+    "persistent_g1": ({"persistent": True, "causal_group": 1}, True),
+    "persistent_g4": ({"persistent": True, "causal_group": 4}, True),
+    "persistent_g16": ({"persistent": True, "causal_group": 16}, True),
     "older": ({"STAGES": 2}, True),
 }
 
@@ -71,21 +83,28 @@ def _launcher(name, kernel, q, k, v, causal):
     cu_q, cu_k = ops._dense_offsets(b, s, s, q.device)
     plan = schedule.lookup("nvidia", d, causal, s)
     override, merge = CANDIDATES[name]
-    cx = dict(plan.constexprs(), **override, D=d, CAUSAL=int(causal))
-    rows = q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k, d ** -0.5
     layout = (h, s, 0, h, s, 0, h, 0)
     if name == "older":
+        cx = dict(plan.constexprs(), **override, D=d, CAUSAL=int(causal))
         cx.pop("PERSISTENT")
         grid = (math.ceil(s / (2 * cx["BM"])), b * h)
-        args = (*rows, h, 1, *layout)
-    else:
-        tiles = math.ceil(s / (2 * cx["BM"])) * b * h
-        grid = (ops.programs("nvidia", tiles, plan.persistent, q.device),)
-        args = (*rows, h, 1, b, s, *layout)
+        args = (q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k, d ** -0.5,
+                h, 1, *layout)
+
+        def run():
+            with xs.options(nv_merge_pipes=merge):
+                kernel[grid](*args, backend="nvidia", **cx)
+        return o, run
+    plan = dataclasses.replace(plan, **override)
+    grid_size = None
+    if name == "tile_loop":      # the loop kept, one program per tile
+        grid_size = math.ceil(s / (2 * plan.BM)) * b * h
+        plan = dataclasses.replace(plan, persistent=True)
+    views = q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k
 
     def run():
         with xs.options(nv_merge_pipes=merge):
-            kernel[grid](*args, backend="nvidia", **cx)
+            ops.launch(kernel, *views, s, b, h, h, d, causal, d ** -0.5, layout, "nvidia", plan, grid_size)
     return o, run
 
 

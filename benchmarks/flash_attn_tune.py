@@ -39,22 +39,21 @@ def launcher(q, k, v, causal, candidate):
     candidate's constexprs and program count; returns (thunk, o)."""
     import torch
 
-    from xsync.kernels.flash_attn import ops
+    from xsync.kernels.flash_attn import ops, schedule
     from xsync.kernels.flash_attn.kernel import attention_fwd
 
     b, hq, s, d = q.shape
     hk = k.shape[1]
     o = torch.empty_like(q)
     lse = torch.empty((b * hq, s), dtype=torch.float32, device=q.device)
-    ar = torch.arange(0, b + 1, dtype=torch.int32, device=q.device)
-    cx = dict(BM=64, BN=candidate["BN"], STAGES=candidate["STAGES"])
-    tiles = math.ceil(s / (2 * cx["BM"])) * b * hq
-    grid = (ops.programs("nvidia", tiles, candidate["persistent"], q.device),)
-    args = (q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, ar * s, ar * s,
-            d ** -0.5, hq, hq // hk, b, s, hq, s, 0, hk, s, 0, hq, 0)
+    cu_q, cu_k = ops._dense_offsets(b, s, s, q.device)
+    plan = schedule.Schedule(BM=64, BN=candidate["BN"], STAGES=candidate["STAGES"],
+                             persistent=candidate["persistent"])
+    views = q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k
 
     def run():
-        attention_fwd[grid](*args, D=d, CAUSAL=int(causal), backend="nvidia", **cx)
+        ops.launch(attention_fwd, *views, s, b, hq, hk, d, causal, d ** -0.5, (hq, s, 0, hk, s, 0, hq, 0),
+                   "nvidia", plan)
     return run, o
 
 

@@ -120,15 +120,12 @@ def layers(shape):
 
     o = torch.empty_like(q)
     lse = torch.empty(b * h, s, device="cuda", dtype=torch.float32)
-    ar = torch.arange(0, b + 1, dtype=torch.int32, device="cuda")
+    cu_q, cu_k = ops._dense_offsets(b, s, s, q.device)
     plan = schedule.lookup("nvidia", d, False, s)     # what ops launches for this shape
-    blocks = plan.constexprs()
-    tiles = -(-s // (2 * blocks["BM"])) * b * h
-    grid = (ops.programs("nvidia", tiles, plan.persistent, q.device),)
-    kargs = (q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, ar * s, ar * s,
-             float(d ** -0.5), h, 1, b, s, h, s, 0, h, s, 0, h, 0)
-    kw = dict(D=d, CAUSAL=0, backend="nvidia", **blocks)
-    compiled = attention_fwd[grid](*kargs, **kw)
+    grid, compiled, kargs, constexprs = ops.launch(
+        attention_fwd, q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k,
+        s, b, h, h, d, False, d ** -0.5, (h, s, 0, h, s, 0, h, 0), "nvidia", plan)
+    kw = dict(constexprs, backend="nvidia")
     out["xsync_kernel_launch"] = lambda: attention_fwd[grid](*kargs, **kw)
     run_args, _, _ = attention_fwd.bind(kargs, {k: v for k, v in kw.items() if k != "backend"})
     out["xsync_compiled_launch"] = lambda: compiled.launch(grid, run_args)

@@ -64,14 +64,15 @@ def _trace_args(settings):
     cu_q = torch.tensor([0, sq], dtype=torch.int32)
     cu_k = torch.tensor([0, sk], dtype=torch.int32)
     layout = (1, sq, 0, 1, sk, 0, 1, 0)   # heads=1: (cu_rows, head_rows, head_cols) x2, lse
-    args = (q, k, v, o, lse, cu_q, cu_k, 1.0 / math.sqrt(d), 1, 1, 1, sq, *layout)
+    order = torch.tensor([0, 0], dtype=torch.int32)   # the one tile: pair 0, rows from 0
+    args = (q, k, v, o, lse, cu_q, cu_k, order, 1.0 / math.sqrt(d), 1, 1, 1, sq, *layout)
     return (1,), args, cx
 
 
 @xs.kernel(example=dict(q=xs.bfloat16, k=xs.bfloat16, v=xs.bfloat16, o=xs.bfloat16,
-                        lse=xs.float32, cu_q=xs.int32, cu_k=xs.int32,
+                        lse=xs.float32, cu_q=xs.int32, cu_k=xs.int32, tile_order=xs.int32,
                         BM=64, BN=128, D=128, CAUSAL=1, STAGES=2), trace=_trace_args)
-def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group, batch, max_q,
+def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, group, batch, max_q,
                   q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
                   lse_batch_rows, lse_packed,
                   BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
@@ -87,29 +88,33 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, sm_scale, heads, group, batch, ma
 
     # Tiles: with PERSISTENT, program p takes tiles p, p + P, p + 2P, ... (P = programs
     # launched); without, the one tile p (one program per tile, no loop state to carry).
-    # A tile is one (sequence, head) pair and 2*BM query rows. Tiles are numbered pair by pair
-    # (programs running at once share a head's K and V in L2), and within a pair from the last
-    # row block, so under a causal mask a head's longest tiles go first. Replicated in every
-    # agent: all walk the same tiles, and the pipes keep their counters from tile to tile.
+    # A tile is one (sequence, head) pair and 2*BM query rows: tile i's pair and first row
+    # are entries 2i and 2i + 1 of tile_order, a table the host makes (tiles.py: pair by pair,
+    # or under a causal mask by work, longest first, in a snake over the programs). Replicated
+    # in every agent: all walk the same tiles, and the pipes keep their counters from tile to
+    # tile. The protocol reads the rows left from the tile's first (rows_left), not the row
+    # itself: so the verifier checks every value of it, and of the key count, together.
     pairs = batch * heads
     row_blocks = xs.cdiv(max_q, 2 * BM)
     qk_scale = sm_scale * LOG2E
     for tile in xs.tile_range(row_blocks * pairs, persistent=PERSISTENT):
-        b = tile // row_blocks // heads
-        h = tile // row_blocks % heads
+        pair = xs.load_scalar(tile_order, 2 * tile)
+        m_block = xs.load_scalar(tile_order, 2 * tile + 1)
+        b = pair // heads
+        h = pair % heads
         kv_h = h // group
-        m_block = (row_blocks - 1 - tile % row_blocks) * (2 * BM)
         q_start = xs.load_scalar(cu_q, b)
         q_len = xs.load_scalar(cu_q, b + 1) - q_start
         k_start = xs.load_scalar(cu_k, b)
         k_len = xs.load_scalar(cu_k, b + 1) - k_start
         q_row = q_start * q_cu_rows + h * q_head_rows
         kv_row = k_start * kv_cu_rows + kv_h * kv_head_rows
-        if m_block < q_len:
+        rows_left = q_len - m_block
+        if rows_left > 0:
             hi = k_len
             if CAUSAL:
                 # bottom-right aligned: query i sees keys j <= i + (k_len - q_len)
-                hi = xs.maximum(0, xs.minimum(k_len, m_block + 2 * BM + k_len - q_len))
+                hi = xs.maximum(0, xs.minimum(k_len, k_len - rows_left + 2 * BM))
             with mma:
                 q_tile = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
             with softmax:

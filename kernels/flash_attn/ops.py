@@ -20,7 +20,7 @@ import math
 import torch
 
 from xsync import config as _config
-from xsync.kernels.flash_attn import schedule
+from xsync.kernels.flash_attn import schedule, tiles
 from xsync.kernels.flash_attn.kernel import attention_fwd
 from xsync.errors import LaunchError
 
@@ -159,17 +159,29 @@ def _sm_count(device) -> int:
     return _SMS[index]
 
 
+def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout,
+           backend: str, plan: schedule.Schedule, grid_size: int | None = None):
+    """Launch ``kernel`` (the flagship or a variant of it) on 2-D views as the ops do: the
+    schedule's tiles, its program count (or ``grid_size``) and the tile order it deals them
+    in (kernels/flash_attn/tiles.py). Returns (grid, compiled, args, constexprs)."""
+    row_blocks = math.ceil(max_q / (2 * plan.BM))
+    grid = (grid_size or programs(backend, row_blocks * batch * hq, plan.persistent, q2.device),)
+    order = tiles.order(batch * hq, row_blocks, 2 * plan.BM, grid[0], plan.causal_group if causal else None,
+                        q2.device)
+    args = (q2, k2, v2, o2, lse2, cu_q, cu_k, order, float(scale), hq, hq // hk, batch, int(max_q),
+            *layout)
+    constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.constexprs())
+    compiled = kernel[grid](*args, backend=backend, **constexprs)
+    return grid, compiled, args, constexprs
+
+
 def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout):
     from xsync.backends import select
 
     backend = select()
     plan = schedule.lookup(backend, d, causal, max_q)
-    tiles = math.ceil(max_q / (2 * plan.BM)) * batch * hq
-    grid = (programs(backend, tiles, plan.persistent, q2.device),)
-    args = (q2, k2, v2, o2, lse2, cu_q, cu_k, float(scale), hq, hq // hk, batch, int(max_q), *layout)
-    constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.constexprs())
-    compiled = attention_fwd[grid](*args, backend=backend, **constexprs)
-    return grid, compiled, args, constexprs
+    return launch(attention_fwd, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal,
+                  scale, layout, backend, plan)
 
 
 _OFFSETS: dict = {}     # (batch, sq, sk, device) -> (cu_q, cu_k), read-only for the kernels
@@ -273,7 +285,8 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
     prepare = getattr(compiled, "prepare", None)
     if key is not None and prepare is not None and not torch.cuda.is_current_stream_capturing():
         run_args, _, _ = attention_fwd.bind(args, constexprs)
-        # q, k, v, o and lse change from call to call; cu_q/cu_k are the cached offsets
+        # q, k, v, o and lse change from call to call; cu_q/cu_k (the cached offsets) and the
+        # tile order are the plan's
         launch = prepare(grid, run_args, ("q", "k", "v", "o", "lse"))
         if launch is not None:
             if len(_PLANS) > 256:

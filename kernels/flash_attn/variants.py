@@ -136,11 +136,8 @@ def run_dense(kernel, q, k, v, causal: bool, sm_scale: float | None = None, back
     cu_q, cu_k = ops._dense_offsets(b, sq, sk, q.device)
     backend = backend or select()
     plan = schedule.lookup(backend, d, causal, sq)
-    tiles = math.ceil(sq / (2 * plan.BM)) * b * hq
-    grid = (ops.programs(backend, tiles, plan.persistent, q.device),)
-    kernel[grid](q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k, float(scale),
-                 hq, hq // hk, b, int(sq), hq, sq, 0, hk, sk, 0, hq, 0, D=d, CAUSAL=int(bool(causal)),
-                 backend=backend, **plan.constexprs())
+    ops.launch(kernel, q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k, sq,
+               b, hq, hk, d, causal, scale, (hq, sq, 0, hk, sk, 0, hq, 0), backend, plan)
     return o, lse.view(b, hq, sq)
 
 

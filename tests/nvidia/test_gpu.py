@@ -155,6 +155,7 @@ def test_persistent_tile_loop_on_hopper(programs, causal):
 
     import torch
 
+    from xsync.kernels.flash_attn import ops, schedule
     from xsync.kernels.flash_attn.kernel import attention_fwd
 
     torch.manual_seed(5)
@@ -165,10 +166,10 @@ def test_persistent_tile_loop_on_hopper(programs, causal):
     o = torch.empty_like(q)
     lse = torch.empty(b * hq, sq, device="cuda", dtype=torch.float32)
     ar = torch.arange(0, b + 1, dtype=torch.int32, device="cuda")
-    attention_fwd[(programs,)](q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse,
-                               ar * sq, ar * sk, 1 / math.sqrt(d), hq, hq // hk, b, sq,
-                               hq, sq, 0, hk, sk, 0, hq, 0, D=d, CAUSAL=int(causal), BM=64, BN=128,
-                               STAGES=2, backend="nvidia")
+    plan = schedule.Schedule(BM=64, BN=128, STAGES=2, persistent=True)
+    ops.launch(attention_fwd, q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse,
+               ar * sq, ar * sk, sq, b, hq, hk, d, causal, 1 / math.sqrt(d), (hq, sq, 0, hk, sk, 0, hq, 0),
+               "nvidia", plan, programs)
     ref_o, ref_lse = _reference(q, k, v, causal)
     torch.testing.assert_close(o.float(), ref_o, atol=3e-2, rtol=2e-2)
     torch.testing.assert_close(lse.view(b, hq, sq), ref_lse, atol=1e-3, rtol=1e-3)

@@ -1,0 +1,108 @@
+"""The attention kernel's tile order (kernels/flash_attn/tiles.py): every tile exactly once,
+the causal deal balanced, and the kernel right under either order with fewer programs than
+tiles (the emulator)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from xsync.kernels.flash_attn import ops, schedule, tiles
+from xsync.kernels.flash_attn.kernel import attention_fwd
+
+
+def _decode(table, tile_rows):
+    pairs = table[0::2].tolist()
+    blocks = [r // tile_rows for r in table[1::2].tolist()]
+    assert all(r % tile_rows == 0 for r in table[1::2].tolist())
+    return list(zip(pairs, blocks))
+
+
+@pytest.mark.parametrize("group", [None, 0, 1, 2, 3, 16])
+@pytest.mark.parametrize("pairs,row_blocks,programs", [(1, 1, 1), (3, 5, 4), (16, 128, 132),
+                                                       (256, 8, 132), (7, 3, 100), (5, 9, 45)])
+def test_every_tile_once(pairs, row_blocks, programs, group):
+    table = tiles.order(pairs, row_blocks, 128, programs, group, "cpu")
+    assert table.dtype == torch.int32 and table.numel() == 2 * pairs * row_blocks
+    got = _decode(table, 128)
+    assert sorted(got) == [(p, r) for p in range(pairs) for r in range(row_blocks)]
+
+
+def test_without_a_mask_tiles_go_pair_by_pair_from_the_last_row_block():
+    got = _decode(tiles.order(3, 4, 64, 5, None, "cpu"), 64)
+    assert got == [(p, r) for p in range(3) for r in (3, 2, 1, 0)]
+
+
+@pytest.mark.parametrize("group", [0, 1, 2, 3, 5])
+def test_groups_are_row_block_major_inside_and_dealt_in_a_snake(group):
+    """The reference: groups of ``group`` pairs in turn, each row-block-major (longest first),
+    that sequence dealt in a snake over full turns."""
+    pairs, row_blocks, programs = 7, 4, 5
+    size = pairs if group == 0 else group
+    ranked = [(p, r) for g0 in range(0, pairs, size) for r in reversed(range(row_blocks))
+              for p in range(g0, min(pairs, g0 + size))]
+    want = []
+    for turn in range(-(-len(ranked) // programs)):
+        seats = ranked[turn * programs:(turn + 1) * programs]
+        if turn % 2 == 1 and len(seats) == programs:
+            seats = seats[::-1]
+        want += seats
+    assert _decode(tiles._table(pairs, row_blocks, 64, programs, group, "cpu"), 64) == want
+
+
+def test_a_group_that_deals_a_shape_badly_gives_way_to_one_group():
+    """Causal 16k, 16 pairs on 132 programs: pairs one by one line the longest tiles up on the
+    same programs (balance 0.65), so the table is one group's; at 1k (256 pairs) they deal
+    well (0.94) and stay."""
+    assert tiles.balance(16, 128, 132, 1) < tiles.BALANCE_FLOOR < tiles.balance(16, 128, 132, 0)
+    assert torch.equal(tiles.order(16, 128, 128, 132, 1, "cpu"), tiles._table(16, 128, 128, 132, 0, "cpu"))
+    assert tiles.balance(256, 8, 132, 1) > 0.9
+    assert torch.equal(tiles.order(256, 8, 128, 132, 1, "cpu"), tiles._table(256, 8, 128, 132, 1, "cpu"))
+
+
+@pytest.mark.parametrize("pairs,row_blocks,programs", [(16, 128, 132), (32, 64, 132), (64, 32, 132),
+                                                       (128, 16, 132), (256, 8, 132), (16, 128, 24)])
+def test_causal_work_is_dealt_evenly(pairs, row_blocks, programs):
+    """Row block r costs r + 1 key blocks. Dealt by work, no program's share exceeds the mean
+    by more than one longest tile (row_blocks); dealt by pair, 16k on 132 programs is 1.57x."""
+    def shares(group):
+        got = _decode(tiles.order(pairs, row_blocks, 128, programs, group, "cpu"), 128)
+        return [sum(r + 1 for _, r in got[p::programs]) for p in range(programs)]
+    fair = shares(0)
+    mean = sum(fair) / programs
+    assert max(fair) <= mean + row_blocks
+    if (pairs, row_blocks, programs) == (16, 128, 132):
+        assert max(fair) / mean < 1.01 and max(shares(None)) / mean > 1.5
+    # the first turn hands out the longest tiles
+    first = _decode(tiles.order(pairs, row_blocks, 128, programs, 0, "cpu"), 128)[:min(programs, pairs)]
+    assert all(r == row_blocks - 1 for _, r in first)
+
+
+def test_the_table_is_cached_per_shape():
+    a = tiles.order(4, 4, 128, 3, 0, "cpu")
+    assert tiles.order(4, 4, 128, 3, 0, "cpu") is a
+    assert tiles.order(4, 4, 128, 3, None, "cpu") is not a
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("group", [None, 0, 1, 3])
+def test_kernel_with_fewer_programs_than_tiles(causal, group):
+    """Three programs walk 2 x 4 pairs x 4 row blocks (ragged last block, GQA, Sq != Sk) in
+    each order on the emulator; the output matches SDPA's."""
+    torch.manual_seed(1)
+    b, hq, hk, sq, sk, d = 2, 4, 2, 120, 150, 64
+    q = torch.randn(b, hq, sq, d).bfloat16()
+    k, v = torch.randn(b, hk, sk, d).bfloat16(), torch.randn(b, hk, sk, d).bfloat16()
+    o = torch.empty_like(q)
+    lse = torch.empty(b * hq, sq)
+    cu_q, cu_k = ops._dense_offsets(b, sq, sk, q.device)
+    plan = schedule.Schedule(BM=16, BN=32, STAGES=2, persistent=True, causal_group=group)
+    ops.launch(attention_fwd, q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k,
+               sq, b, hq, hk, d, causal, 1 / math.sqrt(d), (hq, sq, 0, hk, sk, 0, hq, 0), "cpu", plan, 3)
+    kf, vf = (t.float().repeat_interleave(hq // hk, 1) for t in (k, v))
+    mask = None
+    if causal:   # bottom-right aligned
+        mask = torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), kf, vf, attn_mask=mask)
+    torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
