@@ -2,22 +2,29 @@
 
 Roles and pipes (one program = one sequence x head x 2*BM query rows):
 
+    q_load (copy, 2 replicas) ──q_in (paired)──┐
+                                               ▼
     load (copy) ──k_in, v_in──▶ mma (matrix, 2 replicas) ──s_out──▶ softmax (vector, 2 replicas)
                                      ▲                                   │
                                      └──────────────p_in─────────────────┘
                                      mma ──pv_out──▶ softmax
 
 Replica r of mma/softmax owns query rows [m_block + r*BM, m_block + (r+1)*BM); K and V
-tiles are broadcast to both replicas. The softmax keeps the running max `m_i`, the
-running sum `l_i` and the output accumulator `o_acc`; PV arrives as a fresh product and
-the softmax rescales: `o_acc = o_acc * alpha + pv` (the split form, docs/design.md §5).
+tiles are broadcast to both replicas, replica r of q_load copies replica r's Q rows (an N -> N
+pipe pairs replica r with replica r), and mma holds that slot for the whole tile. The softmax
+keeps the running max `m_i`, the running sum `l_i` and the output accumulator `o_acc`; PV
+arrives as a fresh product and the softmax rescales: `o_acc = o_acc * alpha + pv` (the split
+form, docs/design.md §5).
 
 Placement does the rest:
 * Hopper: mma and softmax share a consumer warpgroup per replica, so s_out / p_in / pv_out
   are register hand-offs; the schedule passes fuse the PV product into the accumulator
   (`o_acc = mma(p, v, o_acc * alpha)`) and overlap the softmax with the next S and the
-  previous PV; the load role is a 1-warp TMA producer (K and V: one ring after merge-pipes).
-* Ascend: load and mma sit on the cube core (it computes S and PV for both vector
+  previous PV; the load role is a 1-warp TMA producer (K and V: one ring after merge-pipes),
+  and each q_load replica another: Q lands in shared memory by TMA and feeds the S wgmma from
+  there, ahead of the consumer in a persistent loop (with Q_STAGES = 2, while the previous
+  tile still runs) instead of a register load the consumer waits for at every tile.
+* Ascend: load, q_load and mma sit on the cube core (it computes S and PV for both vector
   cores, replica after replica), the softmax on the two vector cores; s_out, p_in and
   pv_out cross cores through global-memory workspace slots and cube<->vector flags.
 * CPU emulator: every role replica is a thread.
@@ -76,8 +83,9 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                   q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
                   lse_batch_rows, lse_packed,
                   BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
-                  STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1):
+                  STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1, Q_STAGES: xs.constexpr = 1):
     load = xs.role("load", kind="copy")
+    q_load = xs.role("q_load", kind="copy", replicas=2)
     mma = xs.role("mma", kind="matrix", replicas=2)
     softmax = xs.role("softmax", kind="vector", replicas=2)
     k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype))
@@ -85,6 +93,7 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
     s_out = xs.pipe(mma, softmax, stages=2, s=xs.tile([BM, BN], xs.float32))
     p_in = xs.pipe(softmax, mma, stages=2, p=xs.tile([BM, BN], q.dtype))
     pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D], xs.float32))
+    q_in = xs.pipe(q_load, mma, stages=Q_STAGES, q=xs.tile([BM, D], q.dtype))
 
     # Tiles: with PERSISTENT, program p takes tiles p, p + P, p + 2P, ... (P = programs
     # launched); without, the one tile p (one program per tile, no loop state to carry).
@@ -115,8 +124,12 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
             if CAUSAL:
                 # bottom-right aligned: query i sees keys j <= i + (k_len - q_len)
                 hi = xs.maximum(0, xs.minimum(k_len, k_len - rows_left + 2 * BM))
+            with q_load:
+                qs = q_in.acquire()
+                qs.q = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
+                q_in.commit()
             with mma:
-                q_tile = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
+                qt = q_in.wait()
             with softmax:
                 row0 = m_block + xs.replica_id() * BM
                 rows = row0 + xs.arange(0, BM)
@@ -137,7 +150,7 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                     v_in.commit()
                 with mma:
                     kt = k_in.wait()
-                    s = xs.mma(q_tile, xs.trans(kt.k))
+                    s = xs.mma(qt.q, xs.trans(kt.k))
                     s = xs.mma_wait(s, pending=0)
                     k_in.release()
                     so = s_out.acquire()
@@ -178,6 +191,8 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                     pvs = pv_out.wait()
                     o_acc = o_acc * alpha[:, None] + pvs.pv
                     pv_out.release()
+            with mma:
+                q_in.release()
             with softmax:
                 # A row that saw no key (a causal row before the first key when q is longer
                 # than k, or an empty sequence of keys) has l = 0: its output is 0 and its LSE

@@ -29,9 +29,9 @@ DTYPES = (torch.float16, torch.bfloat16)
 
 
 def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0) -> dict:
-    """The constexprs (BM, BN, STAGES) the ops launch with: the committed schedule table
-    (kernels/flash_attn/schedule.py) for this backend, head_dim and sequence length."""
-    return schedule.lookup(backend, head_dim, causal, max_seq).constexprs()
+    """The constexprs (BM, BN, STAGES, PERSISTENT, Q_STAGES) the ops launch with: the committed
+    schedule table (kernels/flash_attn/schedule.py) for this backend, head_dim and sequence length."""
+    return schedule.lookup(backend, head_dim, causal, max_seq).forward_constexprs()
 
 
 def _fail(msg: str, fix: str):
@@ -170,7 +170,7 @@ def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, ca
                         q2.device)
     args = (q2, k2, v2, o2, lse2, cu_q, cu_k, order, float(scale), hq, hq // hk, batch, int(max_q),
             *layout)
-    constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.constexprs())
+    constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.forward_constexprs())
     compiled = kernel[grid](*args, backend=backend, **constexprs)
     return grid, compiled, args, constexprs
 

@@ -24,9 +24,16 @@ class Schedule:
     # pairs (0: all pairs in one group; small groups keep the pairs whose K and V programs
     # running at once read few, so they stay in L2)
     causal_group: int | None = None
+    # slots of the Q ring (the q_load role's TMA copies of each tile's query rows): two let the
+    # next tile's Q land while this tile runs, where shared memory holds them beside K and V
+    q_stages: int = 1
 
     def constexprs(self) -> dict:
         return dict(BM=self.BM, BN=self.BN, STAGES=self.STAGES, PERSISTENT=int(self.persistent))
+
+    def forward_constexprs(self) -> dict:
+        """The forward kernel's (kernel.py): the backward kernels have no Q ring."""
+        return dict(self.constexprs(), Q_STAGES=self.q_stages)
 
 
 @dataclass(frozen=True)
@@ -67,14 +74,22 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # 278, 2k 384 vs 378, 4k-16k behind (462/510/429 vs 473/538/608). Dealt pair by pair (strided)
 # they lose (d64 1k 163, d128 16k 415: the busiest program gets 1.57x the mean work); one group
 # of all pairs balances best but loses L2 at short lengths (d128 2k 338, runs/..._causal_order_a.json).
+# Q through its own ring (the q_load role, kernel.py) against the consumer's register load, whole
+# grid alternated process by process (benchmarks/tree_ab.py, runs/tree_ab_20261202_q_ring.json,
+# TFLOP/s): d128 non-causal 1k/2k/4k 473/550/605 vs 440/532/583, d64 1k/2k 348/398 vs 329/387,
+# causal d128 1k 309 vs 298; d64 beyond 4k loses 1-4% (non-causal 8k 428 vs 445). Two Q slots
+# where they fit beside K and V (d64, and d128 with BN=64), one for d128's 3 x 64 KB K/V ring.
 TABLE: tuple[Row, ...] = (
+    Row("nvidia", 64, False, 4096, Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2)),
     Row("nvidia", None, False, 4096, Schedule(BM=64, BN=128, STAGES=3, persistent=True)),
-    Row("nvidia", 128, True, 1024, Schedule(BM=64, BN=64, STAGES=3, persistent=True, causal_group=1)),
-    Row("nvidia", 64, True, 8192, Schedule(BM=64, BN=128, STAGES=3, persistent=True, causal_group=1)),
+    Row("nvidia", 128, True, 1024, Schedule(BM=64, BN=64, STAGES=3, persistent=True, causal_group=1,
+                                            q_stages=2)),
+    Row("nvidia", 64, True, 8192, Schedule(BM=64, BN=128, STAGES=3, persistent=True, causal_group=1,
+                                           q_stages=2)),
     # d64 non-causal beyond 4k: two K/V stages (no merged ring) measured 443 vs 428 at 16k and
     # 436 vs 421 at 8k, interleaved (runs/flash_attn_ab_20261201_d64_stages.json); d128 loses
     # 5-10% at two stages
-    Row("nvidia", 64, False, None, Schedule(BM=64, BN=128, STAGES=2, persistent=False)),
+    Row("nvidia", 64, False, None, Schedule(BM=64, BN=128, STAGES=2, persistent=False, q_stages=2)),
     Row("nvidia", None, None, None, HOPPER),
     Row("ascend", None, None, None, ASCEND),
     Row("cpu", None, None, 256, CPU),
@@ -85,7 +100,12 @@ TABLE: tuple[Row, ...] = (
 # dQ (a program takes 2*BM); BN: query rows (dK/dV) or keys (dQ) per step. Hopper: 128 rows per
 # program with 64-wide steps, so two fp32 accumulators and two score tiles fit one consumer
 # warpgroup's registers (not yet tuned on the H200); Ascend: the forward's 64 rows per program.
-BACKWARD_TABLE: tuple[Row, ...] = (
+BACKWARD_# Q through its own ring (the q_load role, kernel.py) against the consumer's register load, whole
+# grid alternated process by process (benchmarks/tree_ab.py, runs/tree_ab_20261202_q_ring.json,
+# TFLOP/s): d128 non-causal 1k/2k/4k 473/550/605 vs 440/532/583, d64 1k/2k 348/398 vs 329/387,
+# causal d128 1k 309 vs 298; d64 beyond 4k loses 1-4% (non-causal 8k 428 vs 445). Two Q slots
+# where they fit beside K and V (d64, and d128 with BN=64), one for d128's 3 x 64 KB K/V ring.
+TABLE: tuple[Row, ...] = (
     Row("nvidia", None, None, None, Schedule(BM=64, BN=64, STAGES=2, persistent=False)),
     Row("ascend", None, None, None, Schedule(BM=32, BN=128, STAGES=2, persistent=True)),
     Row("cpu", None, None, 256, CPU),

@@ -63,17 +63,22 @@ def cases() -> list[Case]:
     for n, v in [("gemm", gemm)] + gvars:
         for merge in (True, False):
             out.append(Case(f"gemm3-{n}-merge{int(merge)}", v, g3, {"nv_merge_pipes": merge}))
-    # attention forward: every Hopper schedule of the table, d 64/128, causal 0/1
+    # attention forward: every Hopper schedule of the table, at the head dims and masks its
+    # rows take it for (a d64 row's Q ring may not fit beside d128's K/V ring)
     cx0, _ = attention_fwd.specialization()
     # (PERSISTENT=0 rows compile without the tile loop: xs.tile_range's single-tile form)
-    hopper = {tuple(sorted(r.schedule.constexprs().items())): r.schedule for r in schedule.TABLE
-              if r.backend == "nvidia"}
-    for _, s in sorted(hopper.items()):
-        for d in ops.HEAD_DIMS:
-            for causal in (0, 1):
-                cx = {**cx0, **s.constexprs(), "D": d, "CAUSAL": causal}
-                out.append(Case(f"fwd-BM{s.BM}-BN{s.BN}-S{s.STAGES}-P{int(s.persistent)}-d{d}-c{causal}",
-                                attention_fwd, cx))
+    seen = set()
+    for r in schedule.TABLE:
+        if r.backend != "nvidia":
+            continue
+        s = r.schedule
+        for d in ([r.head_dim] if r.head_dim else ops.HEAD_DIMS):
+            for causal in ([int(r.causal)] if r.causal is not None else (0, 1)):
+                name = f"fwd-BM{s.BM}-BN{s.BN}-S{s.STAGES}-P{int(s.persistent)}-Q{s.q_stages}-d{d}-c{causal}"
+                if name not in seen:
+                    seen.add(name)
+                    cx = {**cx0, **s.forward_constexprs(), "D": d, "CAUSAL": causal}
+                    out.append(Case(name, attention_fwd, cx))
     # attention variants at the flagship's specialization (tests/nvidia/test_variants.py)
     cxf = {**cx0, **ops.block_sizes("nvidia"), "D": 128, "CAUSAL": 0}
     for name, v in sorted(variants.VARIANTS.items()):
