@@ -100,12 +100,7 @@ TABLE: tuple[Row, ...] = (
 # dQ (a program takes 2*BM); BN: query rows (dK/dV) or keys (dQ) per step. Hopper: 128 rows per
 # program with 64-wide steps, so two fp32 accumulators and two score tiles fit one consumer
 # warpgroup's registers (not yet tuned on the H200); Ascend: the forward's 64 rows per program.
-BACKWARD_# Q through its own ring (the q_load role, kernel.py) against the consumer's register load, whole
-# grid alternated process by process (benchmarks/tree_ab.py, runs/tree_ab_20261202_q_ring.json,
-# TFLOP/s): d128 non-causal 1k/2k/4k 473/550/605 vs 440/532/583, d64 1k/2k 348/398 vs 329/387,
-# causal d128 1k 309 vs 298; d64 beyond 4k loses 1-4% (non-causal 8k 428 vs 445). Two Q slots
-# where they fit beside K and V (d64, and d128 with BN=64), one for d128's 3 x 64 KB K/V ring.
-TABLE: tuple[Row, ...] = (
+BACKWARD_TABLE: tuple[Row, ...] = (
     Row("nvidia", None, None, None, Schedule(BM=64, BN=64, STAGES=2, persistent=False)),
     Row("ascend", None, None, None, Schedule(BM=32, BN=128, STAGES=2, persistent=True)),
     Row("cpu", None, None, 256, CPU),
