@@ -177,6 +177,9 @@ OPTIONS: tuple[Option, ...] = (
            "Hopper pass: ping-pong turns between two consumer warpgroups", codegen=True,
            choices=("0", "1", "each", "first", "wrap"),
            aliases={"off": "0", "false": "0", "no": "0", "on": "1", "true": "1", "yes": "1"}),
+    Option("nv_tma_store", "XSYNC_NV_TMA_STORE", "bool", None,
+           "Hopper: a consumer's xs.store of a whole tile goes through shared memory and a TMA "
+           "store where shared memory has room (default on)", codegen=True),
     Option("ascend_form", "XSYNC_ASCEND_FORM", "choice", "auto",
            "Ascend source form: release (one body, triton-ascend 3.2.0) or scope (al.scope, "
            "triton-ascend 3.2.1+)", codegen=True, choices=("auto", "release", "scope")),

@@ -29,9 +29,13 @@ def named_barrier_rows(lowered):
 
 
 def common_sync_checks(ptx, expect_bytes, wait_groups=(0,), producer_regs=40):
+    """``expect_bytes``: the bytes every TMA-filled slot expects (an int), or the set of them
+    where rings differ (attention's K/V ring and its Q ring)."""
     assert lines(ptx, r"mbarrier\.try_wait\.parity"), "no mbarrier wait"
     expects = lines(ptx, r"mbarrier\.arrive\.expect_tx")
-    assert expects and all(l.rstrip(";").endswith(f", {expect_bytes}") for l in expects), expects
+    want = {expect_bytes} if isinstance(expect_bytes, int) else set(expect_bytes)
+    got = {int(l.rstrip(";").rsplit(",", 1)[1]) for l in expects}
+    assert expects and got == want, expects
     assert lines(ptx, r"cp\.async\.bulk\.tensor\.2d"), "no TMA copy"
     waits = {int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}
     assert waits == set(wait_groups), waits
@@ -152,8 +156,8 @@ def test_flash_attention_single_source_compiles():
     lowered = attention_fwd.lower("nvidia")
     r = compile_ptx(lowered, scalar_types={"sm_scale": "fp32"})
     overlap = common.enabled(overlap_pass.OPTION)   # keeps PV in flight: wait 1
-    common_sync_checks(r.ptx, 128 * 128 * 2, wait_groups=(0, 1) if overlap else (0,))
-    assert r.metadata.num_warps == 12          # 2 consumer warpgroups + producer warp (+3 padding)
+    common_sync_checks(r.ptx, {128 * 128 * 2, 64 * 128 * 2}, wait_groups=(0, 1) if overlap else (0,))
+    assert r.metadata.num_warps == 12          # 2 consumer warpgroups + 3 producer warps (load, 2 x q_load) + 1 padding
     assert lines(r.ptx, r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16")
     for pipe in ("s_out", "p_in", "pv_out"):
         assert pipe.upper() + "_FULL" not in r.source
@@ -191,7 +195,8 @@ def test_every_launched_attention_specialization_compiles(d, causal, bm, bn, sta
 def test_flash_attention_pv_fused_into_accumulator():
     """The kernel writes the split form (`pv = mma(p, v)`, then `o_acc = o_acc * alpha + pv`
     in the softmax role); on Hopper both ends share a partition, so the renderer fuses it
-    into one accumulating wgmma (docs/design.md §5) and Q is converted to the operand layout once."""
+    into one accumulating wgmma (docs/design.md §5); Q is read from its shared-memory ring as it
+    landed (no conversion in the loop)."""
     from xsync.kernels.flash_attn import attention_fwd
 
     consts = dict(BM=64, BN=128, D=128, CAUSAL=0, STAGES=2)
@@ -202,7 +207,7 @@ def test_flash_attention_pv_fused_into_accumulator():
     assert "o_acc = pv_out_pv" in src
     assert "+ pv_out_pv" not in src
     loop = src[src.index("for n in range"):src.index("# role 'softmax' (line", src.index("o_acc = pv_out_pv"))]
-    assert "convert_layout(q_tile" not in loop and "warpgroup_mma(q_tile," in loop
+    assert "convert_layout(q_in" not in loop and "warpgroup_mma(q_in_q.index(qt)," in loop
     split = compile_ptx(attention_fwd, consts, scalar_types={"sm_scale": "fp32"}, options={"fuse_mma": False})
     assert "o_acc = o_acc * alpha[:, None] + pv_out_pv" in split.source
     # PTX: the rescale-and-add (64 fma per thread and consumer warpgroup) is gone; the
@@ -351,7 +356,7 @@ def test_flash_attention_pingpong_scheduler_barriers(where):
     # the first wgmma of the loop comes after the sync, the arrive after a wgmma issue and
     # before its wait
     i_sync = loop.index("-- pingpong: wait for this replica's turn")
-    assert i_sync < loop.index("warpgroup_mma(q_tile")
+    assert i_sync < loop.index("warpgroup_mma(q_in_q")
     i_arr = loop.index("-- pingpong: hand the turn to the other replica")
     assert loop.rindex("= warpgroup_mma(", 0, i_arr) < i_arr < loop.index("warpgroup_mma_wait(", i_arr)
     lo, hi = min(t0, t1), max(t0, t1)
@@ -361,7 +366,7 @@ def test_flash_attention_pingpong_scheduler_barriers(where):
         assert lines(ptx, rf"\bbar\.{op}\s+{bid},\s*256;"), (op, bid)
     ids = {int(m) for m in re.findall(r"\bbar\.(?:sync|arrive)\s+(\d+),\s*256;", ptx)}
     assert ids == {lo, hi}
-    common_sync_checks(ptx, 128 * 128 * 2)
+    common_sync_checks(ptx, {128 * 128 * 2, 64 * 128 * 2})
 
 
 def lowered_with(kernel, consts=None, **settings):
@@ -465,7 +470,7 @@ def test_flash_attention_overlap_softmax(causal):
     src = r.source[r.source.index("def attention_fwd_consumer"):r.source.index("def attention_fwd(")]
     assert "if 0 < hi:" in src and "for n in range(0 + BN, hi, BN):" in src
     loop = src[src.index("for n in range(0 + BN, hi, BN):"):src.index("overlap_softmax: the last PV completes")]
-    i_s, i_pv = loop.index("s = warpgroup_mma(q_tile"), loop.index("pv = warpgroup_mma(")
+    i_s, i_pv = loop.index("s = warpgroup_mma(q_in_q"), loop.index("pv = warpgroup_mma(")
     i_w1 = loop.index("s, pv = warpgroup_mma_wait(1, deps=[s, pv])")
     i_soft = loop.index("m_new = gl.maximum(")
     i_w0 = loop.index("pv = warpgroup_mma_wait(0, deps=[pv])")
@@ -488,7 +493,7 @@ def test_flash_attention_overlap_softmax(causal):
     assert {int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", r.ptx)} == {0, 1}
     log = _ptxas_log(r.ptx)
     assert "C7514" not in log and "serialized" not in log, log
-    common_sync_checks(r.ptx, 128 * 128 * 2, wait_groups=(0, 1))
+    common_sync_checks(r.ptx, {128 * 128 * 2, 64 * 128 * 2}, wait_groups=(0, 1))
 
 
 def test_overlap_softmax_switch_and_non_matching(monkeypatch):
@@ -591,3 +596,29 @@ def test_persistent_2wg_gemm_compiles_with_both_consumers_deferring():
     assert lines(r.ptx, r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;")
     assert lines(r.ptx, r"cp\.async\.bulk\.tensor\.2d")
     assert 4 * 48 * 1024 <= r.metadata.shared <= 227 * 1024
+
+
+def test_tma_store_epilogue_where_shared_memory_has_room():
+    """A consumer's whole-tile xs.store goes through a staging tile and a TMA store (a bulk
+    copy shared -> global, waited before the staging tile is written again and before the
+    partition ends), guarded by the tile lying inside its bounds and the tensor suiting TMA;
+    the masked store stays for the rest. d128's 224 KB of K/V/Q rings leave no room for it;
+    tma_store=False (XSYNC_NV_TMA_STORE=0) turns it off."""
+    from xsync.backends.nvidia.render import STAGING_SMEM_LIMIT
+    from xsync.kernels.flash_attn import attention_fwd, schedule
+
+    def build(d, **options):
+        cx = dict(schedule.lookup("nvidia", d, False, 1024).forward_constexprs(), D=d, CAUSAL=0)
+        return compile_ptx(attention_fwd, cx, scalar_types={"sm_scale": "fp32"}, options=options)
+
+    r = build(64)
+    assert lines(r.ptx, r"cp\.async\.bulk\.tensor\.2d\.global\.shared")
+    assert lines(r.ptx, r"cp\.async\.bulk\.wait_group\.read\s+0")
+    assert "if (o_tma_ok != 0) & (q_row + row0 + 64 <= q_row + q_len)" in r.source
+    assert "xs_tma_store(o_store_desc, [q_row + row0, h * q_head_cols]" in r.source
+    assert r.source.count("gl.store(") == 2            # O's fallback and the LSE row
+    assert r.metadata.shared <= STAGING_SMEM_LIMIT + 4096     # rings + staging, barriers and scratch
+    wide = build(128)
+    assert "xs_tma_store" not in wide.source and not lines(wide.ptx, r"cp\.async\.bulk\.tensor\.2d\.global\.shared")
+    off = build(64, tma_store=False)
+    assert "xs_tma_store" not in off.source and "o_tma_ok" not in off.source

@@ -300,6 +300,34 @@ def test_persistent_gemm_numerics(programs):
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-2)
 
 
+@pytest.mark.parametrize("misfit", ["row_stride", "base"])
+def test_tma_store_falls_back_where_the_output_does_not_suit_tma(misfit):
+    """gemm_persistent stores its C tiles by TMA; a C the copy engine cannot address (a row
+    stride or a base not 16-byte aligned) takes the masked stores instead (c_tma_ok = 0):
+    the same result, and nothing written outside C."""
+    import torch
+
+    from xsync.kernels.gemm import gemm_persistent
+
+    torch.manual_seed(0)
+    M, N, K = 300, 136, 200                             # A and B still suit TMA (16-byte rows)
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    if misfit == "row_stride":
+        big = torch.full((M, N + 1), float("nan"), device="cuda")
+        c = big[:, :N]                                  # 137 floats a row: 548 B
+    else:
+        big = torch.full((M * N + 1,), float("nan"), device="cuda")
+        c = big[1:].view(M, N)                          # base 4 B past an aligned one
+    gemm_persistent[(5,)](a, b, c, M, N, K, BM=128, BN=128, BK=64, STAGES=4, backend="nvidia")
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-2)
+    if misfit == "row_stride":
+        assert torch.isnan(big[:, N]).all()
+    else:
+        assert torch.isnan(big[0])
+
+
 def test_launch_plan_follows_new_data(monkeypatch):
     """The dense op's launch plan (bound after the first call of a shape) reads each call's
     own q, k, v and writes its own o and lse: new data gives the new answer, interleaved

@@ -14,25 +14,35 @@ def test_rendered_sources_match_the_golden_hashes():
     assert render_snapshot.compare(got, golden) == []
 
 
-def test_layouts_are_inferred_once_before_rendering():
-    """The attention consumer's layouts come from the inference: Q takes the wgmma operand
-    layout at its definition, the loop-carried row statistics keep the accumulator's row
-    layout, and the header declares exactly the inference's constants, in its order."""
+def _rendered(kernel, blocks):
     from xsync.backends.nvidia import occupancy_defaults, resolve_options
     from xsync.backends.nvidia.render import render
-    from xsync.kernels.flash_attn import attention_fwd, ops
 
-    cx, dtypes = attention_fwd.specialization()
-    cx.update(ops.block_sizes("nvidia"), D=128, CAUSAL=0)
-    lw = attention_fwd.lower("nvidia", cx, dtypes)
+    cx, dtypes = kernel.specialization()
+    cx.update(blocks, D=128, CAUSAL=0)
+    lw = kernel.lower("nvidia", cx, dtypes)
     args = (lw.kernel, lw.placement, lw.allocation)
-    result = render(*args, occupancy_defaults(*args, resolve_options()))
-    consumer = result.layouts.agents["consumer"]
+    return render(*args, occupancy_defaults(*args, resolve_options()))
+
+
+def test_layouts_are_inferred_once_before_rendering():
+    """The consumers' layouts come from the inference: a register A operand held in a variable
+    (Q of the dQ kernel) takes the wgmma operand layout at its definition; in the forward, Q
+    comes from its shared-memory ring, the loop-carried row statistics keep the accumulator's
+    row layout, and the header declares exactly the inference's constants, in its order."""
+    from xsync.kernels.flash_attn import attention_fwd, grad, ops
+    from xsync.kernels.flash_attn.backward import attention_bwd_dq
+
+    dq = _rendered(attention_bwd_dq, grad.block_sizes("nvidia"))
+    consumer = dq.layouts.agents["consumer"]
     q = consumer.variables["q_tile"]
     assert q.layout == consumer.wants["q_tile"] and q.layout.startswith("gl.DotOperandLayout(operand_index=0")
-    assert "q_tile = gl.convert_layout(" in result.source
+    assert "q_tile = gl.convert_layout(" in dq.source
+    result = _rendered(attention_fwd, ops.block_sizes("nvidia"))
+    consumer = result.layouts.agents["consumer"]
+    assert "q_tile" not in consumer.variables and "warpgroup_mma(q_in_q.index(qt), " in result.source
     for row in ("m_i", "l_i"):
         assert consumer.variables[row].layout == "gl.SliceLayout(1, ACC_N128)"
-    assert consumer.walks >= 2 and result.layouts.agents["producer"].walks == 2
+    assert consumer.walks >= 2 and result.layouts.agents["load"].walks == 2
     header = result.source[result.source.index("# layouts\n"):].split("\n\n")[0].splitlines()[1:]
     assert header == [f"{c.name} = gl.constexpr({c.ctor})  # {c.note}" for c in result.layouts.constants]

@@ -91,7 +91,7 @@ _OPTION_NAMES = {"producer_regs": "nv_producer_regs", "consumer_regs": "nv_consu
                  "maxnreg": "nv_maxnreg", "hang_timeout_ms": "hang_timeout_ms",
                  "debug_hang": "debug_hang", "merge_pipes": "nv_merge_pipes", "fuse_mma": "nv_fuse_mma",
                  "defer_mma_wait": "nv_defer_mma_wait", "overlap_softmax": "nv_overlap",
-                 "pingpong": "nv_pingpong"}
+                 "pingpong": "nv_pingpong", "tma_store": "nv_tma_store"}
 
 
 # compile_ptx option -> the configuration option it sets while the kernel is lowered: the
@@ -211,7 +211,7 @@ class CompiledNvidia:
             plan = []
             for name, kind, extra in self.result.params:
                 layout = None
-                if kind == "desc":
+                if kind in ("desc", "store_desc"):
                     layout = nvmma_shared_layout(extra[1], self.result.descriptor_layouts[name][2])
                 plan.append((name, kind, extra, layout))
             self.__dict__["_plan"] = plan
@@ -236,6 +236,18 @@ class CompiledNvidia:
                         fix=f"pad the last dimension of `{t}` to a multiple of {16 // esz} elements")
                 out.append(host_descriptor(self.__dict__.setdefault("_desc_templates", {}),
                                            name, x, shape, lay, TensorDescriptor))
+            elif kind == "store_desc":
+                # a TMA store target: where the tensor does not suit TMA, the kernel takes its
+                # masked stores (its `_tma_ok` argument is 0) and this descriptor is a stand-in
+                t, shape = extra
+                x = self._tensor(t, args)
+                if tma_ready(x):
+                    out.append(host_descriptor(self.__dict__.setdefault("_desc_templates", {}),
+                                               name, x, shape, lay, TensorDescriptor))
+                else:
+                    out.append(self._stand_in_descriptor(x, shape, lay, TensorDescriptor))
+            elif kind == "store_ok":
+                out.append(int(tma_ready(self._tensor(extra, args))))
             elif kind == "ptr":
                 x = self._tensor(extra, args)
                 if x.stride(1) != 1:
@@ -255,6 +267,16 @@ class CompiledNvidia:
             elif kind == "dbg":
                 out.append(int(dbg_ptr))
         return out
+
+    def _stand_in_descriptor(self, x, block, layout, cls):
+        import torch
+
+        key = (x.dtype, x.device, tuple(block))
+        cache = self.__dict__.setdefault("_stand_ins", {})
+        if key not in cache:
+            base = torch.empty(tuple(block), dtype=x.dtype, device=x.device)
+            cache[key] = cls(base, list(base.shape), list(base.stride()), list(block), layout)
+        return cache[key]
 
     def _tensor(self, name, args):
         x = args[name]
@@ -321,11 +343,14 @@ class CompiledNvidia:
         position = {name: i for i, name in enumerate(varying)}
         static, slots = list(argv), []
         for i, (name, kind, extra, _) in enumerate(self._param_plan()):
-            tensor = extra[0] if kind == "desc" else extra
-            if kind in ("desc", "ptr", "table") and tensor in position:
-                if argv[i].base.data_ptr() % 16 if kind == "desc" else argv[i].data_ptr() % 16:
+            if kind == "store_ok" and not argv[i]:
+                return None           # the stand-in descriptor would have to follow the tensor
+            desc = kind in ("desc", "store_desc")
+            tensor = extra[0] if desc else extra
+            if kind in ("desc", "store_desc", "ptr", "table") and tensor in position:
+                if argv[i].base.data_ptr() % 16 if desc else argv[i].data_ptr() % 16:
                     return None
-                template = {**argv[i].__dict__, "base": None} if kind == "desc" else None
+                template = {**argv[i].__dict__, "base": None} if desc else None
                 slots.append((i, position[tensor], template))
                 static[i] = None
         current_device, current_stream = driver.active.get_current_device, driver.active.get_current_stream
@@ -334,7 +359,7 @@ class CompiledNvidia:
         def hooks_set() -> bool:
             return _hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook)
         if DIRECT_LAUNCH:
-            kinds = [kind for _, kind, _, _ in self._param_plan()]
+            kinds = ["desc" if kind == "store_desc" else kind for _, kind, _, _ in self._param_plan()]
             direct = prepare_c_launch(kernel, grid, argv, kinds, slots, device, current_device,
                                       current_stream, hooks_set)
             if direct is not None:
@@ -428,6 +453,14 @@ class CompiledNvidia:
             objects=tuple(dict.fromkeys(objects)), details="\n".join(lines),
             fix=("run `python -m xsync check module:kernel` with XSYNC_VERIFY=1 for the counterexample; "
                  "the CUDA context is unusable after the trap, restart the process"))
+
+
+def tma_ready(x) -> bool:
+    """Whether the copy engine can address 2-D tensor ``x``: contiguous rows, a 16-byte aligned
+    row stride and base, no empty extent."""
+    esz = x.element_size()
+    return (x.dim() == 2 and min(x.shape) > 0 and x.stride(1) == 1 and (x.stride(0) * esz) % 16 == 0
+            and x.data_ptr() % 16 == 0)
 
 
 def host_descriptor(templates: dict, name: str, x, block, layout, cls):
@@ -547,7 +580,7 @@ def signature_of(result, scalar_types: dict | None = None) -> tuple[dict, dict]:
 
     sig, attrs = {}, {}
     for i, (name, kind, extra) in enumerate(result.params):
-        if kind == "desc":
+        if kind in ("desc", "store_desc"):
             t, shape, dtype = result.descriptor_layouts[name]
             lay = nvmma_shared_layout(shape, dtype)
             dt = SIG_DTYPES[dtype.name]
@@ -555,7 +588,7 @@ def signature_of(result, scalar_types: dict | None = None) -> tuple[dict, dict]:
         elif kind in ("ptr", "table"):
             sig[name] = "*" + SIG_DTYPES[result.tensors[extra].dtype.name]
             attrs[(i,)] = [["tt.divisibility", 16]]
-        elif kind in ("rows", "cols", "stride"):
+        elif kind in ("rows", "cols", "stride", "store_ok"):
             sig[name] = "i32"
         elif kind == "scalar":
             sig[name] = scalar_types.get(name, "i32")

@@ -210,8 +210,7 @@ def _registers(partitions, smem):
     settings = config.current()
     prod, cons, maxnreg = settings.nv_producer_regs, settings.nv_consumer_regs, settings.nv_maxnreg
     explicit = any(x is not None for x in (prod, cons, maxnreg))
-    warps = sorted(p.warps for p in partitions)
-    if not explicit and warps == [WARPS[Unit.PRODUCER], WARPS[Unit.CONSUMER]] and smem <= TWO_CTA_SMEM_BYTES:
+    if not explicit and two_ctas_fit(partitions, smem):
         prod, cons, maxnreg = 24, MAX_CONSUMER_REGS, 128
     prod = DEFAULT_PRODUCER_REGS if prod is None else prod
     if cons is None:
@@ -221,6 +220,13 @@ def _registers(partitions, smem):
     out = tuple(Partition(p.index, p.agent, p.replica, p.replicas, p.warps, p.instance, p.unit,
                           prod if p.unit == Unit.PRODUCER else cons) for p in partitions)
     return out, maxnreg, f"producer {prod}, consumer {cons} registers per thread"
+
+
+def two_ctas_fit(partitions, smem: int) -> bool:
+    """Two CTAs share an SM: one consumer warpgroup and the producer warp, and at most half
+    the shared memory (the register budget then halves too; see _registers)."""
+    warps = sorted(p.warps for p in partitions)
+    return warps == [WARPS[Unit.PRODUCER], WARPS[Unit.CONSUMER]] and smem <= TWO_CTA_SMEM_BYTES
 
 
 def _padded_workers(partitions) -> int:
