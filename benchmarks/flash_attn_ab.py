@@ -13,6 +13,8 @@ in one process on the same tensors, next to SDPA's cuDNN backend, and reports me
   ``by_pair`` / ``persistent_by_pair``: causal tiles dealt pair by pair instead of by work
   (kernels/flash_attn/tiles.py), with the table's programs or one per SM; ``persistent_g<n>``:
   one program per SM, causal tiles dealt by work within groups of n pairs;
+* ``q1`` / ``q2`` / ``s2_q2``: one or two slots in the Q ring (two K/V stages for the last);
+  ``no_tma_store``: the flagship with its O tiles stored from registers (XSYNC_NV_TMA_STORE=0);
 * ``older``: an older revision's kernel source (``--older PATH``, e.g. the file from
   ``git show 00e8dd1:kernels/flash_attn/kernel.py``), lowered by this xsync with its own
   launch layout (grid (row blocks, batch*heads), no ``batch``/``max_q`` arguments).
@@ -53,7 +55,13 @@ CANDIDATES = {   # name -> (schedule fields over the table's, merge-pipes on)
     "persistent_g4": ({"persistent": True, "causal_group": 4}, True),
     "persistent_g16": ({"persistent": True, "causal_group": 16}, True),
     "older": ({"STAGES": 2}, True),
+    "q1": ({"q_stages": 1}, True),
+    "q2": ({"q_stages": 2}, True),
+    "s2_q2": ({"STAGES": 2, "q_stages": 2}, True),
+    "no_tma_store": ({}, True),
 }
+# candidates lowered under other renderer options than the defaults
+OPTIONS = {"no_tma_store": {"nv_tma_store": False}}
 
 
 def _kernel(name: str, older: str | None):
@@ -103,7 +111,7 @@ def _launcher(name, kernel, q, k, v, causal):
     views = q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k
 
     def run():
-        with xs.options(nv_merge_pipes=merge):
+        with xs.options(nv_merge_pipes=merge, **OPTIONS.get(name, {})):
             ops.launch(kernel, *views, s, b, h, h, d, causal, d ** -0.5, layout, "nvidia", plan, grid_size)
     return o, run
 

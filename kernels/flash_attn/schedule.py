@@ -64,7 +64,7 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # 1k only: at 2k BN=128 wins again (results/runs/flash_attn_ab_20261201_short.json, interleaved:
 # 387 vs 368 at 2k, 257 vs 276 at 1k).
 # Non-persistent rows compile without the tile loop (xs.tile_range): d64 causal 1k 183 vs 179
-# with the loop kept (same run). Three K/V stages everywhere: with three the merge-pipes pass gives K and V one ring
+# with the loop kept (same run). Three K/V stages by default: with three the merge-pipes pass gives K and V one ring
 # (xsync/backends/nvidia/passes/merge_pipes.py), which beats two rings of two or three stages,
 # interleaved in one process (benchmarks/flash_attn_ab.py, results/runs/flash_attn_ab_20261201.json,
 # d128: s8k 578 vs 544 / 536 non-causal, 530 vs 515 / 511 causal; s16k causal 591 vs 560 / 559).
@@ -81,15 +81,19 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # where they fit beside K and V (d64, and d128 with BN=64), one for d128's 3 x 64 KB K/V ring.
 TABLE: tuple[Row, ...] = (
     Row("nvidia", 64, False, 4096, Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2)),
-    Row("nvidia", None, False, 4096, Schedule(BM=64, BN=128, STAGES=3, persistent=True)),
+    # d128 short non-causal: two K/V stages leave room for O's TMA-store staging tiles (128 KB of
+    # K/V, 32 of Q, 32 of staging), which beats three merged stages without them
+    # (runs/flash_attn_ab_20261202_stages_q.json: 1k/2k/4k 506/551/579 vs 456/511/567)
+    Row("nvidia", 128, False, 4096, Schedule(BM=64, BN=128, STAGES=2, persistent=True)),
     Row("nvidia", 128, True, 1024, Schedule(BM=64, BN=64, STAGES=3, persistent=True, causal_group=1,
                                             q_stages=2)),
     Row("nvidia", 64, True, 8192, Schedule(BM=64, BN=128, STAGES=3, persistent=True, causal_group=1,
                                            q_stages=2)),
     # d64 non-causal beyond 4k: two K/V stages (no merged ring) measured 443 vs 428 at 16k and
-    # 436 vs 421 at 8k, interleaved (runs/flash_attn_ab_20261201_d64_stages.json); d128 loses
-    # 5-10% at two stages
-    Row("nvidia", 64, False, None, Schedule(BM=64, BN=128, STAGES=2, persistent=False, q_stages=2)),
+    # 436 vs 421 at 8k, interleaved (runs/flash_attn_ab_20261201_d64_stages.json; d128 then lost
+    # 5-10% at two stages). With the Q ring and TMA stores persistent programs win here too
+    # (runs/flash_attn_ab_20261202_stages_q.json: 8k 439 vs 425, 16k 444 vs 435)
+    Row("nvidia", 64, False, None, Schedule(BM=64, BN=128, STAGES=2, persistent=True, q_stages=2)),
     Row("nvidia", None, None, None, HOPPER),
     Row("ascend", None, None, None, ASCEND),
     Row("cpu", None, None, 256, CPU),

@@ -56,8 +56,8 @@ def test_gemm_softmax_trace_writes_svg_and_png(tmp_path):
 def test_flash_attention_trace_writes_svg_and_png(tmp_path):
     result = tr.trace_kernel(attention_fwd)
     tl = result.timeline
-    assert tl.lanes == ["load", "mma[0]", "mma[1]", "softmax[0]", "softmax[1]"]
-    assert {m.obj for m in tl.marks} == {"k_in", "v_in", "s_out", "p_in", "pv_out"}
+    assert tl.lanes == ["load", "q_load[0]", "q_load[1]", "mma[0]", "mma[1]", "softmax[0]", "softmax[1]"]
+    assert {m.obj for m in tl.marks} == {"q_in", "k_in", "v_in", "s_out", "p_in", "pv_out"}
     check_files(tl, tmp_path, "attention")
 
 

@@ -602,13 +602,13 @@ def test_tma_store_epilogue_where_shared_memory_has_room():
     """A consumer's whole-tile xs.store goes through a staging tile and a TMA store (a bulk
     copy shared -> global, waited before the staging tile is written again and before the
     partition ends), guarded by the tile lying inside its bounds and the tensor suiting TMA;
-    the masked store stays for the rest. d128's 224 KB of K/V/Q rings leave no room for it;
+    the masked store stays for the rest. d128's 224 KB of K/V/Q rings at three stages leave no room;
     tma_store=False (XSYNC_NV_TMA_STORE=0) turns it off."""
     from xsync.backends.nvidia.render import STAGING_SMEM_LIMIT
     from xsync.kernels.flash_attn import attention_fwd, schedule
 
-    def build(d, **options):
-        cx = dict(schedule.lookup("nvidia", d, False, 1024).forward_constexprs(), D=d, CAUSAL=0)
+    def build(d, length=1024, **options):
+        cx = dict(schedule.lookup("nvidia", d, False, length).forward_constexprs(), D=d, CAUSAL=0)
         return compile_ptx(attention_fwd, cx, scalar_types={"sm_scale": "fp32"}, options=options)
 
     r = build(64)
@@ -618,7 +618,7 @@ def test_tma_store_epilogue_where_shared_memory_has_room():
     assert "xs_tma_store(o_store_desc, [q_row + row0, h * q_head_cols]" in r.source
     assert r.source.count("gl.store(") == 2            # O's fallback and the LSE row
     assert r.metadata.shared <= STAGING_SMEM_LIMIT + 4096     # rings + staging, barriers and scratch
-    wide = build(128)
+    wide = build(128, 16384)                           # three 64 KB K/V stages and a 32 KB Q ring
     assert "xs_tma_store" not in wide.source and not lines(wide.ptx, r"cp\.async\.bulk\.tensor\.2d\.global\.shared")
     off = build(64, tma_store=False)
     assert "xs_tma_store" not in off.source and "o_tma_ok" not in off.source

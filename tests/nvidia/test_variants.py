@@ -19,11 +19,14 @@ GEMM_DTYPES = dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32)
 
 @functools.cache
 def attention_loops(name: str, merge: bool = True, causal: int = 0):
-    """Hot loops at the schedule the ops launch: non-causal short (persistent tile loop) or
-    causal long (one program per tile, no tile loop)."""
+    """Hot loops at a schedule the ops launch with three K/V stages (where merge-pipes applies):
+    non-causal short d64 (persistent tile loop) or causal long d128 (one program per tile, no
+    tile loop). (d128's short non-causal rows take two stages, for the TMA-store staging: there
+    the two pipes stay two rings, and one pipe, spelled so, one ring.)"""
     kernel = attention_fwd if name == "flagship" else variants.VARIANTS[name]
     cx, dtypes = attention_fwd.specialization()
-    cx.update(ops.block_sizes("nvidia", 128, bool(causal), 0 if not causal else 8192), D=128, CAUSAL=causal)
+    d = 128 if causal else 64
+    cx.update(ops.block_sizes("nvidia", d, bool(causal), 1024 if not causal else 8192), D=d, CAUSAL=causal)
     with xs.options(nv_merge_pipes=merge):
         lowered = kernel.lower("nvidia", cx, dtypes)
     return hot_loops(compile_ptx(lowered, scalar_types={"sm_scale": "fp32"}).ptx), lowered.passes.text()
