@@ -622,3 +622,21 @@ def test_tma_store_epilogue_where_shared_memory_has_room():
     assert "xs_tma_store" not in wide.source and not lines(wide.ptx, r"cp\.async\.bulk\.tensor\.2d\.global\.shared")
     off = build(64, tma_store=False)
     assert "xs_tma_store" not in off.source and "o_tma_ok" not in off.source
+
+
+def test_tma_store_only_outside_plain_loops():
+    """TMA stores of one location would not be ordered, so a store inside a loop that is not
+    a tile loop (gemm_softmax's column blocks) stays a masked store; the persistent GEMM's,
+    inside its tile loop, and the one-tile GEMM's (S=1: room for two CTAs with staging) go by TMA."""
+    from xsync.backends.nvidia import render_source
+    from xsync.kernels.gemm import gemm, gemm_persistent
+    from xsync.kernels.gemm_softmax import gemm_softmax
+
+    def source(kernel, cx=None, dtypes=None):
+        lw = kernel.lower("nvidia", cx, dtypes)
+        return render_source(lw.kernel, lw.placement, lw.allocation)
+
+    assert "xs_tma_store" not in source(gemm_softmax)
+    assert "xs_tma_store(c_store_desc" in source(gemm_persistent)
+    assert "xs_tma_store(c_store_desc" in source(gemm, dict(BM=128, BN=128, BK=64, STAGES=1), GEMM_DTYPES)
+    assert "xs_tma_store" not in source(gemm, dict(BM=128, BN=128, BK=64, STAGES=3), GEMM_DTYPES)

@@ -12,9 +12,10 @@ The generated module is plain Gluon a user could have written:
 * a pipe whose fields are all ``xs.load`` is filled by TMA (``mbarrier.expect`` at
   acquire, one TMA load per field: ``xs_tma_load``, :data:`TMA_LOAD_ALIAS`); other pipes are
   filled from registers (``smem.store`` + ``fence_async_shared`` + ``mbarrier.arrive`` at commit);
-* a consumer's ``xs.store`` of a whole tile (at least 8 rows of at least 16 bytes), where
-  shared memory has room beside the pipes (:data:`STAGING_SMEM_LIMIT`, half that for two
-  CTAs per SM), goes through a staging tile per consumer replica and a TMA store
+* a consumer's ``xs.store`` of a whole tile (at least 8 rows of at least 16 bytes) to a
+  tensor the kernel never reads, outside any loop but a tile loop (``xs.tile_range``: the
+  bulk copies of one location would not be ordered), where shared memory has room beside the
+  pipes (:data:`STAGING_SMEM_LIMIT`, half that for two CTAs per SM), goes through a staging tile per consumer replica and a TMA store
   (``xs_tma_store``, :data:`TMA_STORE_ALIAS`) when the tile lies inside its bounds and the
   tensor suits TMA (the ``<tensor>_tma_ok`` argument), so the partition moves on while the copy
   engine writes it; otherwise, and for the tiles a boundary cuts, the masked ``gl.store``;
@@ -103,8 +104,10 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         self.bar_count: dict[str, int] = {}
         self.num_bars = 0
         self.tmp = 0
-        # TMA stores: (agent, rows, cols, dtype) -> staging buffer name; (tensor, shape) -> descriptor
+        # TMA stores: (agent, rows, cols, DType) -> staging buffer name; (tensor, shape) -> descriptor
         self.staging: dict[tuple, str] = {}
+        self.read_tensors: set[str] = set()      # read by xs.load somewhere (_collect_tensors)
+        self.loops: list[bool] = []              # enclosing loops while rendering: tile loop?
         self.store_descs: dict[tuple, str] = {}
         self.staging_bytes = 0
         self.tma_store = self.options.get("tma_store") is not False
@@ -165,6 +168,8 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                 exprs = [s.cond]
             for e in exprs:
                 for c in ir.expr_calls(e):
+                    if c.op == "load":
+                        self.read_tensors.add(c.args[0].id)
                     if c.op == "load" and id(c) not in tma_loads:
                         self.tensors[c.args[0].id].pointer = True
                     elif c.op == "load_scalar":
@@ -245,9 +250,11 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                 o.line(f"for {s.var} in range({self.tx(s.start)[0]}, {self.tx(s.stop)[0]}, "
                        f"{self.tx(s.step)[0]}):  # line {s.loc.line}")
             self.env[s.var] = SCALAR
+            self.loops.append(s.single_tile or _is_tile_loop(s))
             o.indent()
             self.block(s.body)
             o.dedent()
+            self.loops.pop()
         elif isinstance(s, ir.If):
             o.line(f"if {self.tx(s.cond)[0]}:  # line {s.loc.line}")
             o.indent()
@@ -350,15 +357,17 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
     def staging_tile(self, tensor: str, t: T):
         """(staging buffer, descriptor parameter) for a TMA store of tile ``t`` into ``tensor``
         from this agent, or None where the store stays a masked gl.store: not a consumer
-        warpgroup, a tile under TMA_STORE_MIN_ROWS rows or 16 bytes a row, or no room."""
+        warpgroup, a tensor the kernel reads, a loop around it that is not a tile loop, a tile
+        under TMA_STORE_MIN_ROWS rows or 16 bytes a row, or no room."""
         part = self.allocation.partitions_of(self.agent.name)[0]
         dt = self.tensors[tensor].dtype
         rows, cols = t.shape
         row_bytes = cols * dt.bytes
-        if (not self.tma_store or part.unit != Unit.CONSUMER or rows < TMA_STORE_MIN_ROWS or rows > 256
-                or cols > 256 or row_bytes < 16 or row_bytes % 16):
+        if (not self.tma_store or part.unit != Unit.CONSUMER or tensor in self.read_tensors
+                or not all(self.loops) or rows < TMA_STORE_MIN_ROWS or rows > 256 or cols > 256
+                or row_bytes < 16 or row_bytes % 16):
             return None
-        key = (self.agent.name, rows, cols, dt.name)
+        key = (self.agent.name, rows, cols, dt)
         buf = self.staging.get(key)
         if buf is None:
             need = self.agent.replicas * rows * row_bytes
@@ -525,12 +534,11 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                 lay = self.smem_layout(f.shape, f.dtype)
                 o.line(f"{p.name}_{f.name} = gl.allocate_shared_memory({self.dtype(f.dtype)}, "
                        f"[{ring}, {f.shape[0]}, {f.shape[1]}], {lay})")
-        for (agent_name, rows, cols, dname), buf in self.staging.items():
+        for (agent_name, rows, cols, dtype), buf in self.staging.items():
             reps = self.placement.agent(agent_name).replicas
-            dtype = next(u.dtype for u in self.tensors.values() if u.dtype.name == dname)
-            lay = f"SMEM_{dname.upper()}_{rows}x{cols}"      # a pipe's constant, where one has this shape
+            lay = f"SMEM_{dtype.name.upper()}_{rows}x{cols}"      # a pipe's constant, where one has this shape
             lay = lay if lay in self.layouts else nvmma_shared_repr((rows, cols), dtype)
-            o.line(f"# TMA-store staging: one [{rows}, {cols}] {dname} tile per '{agent_name}' replica")
+            o.line(f"# TMA-store staging: one [{rows}, {cols}] {dtype.name} tile per '{agent_name}' replica")
             o.line(f"{buf} = gl.allocate_shared_memory({self.dtype(dtype)}, [{reps}, {rows}, {cols}], {lay})")
         o.line("xs_bars = gl.allocate_shared_memory(gl.int64, [XS_NUM_BARS, 1], mbarrier.MBarrierLayout())")
         for key, base in self.bar_base.items():
@@ -565,6 +573,12 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                             [(lb, a.name, r, w, g) for lb, a, r, w, g in parts], 4,
                             self.wait_sites, agent_ids, self.num_bars, self.debug_hang, desc_layouts,
                             self.module_layouts)
+
+
+def _is_tile_loop(s: ir.For) -> bool:
+    """``xs.tile_range``'s persistent loop: range(program_id(0), total, num_programs(0))."""
+    return (isinstance(s.start, ir.Call) and s.start.op == "program_id"
+            and isinstance(s.step, ir.Call) and s.step.op == "num_programs")
 
 
 def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation, options: dict | None = None):
