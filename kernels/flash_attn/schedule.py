@@ -131,9 +131,3 @@ def lookup(backend: str, head_dim: int, causal: bool, max_seq: int,
             continue
         return row.schedule
     raise LookupError(f"no attention schedule for backend {backend!r}")
-
-
-def schedules(backend: str) -> tuple[Schedule, ...]:
-    """Every distinct schedule the table can pick for a backend (compile tests walk them)."""
-    want = target(backend)
-    return tuple(dict.fromkeys(row.schedule for row in TABLE if row.backend == want))

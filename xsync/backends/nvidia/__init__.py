@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from xsync import config, files
 from xsync.errors import BackendError, LaunchError, SourceLoc, StallError
+from xsync.backends.nvidia.alloc import two_ctas_fit
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 from xsync.backends.nvidia.launcher import prepare_c_launch
@@ -534,9 +535,6 @@ def render_source(kernel: ir.KernelIR, placement: Placement, allocation, options
     return render(kernel, placement, allocation, resolve_options(options)).source
 
 
-TWO_CTA_SMEM_BYTES = 113 * 1024  # half an SM's 227 KB, less room for barriers
-
-
 def occupancy_defaults(kernel: ir.KernelIR, placement: Placement, allocation, opts: dict) -> dict:
     """Two CTAs per SM when they fit: one consumer warpgroup plus the producer warp, and
     pipes needing at most half the shared memory. Then maxnreg=128 (24 producer / 232
@@ -545,9 +543,7 @@ def occupancy_defaults(kernel: ir.KernelIR, placement: Placement, allocation, op
     torch.matmul in one run). Explicit register options or XSYNC_NV_* variables win."""
     if any(key in opts for key in ("maxnreg", "producer_regs", "consumer_regs")):
         return opts
-    warps = sorted(p.warps for p in allocation.partitions)
-    smem = sum(p.stages * p.slot_bytes for p in kernel.pipes if placement.crosses(p))
-    if warps == [1, 4] and smem <= TWO_CTA_SMEM_BYTES:
+    if two_ctas_fit(allocation.partitions, allocation.smem_bytes):
         return {**opts, "maxnreg": 128, "producer_regs": 24, "consumer_regs": 232}
     return opts
 
