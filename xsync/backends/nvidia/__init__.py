@@ -228,7 +228,7 @@ class CompiledNvidia:
                 t, shape = extra
                 x = self._tensor(t, args)
                 esz = x.element_size()
-                if x.stride(1) != 1 or (x.stride(0) * esz) % 16 or x.data_ptr() % 16:
+                if not tma_aligned(x):
                     raise LaunchError(
                         f"kernel '{k.name}': tensor `{t}` cannot be read by TMA (row stride "
                         f"{x.stride(0) * esz} B, base alignment {x.data_ptr() % 16}); TMA needs contiguous "
@@ -456,12 +456,16 @@ class CompiledNvidia:
                  "the CUDA context is unusable after the trap, restart the process"))
 
 
+def tma_aligned(x) -> bool:
+    """Contiguous rows, a 16-byte aligned row stride and base: what a TMA descriptor of ``x``
+    needs beyond its extents."""
+    return x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
+
+
 def tma_ready(x) -> bool:
-    """Whether the copy engine can address 2-D tensor ``x``: contiguous rows, a 16-byte aligned
-    row stride and base, no empty extent."""
-    esz = x.element_size()
-    return (x.dim() == 2 and min(x.shape) > 0 and x.stride(1) == 1 and (x.stride(0) * esz) % 16 == 0
-            and x.data_ptr() % 16 == 0)
+    """Whether the copy engine can address 2-D tensor ``x``: aligned (tma_aligned), no empty
+    extent."""
+    return x.dim() == 2 and min(x.shape) > 0 and tma_aligned(x)
 
 
 def host_descriptor(templates: dict, name: str, x, block, layout, cls):
