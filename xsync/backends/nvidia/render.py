@@ -64,9 +64,10 @@ TMA_LOAD_ALIAS = ('xs_tma_load = getattr(tma, "async_load", None) or tma.async_c
                   '  # Triton >= 3.8 / 3.6-3.7 spelling')
 TMA_STORE_ALIAS = ('xs_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global'
                    '  # Triton >= 3.9 / 3.6-3.8 spelling')
-# Shared memory the pipes and the TMA-store staging tiles may use together (of an SM's 227 KB):
-# on the H200 a staging tile beside attention's 224 KB of K/V/Q rings slowed d128 by 3-6%
-# (hand-patched kernels, s 2k-4k), beside 128 KB it sped d64 up 3-9%.
+# Shared memory the pipes and the TMA-store staging tiles may use together (of an SM's 227 KB).
+# Hand-patched attention kernels on the H200 (benchmarks/results/runs/
+# handpatched_20261202_q_ring_tma_store.json): staging that brought d128 to 224 KB slowed s 2k / 4k
+# by 3% / 6%; beside d64's 128 KB of K/V and Q rings it gave -0.5% to +9%.
 STAGING_SMEM_LIMIT = 200 * 1024
 TMA_STORE_MIN_ROWS = 8
 
