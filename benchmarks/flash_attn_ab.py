@@ -5,7 +5,8 @@ kernel measured 649 and 588 TFLOP/s an hour apart). This times candidates round 
 in one process on the same tensors, next to SDPA's cuDNN backend, and reports medians:
 
 * ``flagship``: kernels/flash_attn/kernel.py as the ops launch it (table schedule);
-* ``flagship_s2`` / ``no_merge``: the same at two K/V stages, or with the merge-pipes pass off;
+* ``flagship_s2`` / ``flagship_s3`` / ``no_merge``: the same at two or three K/V stages, or with the
+  merge-pipes pass off;
 * ``tile_loop``: the flagship with the tile loop kept (``PERSISTENT=1``) but one program per
   tile, the form it had before ``xs.tile_range`` spelled non-persistent launches without a loop;
 * ``bn64`` / ``bn128``: the flagship with 64 or 128 keys per step;
@@ -15,6 +16,8 @@ in one process on the same tensors, next to SDPA's cuDNN backend, and reports me
   one program per SM, causal tiles dealt by work within groups of n pairs;
 * ``q1`` / ``q2`` / ``s2_q2``: one or two slots in the Q ring (two K/V stages for the last);
   ``no_tma_store``: the flagship with its O tiles stored from registers (XSYNC_NV_TMA_STORE=0);
+  ``pingpong`` / ``pingpong_first``: the flagship with the ping-pong pass placed explicitly
+  (XSYNC_NV_PINGPONG=each / first) beside overlap-softmax, which otherwise turns it off;
 * ``older``: an older revision's kernel source (``--older PATH``, e.g. the file from
   ``git show 00e8dd1:kernels/flash_attn/kernel.py``), lowered by this xsync with its own
   launch layout (grid (row blocks, batch*heads), no ``batch``/``max_q`` arguments).
@@ -43,6 +46,7 @@ if ROOT not in sys.path:
 CANDIDATES = {   # name -> (schedule fields over the table's, merge-pipes on)
     "flagship": ({}, True),
     "flagship_s2": ({"STAGES": 2}, True),
+    "flagship_s3": ({"STAGES": 3}, True),
     "no_merge": ({}, False),
     "tile_loop": ({}, True),     # the loop kept (PERSISTENT=1) under a one-per-tile launch
     "bn64": ({"BN": 64}, True),
@@ -59,9 +63,12 @@ CANDIDATES = {   # name -> (schedule fields over the table's, merge-pipes on)
     "q2": ({"q_stages": 2}, True),
     "s2_q2": ({"STAGES": 2, "q_stages": 2}, True),
     "no_tma_store": ({}, True),
+    "pingpong": ({}, True),
+    "pingpong_first": ({}, True),
 }
 # candidates lowered under other renderer options than the defaults
-OPTIONS = {"no_tma_store": {"nv_tma_store": False}}
+OPTIONS = {"no_tma_store": {"nv_tma_store": False}, "pingpong": {"nv_pingpong": "each"},
+           "pingpong_first": {"nv_pingpong": "first"}}
 
 
 def _kernel(name: str, older: str | None):

@@ -260,6 +260,13 @@ class LayoutRules:
         """Whether ``e`` is ``v[None, :]`` / ``v[:, None]`` on a 1-D tile ``v``."""
         return inner.kind == "tile" and len(inner.shape) == 1 and len(e.index) == 2
 
+    def row_vector(self, e) -> bool:
+        """Whether ``e`` is ``v[None, :]`` on a 1-D tile ``v``: an ``xs.store`` of one row
+        stores ``v`` in its own layout (no conversion to a 2-D parent's column slice, which
+        costs a shared-memory round trip per vector)."""
+        return (isinstance(e, ir.Subscript) and e.index == (None, ":")
+                and self.expands(e, self.type_of(e.value)))
+
     def subscript_want(self, e: ir.Subscript, t: T):
         """The layout the subscripted value is asked for, given the subscript's type ``t``."""
         return f"gl.SliceLayout({e.index.index(None)}, {t.layout})" if self.expands(e, self.type_of(e.value)) else None
@@ -463,7 +470,11 @@ class LayoutInference(LayoutRules):
             else:
                 self.type_of(s.value, None, True)
         elif isinstance(s, ir.Store):
-            t = self.type_of(s.value, None, True)
+            if self.row_vector(s.value):
+                self.type_of(s.value.value, None, True)
+                t = self.type_of(s.value)
+            else:
+                t = self.type_of(s.value, None, True)
             if t.kind != "tile" or len(t.shape) != 2:
                 self.fail("xs.store writes 2-D tiles", loc=s.loc)
             for x in (*s.offsets[:2], *(s.bounds or ())):

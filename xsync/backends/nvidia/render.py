@@ -313,6 +313,8 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         self.define(target, t)
 
     def store(self, s: ir.Store):
+        if self.row_vector(s.value):
+            return self.row_store(s)
         o = self.out
         c, t = self.tx(s.value)
         if t.kind != "tile" or len(t.shape) != 2:
@@ -354,6 +356,27 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                f"{val}.to({dtype}), mask={mask})")
         if stage is not None:
             o.dedent()
+
+    def row_store(self, s: ir.Store):
+        """``xs.store(t, [r, c], v[None, :])`` of a 1-D tile ``v``: a masked store in ``v``'s
+        own layout (the softmax's per-row statistics live in a slice of the accumulator layout;
+        a [1, n] tile would take them to its column slice first)."""
+        o = self.out
+        c, t = self.tx(s.value.value)
+        tn = s.tensor
+        val, r, cc = self.fresh("val"), self.fresh("row"), self.fresh("cols")
+        r0, c0 = (self.tx(x)[0] for x in s.offsets)
+        bounds = [self.tx(x)[0] for x in s.bounds] if s.bounds else []
+        o.line(f"# line {s.loc.line}: xs.store({tn}, ...) -- one row, in the layout its values live in; "
+               f"out-of-bounds parts are masked off")
+        o.line(f"{val} = {c}")
+        o.line(f"{r} = {r0} + gl.zeros([{t.shape[0]}], gl.int32, layout={t.layout})")
+        o.line(f"{cc} = {c0} + gl.arange(0, {t.shape[0]}, layout={t.layout})")
+        mask = f"({r} < {tn}_rows) & ({cc} < {tn}_cols)"
+        if bounds:
+            mask += f" & ({r} < {bounds[0]}) & ({cc} < {bounds[1]})"
+        o.line(f"gl.store({tn} + {r}.to(gl.int64) * {tn}_stride + {cc}, {val}.to({self.dtype(self.tensors[tn].dtype)}), "
+               f"mask={mask})")
 
     def staging_tile(self, tensor: str, t: T):
         """(staging buffer, descriptor parameter) for a TMA store of tile ``t`` into ``tensor``
