@@ -79,21 +79,24 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # TFLOP/s): d128 non-causal 1k/2k/4k 473/550/605 vs 440/532/583, d64 1k/2k 348/398 vs 329/387,
 # causal d128 1k 309 vs 298; d64 beyond 4k loses 1-4% (non-causal 8k 428 vs 445). Two Q slots
 # where they fit beside K and V (d64, and d128 with BN=64), one for d128's 3 x 64 KB K/V ring.
+# With the per-row statistics stored in their own layout (no shared-memory round trips in the
+# epilogue, 1.1k instead of 3.8k cycles a tile: runs/tile_timeline_20261202_*.json) the short
+# rows moved again, interleaved in one process (runs/flash_attn_ab_20261202_row_store_*.json,
+# TFLOP/s): d64 non-causal 8k/16k at three merged stages 443/444 vs 417/424 at two; causal d128
+# 2k/4k at two stages, persistent, dealt by work 484/523 vs 417/495 (one program per tile, three
+# stages), while from 8k one program per tile keeps its lead (553 vs 534).
 TABLE: tuple[Row, ...] = (
-    Row("nvidia", 64, False, 4096, Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2)),
+    Row("nvidia", 64, False, None, Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2)),
     # d128 short non-causal: two K/V stages leave room for O's TMA-store staging tiles (128 KB of
     # K/V, 32 of Q, 32 of staging), which beats three merged stages without them
     # (runs/flash_attn_ab_20261202_stages_q.json: 1k/2k/4k 506/551/579 vs 456/511/567)
     Row("nvidia", 128, False, 4096, Schedule(BM=64, BN=128, STAGES=2, persistent=True)),
     Row("nvidia", 128, True, 1024, Schedule(BM=64, BN=64, STAGES=3, persistent=True, causal_group=1,
                                             q_stages=2)),
+    # two K/V stages leave room for the staging tiles here too (128 KB of K/V, 32 of Q, 32 of O)
+    Row("nvidia", 128, True, 4096, Schedule(BM=64, BN=128, STAGES=2, persistent=True, causal_group=1)),
     Row("nvidia", 64, True, 8192, Schedule(BM=64, BN=128, STAGES=3, persistent=True, causal_group=1,
                                            q_stages=2)),
-    # d64 non-causal beyond 4k: two K/V stages (no merged ring) measured 443 vs 428 at 16k and
-    # 436 vs 421 at 8k, interleaved (runs/flash_attn_ab_20261201_d64_stages.json; d128 then lost
-    # 5-10% at two stages). With the Q ring and TMA stores persistent programs win here too
-    # (runs/flash_attn_ab_20261202_stages_q.json: 8k 439 vs 425, 16k 444 vs 435)
-    Row("nvidia", 64, False, None, Schedule(BM=64, BN=128, STAGES=2, persistent=True, q_stages=2)),
     Row("nvidia", None, None, None, HOPPER),
     Row("ascend", None, None, None, ASCEND),
     Row("cpu", None, None, 256, CPU),
