@@ -161,8 +161,9 @@ def test_the_stage_reports_ub_overflow(compiler):
     lowered = lower(gemm_softmax, dict(BM=256, BN=256))
     result = hivm.compile_lowered(lowered, timeout=COMPILE_BOUND_S)
     assert not result.reached_hivmc
-    mem, need, have = result.overflow
-    assert mem == "ub" and have == 1572864 and need > have
+    # the cube's L0C overflows too at these tiles; the log may name either first
+    ub = [(need, have) for mem, need, have in result.overflows if mem == "ub"]
+    assert len(ub) == 1 and ub[0][1] == 1572864 and ub[0][0] > ub[0][1]
     assert "UB overflow" in result.describe() and "196608 B" in result.describe()
 
 

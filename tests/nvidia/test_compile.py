@@ -624,6 +624,24 @@ def test_tma_store_epilogue_where_shared_memory_has_room():
     assert "xs_tma_store" not in off.source and "o_tma_ok" not in off.source
 
 
+def test_one_row_store_keeps_the_vectors_layout():
+    """``xs.store(lse, [r, c], lse_row[None, :])`` is spelled as a 1-D store in the layout the
+    per-row statistics live in (a slice of the accumulator layout), so the epilogue converts no
+    vector to a column slice (each such conversion is a shared-memory round trip with barriers);
+    the LSE row still lands where the [1, BM] tile would (tests/nvidia/test_gpu.py checks it)."""
+    from xsync.kernels.flash_attn import attention_fwd, schedule
+
+    for d, causal in ((64, 0), (128, 1)):
+        cx = dict(schedule.lookup("nvidia", d, bool(causal), 2048).forward_constexprs(), D=d, CAUSAL=causal)
+        r = compile_ptx(attention_fwd, cx, scalar_types={"sm_scale": "fp32"})
+        assert "one row, in the layout its values live in" in r.source
+        lse_store = [x for x in r.source.splitlines() if "gl.store(lse + " in x]
+        assert len(lse_store) == 1 and "[:, None]" not in lse_store[0] and "[None, :]" not in lse_store[0]
+        assert re.search(r"xs_cols\d+ = lse_c \+ row0 \+ gl.arange\(0, 64, layout=gl.SliceLayout\(1, ACC_N\d+\)\)",
+                         r.source)
+        assert not re.search(r"convert_layout\([^\n]*gl.SliceLayout\(0, ", r.source)
+
+
 def test_tma_store_only_outside_plain_loops():
     """TMA stores of one location would not be ordered, so a store inside a loop that is not
     a tile loop (gemm_softmax's column blocks) stays a masked store; the persistent GEMM's,

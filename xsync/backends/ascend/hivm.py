@@ -124,10 +124,21 @@ class HivmResult:
         return out
 
     @property
+    def overflows(self) -> list[tuple[str, int, int]]:
+        """(memory, required bits, available bits) of every local memory that overflowed, in
+        the log's order (the compiler plans the cube's and the vector's functions in parallel,
+        so where both overflow either may come first)."""
+        seen = []
+        for m in _OVERFLOW_RE.finditer(self.log):
+            item = (m.group(1), int(m.group(2)), int(m.group(3)))
+            if item not in seen:
+                seen.append(item)
+        return seen
+
+    @property
     def overflow(self) -> tuple[str, int, int] | None:
-        """(memory, required bits, available bits) when a local memory overflowed."""
-        m = _OVERFLOW_RE.search(self.log)
-        return (m.group(1), int(m.group(2)), int(m.group(3))) if m else None
+        """The first of :attr:`overflows`, or None."""
+        return (self.overflows or [None])[0]
 
     @property
     def error(self) -> str:
@@ -153,11 +164,10 @@ class HivmResult:
             return f"{self.kernel}: bishengir-compile did not finish in {self.seconds:.0f} s"
         if self.reached_hivmc:
             return f"{self.kernel}: every HIVM pass ran ({self.seconds:.1f} s), stopped at hivmc"
-        over = self.overflow
-        if over:
-            mem, need, have = over
-            return (f"{self.kernel}: {mem.upper()} overflow: needs {need // 8} B, the core has "
-                    f"{have // 8} B")
+        if self.overflows:
+            return f"{self.kernel}: " + "; ".join(
+                f"{mem.upper()} overflow: needs {need // 8} B, the core has {have // 8} B"
+                for mem, need, have in self.overflows)
         return f"{self.kernel}: bishengir-compile failed:\n{self.error or self.log[-2000:]}"
 
 
