@@ -349,13 +349,17 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             o.indent()
         o.line(f"{r} = {r0} + gl.arange(0, {t.shape[0]}, layout=gl.SliceLayout(1, {lay}))")
         o.line(f"{cc} = {c0} + gl.arange(0, {t.shape[1]}, layout=gl.SliceLayout(0, {lay}))")
-        mask = f"({r}[:, None] < {tn}_rows) & ({cc}[None, :] < {tn}_cols)"
-        if bounds:
-            mask += f" & ({r}[:, None] < {bounds[0]}) & ({cc}[None, :] < {bounds[1]})"
-        o.line(f"gl.store({tn} + {r}[:, None].to(gl.int64) * {tn}_stride + {cc}[None, :], "
-               f"{val}.to({dtype}), mask={mask})")
+        self.masked_store(tn, f"{r}[:, None]", f"{cc}[None, :]", val, bounds)
         if stage is not None:
             o.dedent()
+
+    def masked_store(self, tn: str, rows: str, cols: str, val: str, bounds: list):
+        """gl.store of ``val`` at (``rows``, ``cols``) of ``tn``, masked to the tensor and ``bounds``."""
+        mask = f"({rows} < {tn}_rows) & ({cols} < {tn}_cols)"
+        if bounds:
+            mask += f" & ({rows} < {bounds[0]}) & ({cols} < {bounds[1]})"
+        self.out.line(f"gl.store({tn} + {rows}.to(gl.int64) * {tn}_stride + {cols}, "
+                      f"{val}.to({self.dtype(self.tensors[tn].dtype)}), mask={mask})")
 
     def row_store(self, s: ir.Store):
         """``xs.store(t, [r, c], v[None, :])`` of a 1-D tile ``v``: a masked store in ``v``'s
@@ -372,11 +376,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         o.line(f"{val} = {c}")
         o.line(f"{r} = {r0} + gl.zeros([{t.shape[0]}], gl.int32, layout={t.layout})")
         o.line(f"{cc} = {c0} + gl.arange(0, {t.shape[0]}, layout={t.layout})")
-        mask = f"({r} < {tn}_rows) & ({cc} < {tn}_cols)"
-        if bounds:
-            mask += f" & ({r} < {bounds[0]}) & ({cc} < {bounds[1]})"
-        o.line(f"gl.store({tn} + {r}.to(gl.int64) * {tn}_stride + {cc}, {val}.to({self.dtype(self.tensors[tn].dtype)}), "
-               f"mask={mask})")
+        self.masked_store(tn, r, cc, val, bounds)
 
     def staging_tile(self, tensor: str, t: T):
         """(staging buffer, descriptor parameter) for a TMA store of tile ``t`` into ``tensor``
