@@ -80,8 +80,8 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # causal d128 1k 309 vs 298; d64 beyond 4k loses 1-4% (non-causal 8k 428 vs 445). Two Q slots
 # where they fit beside K and V (d64, and d128 with BN=64), one for d128's 3 x 64 KB K/V ring.
 # With the per-row statistics stored in their own layout (no shared-memory round trips in the
-# epilogue, 1.1k instead of 3.8k cycles a tile: runs/tile_timeline_20261202_*.json) the short
-# rows moved again, interleaved in one process (runs/flash_attn_ab_20261202_row_store_*.json,
+# epilogue; d64 causal 1k: 1.1k instead of 3.8k cycles a tile, runs/tile_timeline_20261202_*.json)
+# the short rows moved again, interleaved in one process (runs/flash_attn_ab_20261202_row_store_*.json,
 # TFLOP/s): d64 non-causal 8k/16k at three merged stages 443/444 vs 417/424 at two; causal d128
 # 2k/4k at two stages, persistent, dealt by work 484/523 vs 417/495 (one program per tile, three
 # stages), while from 8k one program per tile keeps its lead (553 vs 534).
