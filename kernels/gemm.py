@@ -90,7 +90,7 @@ def gemm_persistent(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs
     blocks_m = xs.cdiv(M, BM)
     blocks_n = xs.cdiv(N, BN)
     per_group = GROUP_M * blocks_n
-    for tile in range(xs.program_id(0), blocks_m * blocks_n, xs.num_programs(0)):
+    for tile in xs.tile_range(blocks_m * blocks_n):
         first_m = (tile // per_group) * GROUP_M
         group_rows = xs.minimum(blocks_m - first_m, GROUP_M)
         off_m = (first_m + tile % per_group % group_rows) * BM
@@ -140,7 +140,7 @@ def gemm_persistent_2wg(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK
     blocks_m = xs.cdiv(M, 2 * BM)
     blocks_n = xs.cdiv(N, BN)
     per_group = GROUP_M * blocks_n
-    for tile in range(xs.program_id(0), blocks_m * blocks_n, xs.num_programs(0)):
+    for tile in xs.tile_range(blocks_m * blocks_n):
         first_m = (tile // per_group) * GROUP_M
         group_rows = xs.minimum(blocks_m - first_m, GROUP_M)
         off_m = (first_m + tile % per_group % group_rows) * (2 * BM)

@@ -642,10 +642,26 @@ def test_one_row_store_keeps_the_vectors_layout():
         assert not re.search(r"convert_layout\([^\n]*gl.SliceLayout\(0, ", r.source)
 
 
+def _tile_range_copy(x, y, tiles_total, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for tile in xs.tile_range(tiles_total):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [tile * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [tile * BLOCK, 0], got.t)
+            ring.release()
+
+
 def test_tma_store_only_outside_plain_loops():
     """TMA stores of one location would not be ordered, so a store inside a loop that is not
-    a tile loop (gemm_softmax's column blocks) stays a masked store; the persistent GEMM's,
-    inside its tile loop, and the one-tile GEMM's (S=1: room for two CTAs with staging) go by TMA."""
+    a tile loop (gemm_softmax's column blocks, or a loop over tiles written by hand rather than
+    declared with xs.tile_range) stays a masked store; the persistent GEMM's, inside its tile
+    loop, and the one-tile GEMM's (S=1: room for two CTAs with staging) go by TMA."""
     from xsync.backends.nvidia import render_source
     from xsync.kernels.gemm import gemm, gemm_persistent
     from xsync.kernels.gemm_softmax import gemm_softmax
@@ -655,6 +671,12 @@ def test_tma_store_only_outside_plain_loops():
         return render_source(lw.kernel, lw.placement, lw.allocation)
 
     assert "xs_tma_store" not in source(gemm_softmax)
+    # the same tiles walked by a hand-written range(program_id(0), n, num_programs(0)): only
+    # xs.tile_range declares a tile loop, so this store stays masked
+    from tests.core.corpus import correct_persistent_tiles
+    declared = xs.kernel(example=dict(x=xs.float32, y=xs.float32, BLOCK=16, STAGES=2))(_tile_range_copy)
+    assert "xs_tma_store(y_store_desc" in source(declared)
+    assert "xs_tma_store" not in source(correct_persistent_tiles, dict(BLOCK=16, STAGES=2))
     assert "xs_tma_store(c_store_desc" in source(gemm_persistent)
     assert "xs_tma_store(c_store_desc" in source(gemm, dict(BM=128, BN=128, BK=64, STAGES=1), GEMM_DTYPES)
     assert "xs_tma_store" not in source(gemm, dict(BM=128, BN=128, BK=64, STAGES=3), GEMM_DTYPES)

@@ -285,7 +285,7 @@ class _Frontend:
             step = args[2] if len(args) == 3 else ir.Const(1)
         return self.loop(s, start, stop, step)
 
-    def loop(self, s: ast.For, start, stop, step, single_tile=False) -> ir.For:
+    def loop(self, s: ast.For, start, stop, step, single_tile=False, tile_loop=False) -> ir.For:
         """The ir.For of ``s`` (target and form already checked): its counter and body."""
         var = s.target.id
         if var in self.loop_vars:
@@ -293,7 +293,8 @@ class _Frontend:
         self.loop_vars.add(var)
         self.bind([var], ir.Const(0), s)
         body = self.block(s.body)
-        return ir.For(var, start, stop, step, tuple(body), self.loc(s), single_tile=single_tile)
+        return ir.For(var, start, stop, step, tuple(body), self.loc(s), single_tile=single_tile,
+                      tile_loop=tile_loop)
 
     def tile_range(self, s: ast.For):
         """``for tile in xs.tile_range(total, persistent=P)``: the persistent loop
@@ -321,7 +322,8 @@ class _Frontend:
             self.error(s, f"xs.tile_range's `persistent` is {persistent!r}, not a flag",
                        fix="pass True/False, 1/0 or a constexpr holding one")
         return self.loop(s, ir.Call("program_id", (ir.Const(0),), ()), self.expr(it.args[0]),
-                         ir.Call("num_programs", (ir.Const(0),), ()), single_tile=not persistent)
+                         ir.Call("num_programs", (ir.Const(0),), ()), single_tile=not persistent,
+                         tile_loop=True)
 
     def method_verb(self, call: ast.Call):
         """(object variable, verb) for `pipe.acquire()` / `bar.sync()`-style calls."""

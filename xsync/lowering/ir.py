@@ -236,6 +236,10 @@ class For:
     # first iteration. Renderers spell it without a loop (``tile = program_id(0); if tile <
     # total:``); the verifier checks the loop, of which that program is one run.
     single_tile: bool = False
+    # the loop of ``xs.tile_range`` (persistent or not): each iteration is one tile, and the
+    # author says tiles write disjoint outputs (the Hopper renderer may then store by TMA inside
+    # it; bulk copies to one location are not ordered)
+    tile_loop: bool = False
 
 
 @dataclass(frozen=True)

@@ -251,7 +251,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                 o.line(f"for {s.var} in range({self.tx(s.start)[0]}, {self.tx(s.stop)[0]}, "
                        f"{self.tx(s.step)[0]}):  # line {s.loc.line}")
             self.env[s.var] = SCALAR
-            self.loops.append(s.single_tile or _is_tile_loop(s))
+            self.loops.append(s.tile_loop)
             o.indent()
             self.block(s.body)
             o.dedent()
@@ -597,12 +597,6 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                             [(lb, a.name, r, w, g) for lb, a, r, w, g in parts], 4,
                             self.wait_sites, agent_ids, self.num_bars, self.debug_hang, desc_layouts,
                             self.module_layouts)
-
-
-def _is_tile_loop(s: ir.For) -> bool:
-    """``xs.tile_range``'s persistent loop: range(program_id(0), total, num_programs(0))."""
-    return (isinstance(s.start, ir.Call) and s.start.op == "program_id"
-            and isinstance(s.step, ir.Call) and s.step.op == "num_programs")
 
 
 def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation, options: dict | None = None):
