@@ -37,6 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks._gpu import cuda_missing  # noqa: E402 - after the source tree is on sys.path
+
 SEQS = (1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
 
@@ -423,10 +425,8 @@ def main(argv=None, progress=True) -> int:
     parser.add_argument("--backward", action="store_true", help="also the backward section (same grid)")
     parser.add_argument("--no-forward", action="store_true", help="skip the forward rows (with --backward)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("benchmarks/flash_attn.py needs a CUDA GPU; none is visible.", file=sys.stderr)
+    if cuda_missing(__file__):
         return 2
-    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
     points = [] if args.no_forward else list(grid(args.quick))
     rows = []
     start = time.time()

@@ -44,6 +44,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks._gpu import cuda_missing  # noqa: E402 - after the source tree is on sys.path
+
 CANDIDATES = {   # name -> (schedule fields over the table's, merge-pipes on)
     "flagship": ({}, True),
     "flagship_s2": ({"STAGES": 2}, True),
@@ -153,10 +155,8 @@ def main(argv=None) -> int:
                         help="of: " + ", ".join(CANDIDATES))
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    if cuda_missing(__file__):
         return 2
-    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
     names = [n for n in args.candidates.split(",") if n != "older" or args.older]
     shapes = _shapes(args.shapes)
     jobs = [(n, args.older, d, c) for d, c, _ in shapes for n in names]

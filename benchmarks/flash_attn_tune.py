@@ -23,6 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks._gpu import cuda_missing  # noqa: E402 - after the source tree is on sys.path
+
 CANDIDATES = {
     "stages2": dict(BN=128, STAGES=2, persistent=False),
     "stages3": dict(BN=128, STAGES=3, persistent=False),
@@ -66,10 +68,8 @@ def main(argv=None) -> int:
     parser.add_argument("--candidates", default=",".join(CANDIDATES))
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    if cuda_missing(__file__):
         return 2
-    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
     rows, best = [], []
     start = time.time()
     for d in (64, 128):

@@ -21,6 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks._gpu import cuda_missing  # noqa: E402 - after the source tree is on sys.path
+
 SHAPES = (dict(b=1, h=1, s=128, d=64), dict(b=1, h=32, s=1024, d=128))
 
 
@@ -182,10 +184,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("benchmarks/host_path.py needs a CUDA GPU; none is visible.", file=sys.stderr)
+    if cuda_missing(__file__):
         return 2
-    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
     os.makedirs(args.out, exist_ok=True)
     rows = measure(args.out if args.profile else None)
     with open(os.path.join(args.out, "host_path.json"), "w") as f:

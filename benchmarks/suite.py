@@ -31,6 +31,8 @@ for path in (ROOT, os.path.join(ROOT, "benchmarks")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+from benchmarks._gpu import cuda_missing  # noqa: E402 - after the source tree is on sys.path
+
 SECTIONS = ("grid", "varlen", "host", "gemm", "variants", "backward")
 
 
@@ -84,15 +86,13 @@ def main(argv=None) -> int:
     parser.add_argument("--update", action="store_true")
     parser.add_argument("--commit", default=None, help="the source revision measured (default: git HEAD)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("benchmarks/suite.py needs a CUDA GPU; none is visible.", file=sys.stderr)
+    if cuda_missing(__file__):
         return 2
     wanted = [s for s in args.sections.split(",") if s]
     unknown = [s for s in wanted if s not in SECTIONS]
     if unknown:
         print(f"unknown section(s) {unknown}; valid: {', '.join(SECTIONS)}", file=sys.stderr)
         return 2
-    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
     path = os.path.join(args.out, "suite.json")
     data = {}
     if args.update and os.path.exists(path):

@@ -36,6 +36,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks._gpu import cuda_missing  # noqa: E402 - after the source tree is on sys.path
+
 POINTS = 32            # mark slots per tile: 12 per consumer replica, then the producers'
 ITERATIONS = 80        # tiles per program the buffer holds
 PROGRAMS = 4096
@@ -157,10 +159,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
     import triton.testing
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    if cuda_missing(__file__):
         return 2
-    os.environ.setdefault("XSYNC_BACKEND", "nvidia")
     import xsync.backends.nvidia as nv
     from xsync.kernels.flash_attn import ops, schedule
 
