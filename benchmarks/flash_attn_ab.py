@@ -19,6 +19,10 @@ in one process on the same tensors, next to SDPA's cuDNN backend, and reports me
   ``no_tma_store``: the flagship with its O tiles stored from registers (XSYNC_NV_TMA_STORE=0);
   ``pingpong`` / ``pingpong_first``: the flagship with the ping-pong pass placed explicitly
   (XSYNC_NV_PINGPONG=each / first) beside overlap-softmax, which otherwise turns it off;
+* ``r2``: two consumer replicas (warpgroups) per tile of 2*BM rows;
+  ``r3`` / ``r3_s2`` / ``r3_q1`` / ``r3_p24``: three consumer replicas (warpgroups) per tile of
+  3*BM rows, as FA3 runs d64; at two K/V stages, one Q slot, or 24 producer registers (the
+  consumers get 160 either way since the allocator gives three consumers 160, alloc.py);
 * ``older``: an older revision's kernel source (``--older PATH``, e.g. the file from
   ``git show 00e8dd1:kernels/flash_attn/kernel.py``), lowered by this xsync with its own
   launch layout (grid (row blocks, batch*heads), no ``batch``/``max_q`` arguments).
@@ -69,10 +73,15 @@ CANDIDATES = {   # name -> (schedule fields over the table's, merge-pipes on)
     "no_tma_store": ({}, True),
     "pingpong": ({}, True),
     "pingpong_first": ({}, True),
+    "r2": ({"replicas": 2}, True),
+    "r3": ({"replicas": 3}, True),
+    "r3_s2": ({"replicas": 3, "STAGES": 2}, True),
+    "r3_q1": ({"replicas": 3, "q_stages": 1}, True),
+    "r3_p24": ({"replicas": 3}, True),
 }
 # candidates lowered under other renderer options than the defaults
 OPTIONS = {"no_tma_store": {"nv_tma_store": False}, "pingpong": {"nv_pingpong": "each"},
-           "pingpong_first": {"nv_pingpong": "first"}}
+           "pingpong_first": {"nv_pingpong": "first"}, "r3_p24": {"nv_producer_regs": 24}}
 
 
 def _kernel(name: str, older: str | None):
@@ -117,7 +126,7 @@ def _launcher(name, kernel, q, k, v, causal):
     plan = dataclasses.replace(plan, **override)
     grid_size = None
     if name == "tile_loop":      # the loop kept, one program per tile
-        grid_size = math.ceil(s / (2 * plan.BM)) * b * h
+        grid_size = math.ceil(s / plan.tile_rows) * b * h
         plan = dataclasses.replace(plan, persistent=True)
     views = q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse, cu_q, cu_k
 

@@ -179,7 +179,7 @@ def main(argv=None) -> int:
         if not plan.persistent:
             print(f"d={d} causal={causal} s={s}: {plan} has no tile loop to mark; skipped")
             continue
-        tiles = -(-s // (2 * plan.BM)) * b * h
+        tiles = -(-s // plan.tile_rows) * b * h
         programs = ops.programs("nvidia", tiles, plan.persistent, torch.device("cuda"))
         if -(-tiles // programs) > ITERATIONS:
             print(f"d={d} causal={causal} s={s}: more than {ITERATIONS} tiles a program; skipped")

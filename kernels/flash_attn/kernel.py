@@ -1,23 +1,25 @@
 """Flash-attention forward: the single kernel source for Hopper, Ascend and the CPU.
 
-Roles and pipes (one program = one sequence x head x 2*BM query rows):
+Roles and pipes (one tile = one sequence x head x REPLICAS*BM query rows; REPLICAS = 2 unless
+the schedule says otherwise):
 
-    q_load (copy, 2 replicas) ──q_in (paired)──┐
+    q_load (copy, REPLICAS) ──q_in (paired)──┐
                                                ▼
-    load (copy) ──k_in, v_in──▶ mma (matrix, 2 replicas) ──s_out──▶ softmax (vector, 2 replicas)
+    load (copy) ──k_in, v_in──▶ mma (matrix, REPLICAS) ──s_out──▶ softmax (vector, REPLICAS)
                                      ▲                                   │
                                      └──────────────p_in─────────────────┘
                                      mma ──pv_out──▶ softmax
 
 Replica r of mma/softmax owns query rows [m_block + r*BM, m_block + (r+1)*BM); K and V
-tiles are broadcast to both replicas, replica r of q_load copies replica r's Q rows (an N -> N
+tiles are broadcast to every replica, replica r of q_load copies replica r's Q rows (an N -> N
 pipe pairs replica r with replica r), and mma holds that slot for the whole tile. The softmax
 keeps the running max `m_i`, the running sum `l_i` and the output accumulator `o_acc`; PV
 arrives as a fresh product and the softmax rescales: `o_acc = o_acc * alpha + pv` (the split
 form, docs/design.md §5).
 
 Placement does the rest:
-* Hopper: mma and softmax share a consumer warpgroup per replica, so s_out / p_in / pv_out
+* Hopper: mma and softmax share a consumer warpgroup per replica (three for d64 at 2k and
+  beyond, as FA3: schedule.py), so s_out / p_in / pv_out
   are register hand-offs; the schedule passes fuse the PV product into the accumulator
   (`o_acc = mma(p, v, o_acc * alpha)`) and overlap the softmax with the next S and the
   previous PV; the load role is a 1-warp TMA producer (K and V: one ring after merge-pipes),
@@ -29,7 +31,7 @@ Placement does the rest:
   pv_out cross cores through global-memory workspace slots and cube<->vector flags.
 * CPU emulator: every role replica is a thread.
 
-Tiles (ops.block_sizes): BM rows per replica (a tile is 2*BM rows), BN = 128 keys per step.
+Tiles (ops.block_sizes): BM rows per replica (a tile is REPLICAS*BM rows), BN = 128 keys per step.
 Hopper: BM = 64. Ascend: BM = 32, 64 rows per program as triton-ascend's own tutorial. Memory
 on the Ascend 910B, measured by the ascend matrix's compiler stage (after hivm-plan-memory):
 each vector core holds 16 rows of each replica's S, P, PV and O tiles (sub-block binding
@@ -83,11 +85,12 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                   q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
                   lse_batch_rows, lse_packed,
                   BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
-                  STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1, Q_STAGES: xs.constexpr = 1):
+                  STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1, Q_STAGES: xs.constexpr = 1,
+                  REPLICAS: xs.constexpr = 2):
     load = xs.role("load", kind="copy")
-    q_load = xs.role("q_load", kind="copy", replicas=2)
-    mma = xs.role("mma", kind="matrix", replicas=2)
-    softmax = xs.role("softmax", kind="vector", replicas=2)
+    q_load = xs.role("q_load", kind="copy", replicas=REPLICAS)
+    mma = xs.role("mma", kind="matrix", replicas=REPLICAS)
+    softmax = xs.role("softmax", kind="vector", replicas=REPLICAS)
     k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype))
     v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D], v.dtype))
     s_out = xs.pipe(mma, softmax, stages=2, s=xs.tile([BM, BN], xs.float32))
@@ -97,14 +100,14 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
 
     # Tiles: with PERSISTENT, program p takes tiles p, p + P, p + 2P, ... (P = programs
     # launched); without, the one tile p (one program per tile, no loop state to carry).
-    # A tile is one (sequence, head) pair and 2*BM query rows: tile i's pair and first row
+    # A tile is one (sequence, head) pair and REPLICAS*BM query rows: tile i's pair and first row
     # are entries 2i and 2i + 1 of tile_order, a table the host makes (tiles.py: pair by pair,
     # or under a causal mask by work, longest first, in a snake over the programs). Replicated
     # in every agent: all walk the same tiles, and the pipes keep their counters from tile to
     # tile. The protocol reads the rows left from the tile's first (rows_left), not the row
     # itself: so the verifier checks every value of it, and of the key count, together.
     pairs = batch * heads
-    row_blocks = xs.cdiv(max_q, 2 * BM)
+    row_blocks = xs.cdiv(max_q, REPLICAS * BM)
     qk_scale = sm_scale * LOG2E
     for tile in xs.tile_range(row_blocks * pairs, persistent=PERSISTENT):
         pair = xs.load_scalar(tile_order, 2 * tile)
@@ -123,7 +126,7 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
             hi = k_len
             if CAUSAL:
                 # bottom-right aligned: query i sees keys j <= i + (k_len - q_len)
-                hi = xs.maximum(0, xs.minimum(k_len, k_len - rows_left + 2 * BM))
+                hi = xs.maximum(0, xs.minimum(k_len, k_len - rows_left + REPLICAS * BM))
             with q_load:
                 qs = q_in.acquire()
                 qs.q = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])

@@ -164,9 +164,9 @@ def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, ca
     """Launch ``kernel`` (the flagship or a variant of it) on 2-D views as the ops do: the
     schedule's tiles, its program count (or ``grid_size``) and the tile order it deals them
     in (kernels/flash_attn/tiles.py). Returns (grid, compiled, args, constexprs)."""
-    row_blocks = math.ceil(max_q / (2 * plan.BM))
+    row_blocks = math.ceil(max_q / plan.tile_rows)
     grid = (grid_size or programs(backend, row_blocks * batch * hq, plan.persistent, q2.device),)
-    order = tiles.order(batch * hq, row_blocks, 2 * plan.BM, grid[0], plan.causal_group if causal else None,
+    order = tiles.order(batch * hq, row_blocks, plan.tile_rows, grid[0], plan.causal_group if causal else None,
                         q2.device)
     args = (q2, k2, v2, o2, lse2, cu_q, cu_k, order, float(scale), hq, hq // hk, batch, int(max_q),
             *layout)

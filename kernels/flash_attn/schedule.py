@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Schedule:
-    BM: int                 # query rows per consumer replica (a tile is 2 * BM rows)
+    BM: int                 # query rows per consumer replica (a tile is replicas * BM rows)
     BN: int                 # keys per step
     STAGES: int             # K/V ring slots
     persistent: bool        # programs = min(tiles, cores/SMs) instead of one per tile
@@ -27,13 +27,21 @@ class Schedule:
     # slots of the Q ring (the q_load role's TMA copies of each tile's query rows): two let the
     # next tile's Q land while this tile runs, where shared memory holds them beside K and V
     q_stages: int = 1
+    # consumer replicas of the forward (mma and softmax, and the q_load copies): Hopper consumer
+    # warpgroups, one per BM rows; Ascend's two vector cores take one each, so it keeps two
+    replicas: int = 2
+
+    @property
+    def tile_rows(self) -> int:
+        """Query rows of one forward tile: BM per consumer replica."""
+        return self.replicas * self.BM
 
     def constexprs(self) -> dict:
         return dict(BM=self.BM, BN=self.BN, STAGES=self.STAGES, PERSISTENT=int(self.persistent))
 
     def forward_constexprs(self) -> dict:
         """The forward kernel's (kernel.py): the backward kernels have no Q ring."""
-        return dict(self.constexprs(), Q_STAGES=self.q_stages)
+        return dict(self.constexprs(), Q_STAGES=self.q_stages, REPLICAS=self.replicas)
 
 
 @dataclass(frozen=True)
@@ -85,8 +93,16 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # TFLOP/s): d64 non-causal 8k/16k at three merged stages 443/444 vs 417/424 at two; causal d128
 # 2k/4k at two stages, persistent, dealt by work 484/523 vs 417/495 (one program per tile, three
 # stages), while from 8k one program per tile keeps its lead (553 vs 534).
+# Three consumer replicas (tiles of 192 rows, as FA3 runs d64) against two, interleaved in one
+# process (runs/flash_attn_ab_20261203_r3.json, TFLOP/s, three replicas at 160 consumer registers
+# (alloc.py) / two / cuDNN): d64 non-causal 2k/4k/8k/16k 447/458/485/489 vs 423/429/441/440
+# (cuDNN 450/458/460/452), 1k 379 vs 396; d64 causal 16k 455 vs 429, while up to 8k causal
+# three lose (1k 150 vs 281, 8k 391 vs 426: a 192-row tile crosses more masked key blocks).
+# d128 does not fit three (its O accumulator alone is 64 registers a thread: local memory).
 TABLE: tuple[Row, ...] = (
-    Row("nvidia", 64, False, None, Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2)),
+    Row("nvidia", 64, False, 1024, Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2)),
+    Row("nvidia", 64, False, None, Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2,
+                                            replicas=3)),
     # d128 short non-causal: two K/V stages leave room for O's TMA-store staging tiles (128 KB of
     # K/V, 32 of Q, 32 of staging), which beats three merged stages without them
     # (runs/flash_attn_ab_20261202_stages_q.json: 1k/2k/4k 506/551/579 vs 456/511/567)
@@ -97,6 +113,7 @@ TABLE: tuple[Row, ...] = (
     Row("nvidia", 128, True, 4096, Schedule(BM=64, BN=128, STAGES=2, persistent=True, causal_group=1)),
     Row("nvidia", 64, True, 8192, Schedule(BM=64, BN=128, STAGES=3, persistent=True, causal_group=1,
                                            q_stages=2)),
+    Row("nvidia", 64, True, None, Schedule(BM=64, BN=128, STAGES=3, persistent=False, replicas=3)),
     Row("nvidia", None, None, None, HOPPER),
     Row("ascend", None, None, None, ASCEND),
     Row("cpu", None, None, 256, CPU),

@@ -45,7 +45,7 @@ EDITS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     # the accumulate form written directly, `o_acc = mma(p, v, o_acc * alpha)`: one matrix role
     # computes S, the softmax and PV (no register hand-offs to write)
     "accumulate_form": ("one role; PV written as `o_acc = mma(p, v, o_acc * alpha)`", (
-        ("    softmax = xs.role(\"softmax\", kind=\"vector\", replicas=2)\n", ""),
+        ("    softmax = xs.role(\"softmax\", kind=\"vector\", replicas=REPLICAS)\n", ""),
         ("    s_out = xs.pipe(mma, softmax, stages=2, s=xs.tile([BM, BN], xs.float32))\n"
          "    p_in = xs.pipe(softmax, mma, stages=2, p=xs.tile([BM, BN], q.dtype))\n"
          "    pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D], xs.float32))\n", ""),

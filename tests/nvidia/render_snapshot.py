@@ -74,7 +74,7 @@ def cases() -> list[Case]:
         s = r.schedule
         for d in ([r.head_dim] if r.head_dim else ops.HEAD_DIMS):
             for causal in ([int(r.causal)] if r.causal is not None else (0, 1)):
-                name = f"fwd-BM{s.BM}-BN{s.BN}-S{s.STAGES}-P{int(s.persistent)}-Q{s.q_stages}-d{d}-c{causal}"
+                name = f"fwd-R{s.replicas}-BM{s.BM}-BN{s.BN}-S{s.STAGES}-P{int(s.persistent)}-Q{s.q_stages}-d{d}-c{causal}"
                 if name not in seen:
                     seen.add(name)
                     cx = {**cx0, **s.forward_constexprs(), "D": d, "CAUSAL": causal}

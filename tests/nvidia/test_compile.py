@@ -67,7 +67,9 @@ def test_gemm_stages_compile(stages):
 def test_gemm_softmax_compile():
     lowered = gemm_softmax.lower("nvidia")
     r = compile_ptx(lowered)
-    common_sync_checks(r.ptx, 2 * (64 * 64 * 2), wait_groups=(0, 1))
+    # three consumer warpgroups: the producers give up registers so each consumer gets 160
+    common_sync_checks(r.ptx, 2 * (64 * 64 * 2), wait_groups=(0, 1), producer_regs=32)
+    assert lines(r.ptx, r"setmaxnreg\.inc\.sync\.aligned\.u32\s+160;")
     (bid, threads), = named_barrier_rows(lowered).values()
     syncs = lines(r.ptx, rf"bar\.sync\s+{bid},\s*{threads};")
     assert len(syncs) == 2, syncs  # one per epilogue replica partition
@@ -166,30 +168,57 @@ def test_flash_attention_single_source_compiles():
 
 
 def _launched_specializations():
-    """(head_dim, causal, BM, BN, STAGES) of every schedule the ops can launch on Hopper."""
+    """(head_dim, causal, schedule) of every schedule the ops can launch on Hopper."""
     from xsync.kernels.flash_attn import ops, schedule
 
-    out = []
+    out = {}
     for d in ops.HEAD_DIMS:
         for causal in (0, 1):
             for length in (128, 1024, 2048, 4096, 8192, 16384, 1 << 20):
                 plan = schedule.lookup("nvidia", d, causal, length)
-                out.append((d, causal, plan.BM, plan.BN, plan.STAGES))
-    return sorted(set(out))
+                out[(d, causal, plan)] = None
+    return list(out)
 
 
-@pytest.mark.parametrize("d,causal,bm,bn,stages", _launched_specializations())
-def test_every_launched_attention_specialization_compiles(d, causal, bm, bn, stages):
-    """Every specialization the ops launch on Hopper (head_dim, causal, and the tiles the
-    schedule table picks per length) goes through Gluon and ptxas here, so a layout that only
-    one of them gets wrong fails in CI, not on the GPU."""
+def _stack_bytes(cubin: bytes) -> int | None:
+    """The kernel's per-thread stack (local memory: ptxas spills) from cuobjdump's resource
+    usage, or None where triton ships no cuobjdump."""
+    import pathlib
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tool = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.exists():
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
+                              text=True, check=True).stdout
+    return int(re.search(r"STACK:(\d+)", text).group(1))
+
+
+@pytest.mark.parametrize("d,causal,plan", _launched_specializations(),
+                         ids=lambda x: f"R{x.replicas}-BM{x.BM}-BN{x.BN}-S{x.STAGES}-P{int(x.persistent)}-Q{x.q_stages}"
+                         if hasattr(x, "BM") else str(x))
+def test_every_launched_attention_specialization_compiles(d, causal, plan):
+    """Every specialization the ops launch on Hopper (head_dim, causal, and the schedule the
+    table picks per length: tiles, stages, Q slots, consumer replicas, the tile loop) goes
+    through Gluon and ptxas here, so a layout that only one of them gets wrong fails in CI, not
+    on the GPU; and none spills (three consumer warpgroups get 160 registers each: d64's S,
+    P, O and the next S in flight fit, at 152 they did not)."""
     from xsync.kernels.flash_attn import attention_fwd
 
     cx, dtypes = attention_fwd.specialization()
-    cx.update(BM=bm, BN=bn, STAGES=stages, D=d, CAUSAL=causal)
+    cx.update(plan.forward_constexprs(), D=d, CAUSAL=causal)
     r = compile_ptx(attention_fwd.lower("nvidia", cx, dtypes), scalar_types={"sm_scale": "fp32"})
     assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{d}k16\.f32\.bf16\.bf16")   # P @ V
-    assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k16\.f32\.bf16\.bf16")  # Q @ K^T
+    assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{plan.BN}k16\.f32\.bf16\.bf16")  # Q @ K^T
+    assert r.metadata.num_warps == 4 * plan.replicas + 4       # consumers + the producer warps' group
+    stack = _stack_bytes(r.cubin)
+    assert stack in (None, 0), f"{stack} B of stack a thread: ptxas spilled"
 
 
 def test_flash_attention_pv_fused_into_accumulator():

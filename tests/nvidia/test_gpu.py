@@ -135,6 +135,42 @@ def test_flash_attention_single_source(d, causal, sq, sk, monkeypatch):
     torch.testing.assert_close(lse, torch.logsumexp(s, -1), atol=1e-3, rtol=1e-3)
 
 
+# query lengths that reach every Hopper row of the schedule table (checked below), each off the
+# tile grid so the last tile is partial (a 192-row tile of three replicas: 2000 = 10 x 192 + 80)
+TABLE_LENGTHS = (1000, 2000, 4100, 8300)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_schedule_row_matches_torch(d, causal, monkeypatch):
+    """Each row of the committed schedule table (kernels/flash_attn/schedule.py: tiles, stages,
+    Q slots, two or three consumer replicas, persistent or one program per tile) as the ops
+    launch it, against a float32 softmax(QK^T)V and its log-sum-exp."""
+    import torch
+
+    from xsync.kernels.flash_attn import schedule
+    from xsync.kernels.flash_attn.ops import attention_impl
+
+    rows = {id(r.schedule) for r in schedule.TABLE if r.backend == "nvidia"}
+    hit = {id(schedule.lookup("nvidia", dd, c, n)) for dd in (64, 128) for c in (False, True)
+           for n in TABLE_LENGTHS}
+    assert rows <= hit, "a schedule row no length of TABLE_LENGTHS reaches: add one"
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    torch.manual_seed(5)
+    for n in TABLE_LENGTHS:
+        q, k, v = (torch.randn(1, 2, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        o, lse = attention_impl(q, k, v, causal)
+        s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d)
+        if causal:
+            s = s.masked_fill(torch.ones(n, n, device="cuda", dtype=torch.bool).triu(1), float("-inf"))
+        plan = schedule.lookup("nvidia", d, causal, n)
+        torch.testing.assert_close(o.float(), torch.softmax(s, -1) @ v.float(), atol=3e-2, rtol=2e-2,
+                                   msg=lambda m: f"s={n} {plan}: {m}")
+        torch.testing.assert_close(lse, torch.logsumexp(s, -1), atol=1e-3, rtol=1e-3,
+                                   msg=lambda m: f"s={n} {plan}: {m}")
+        del s
+
+
 def _reference(q, k, v, causal):
     """tests/core's float64 reference, as float32; a row that sees no key (causal, more
     queries than keys) has O = 0 and LSE = +inf, the kernel's (flash-attn's) convention."""

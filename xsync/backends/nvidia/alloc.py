@@ -8,7 +8,11 @@
   CTAs per SM when one consumer warpgroup, one producer warp and half the shared memory
   suffice (maxnreg 128: 24 producer / 232 consumer registers; H200, GEMM 8192^3, STAGES=3:
   0.67x -> 0.85x of torch.matmul in one run); else 40 per producer warpgroup and the rest of
-  the 512 per thread-slot split evenly between consumer warpgroups, at most 232.
+  the 512 per thread-slot split evenly between consumer warpgroups, at most 232 -- or, where
+  that leaves the consumers short of 232 (three or four consumer warpgroups), 32 per producer
+  warpgroup, as FA3 gives its 3-warpgroup d64 kernel: three consumers get 160 instead of 152,
+  which keeps attention d64's S, P and O (and the next S in flight) out of local memory
+  (H200, d64 non-causal 8k: 485 vs 405 TFLOP/s at 152, benchmarks/results/runs/flash_attn_ab_20261203_r3.json).
 * mbarriers: per cross-partition pipe a full and an empty group of rings x stages barriers
   (slot = i % stages, parity = (i // stages) & 1; a TMA pipe's full barrier expects the slot's
   bytes), per cross-partition event one barrier per ring; arrive counts from the skeleton's
@@ -39,6 +43,7 @@ TWO_CTA_SMEM_BYTES = 113 * 1024   # half an SM's 227 KB, less room for barriers
 REGISTER_FILE = 512               # registers per thread slot a CTA's warpgroups share
 MAX_CONSUMER_REGS = 232
 DEFAULT_PRODUCER_REGS = 40
+TIGHT_PRODUCER_REGS = 32          # where the consumers would fall short of MAX_CONSUMER_REGS
 
 
 @dataclass(frozen=True)
@@ -212,10 +217,13 @@ def _registers(partitions, smem):
     explicit = any(x is not None for x in (prod, cons, maxnreg))
     if not explicit and two_ctas_fit(partitions, smem):
         prod, cons, maxnreg = 24, MAX_CONSUMER_REGS, 128
-    prod = DEFAULT_PRODUCER_REGS if prod is None else prod
+    consumers = sum(1 for p in partitions if p.unit != Unit.PRODUCER)
+    prod_groups = math.ceil(sum(p.warps for p in partitions if p.unit == Unit.PRODUCER) / 4)
+    if prod is None:
+        prod = DEFAULT_PRODUCER_REGS
+        if cons is None and prod_groups * prod + consumers * MAX_CONSUMER_REGS > REGISTER_FILE:
+            prod = TIGHT_PRODUCER_REGS
     if cons is None:
-        consumers = sum(1 for p in partitions if p.unit != Unit.PRODUCER)
-        prod_groups = math.ceil(sum(p.warps for p in partitions if p.unit == Unit.PRODUCER) / 4)
         cons = min(MAX_CONSUMER_REGS, int((REGISTER_FILE - prod_groups * prod) / max(1, consumers)) // 8 * 8)
     out = tuple(Partition(p.index, p.agent, p.replica, p.replicas, p.warps, p.instance, p.unit,
                           prod if p.unit == Unit.PRODUCER else cons) for p in partitions)
