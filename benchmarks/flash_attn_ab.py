@@ -19,7 +19,9 @@ in one process on the same tensors, next to SDPA's cuDNN backend, and reports me
   ``no_tma_store``: the flagship with its O tiles stored from registers (XSYNC_NV_TMA_STORE=0);
   ``pingpong`` / ``pingpong_first``: the flagship with the ping-pong pass placed explicitly
   (XSYNC_NV_PINGPONG=each / first) beside overlap-softmax, which otherwise turns it off;
-* ``r2``: two consumer replicas (warpgroups) per tile of 2*BM rows;
+* ``r2`` / ``r2_s2``: two consumer replicas (warpgroups) per tile of 2*BM rows (at two K/V
+  stages); ``r3_bn64`` / ``r3_persistent_g<n>``: three, with 64 keys a step, or one program per
+  SM dealing causal tiles by work in groups of n pairs;
   ``r3`` / ``r3_s2`` / ``r3_q1`` / ``r3_p24``: three consumer replicas (warpgroups) per tile of
   3*BM rows, as FA3 runs d64; at two K/V stages, one Q slot, or 24 producer registers (the
   consumers get 160 either way since the allocator gives three consumers 160, alloc.py);
@@ -78,6 +80,10 @@ CANDIDATES = {   # name -> (schedule fields over the table's, merge-pipes on)
     "r3_s2": ({"replicas": 3, "STAGES": 2}, True),
     "r3_q1": ({"replicas": 3, "q_stages": 1}, True),
     "r3_p24": ({"replicas": 3}, True),
+    "r2_s2": ({"replicas": 2, "STAGES": 2}, True),
+    "r3_bn64": ({"replicas": 3, "BN": 64}, True),
+    "r3_persistent_g1": ({"replicas": 3, "persistent": True, "causal_group": 1}, True),
+    "r3_persistent_g0": ({"replicas": 3, "persistent": True, "causal_group": 0}, True),
 }
 # candidates lowered under other renderer options than the defaults
 OPTIONS = {"no_tma_store": {"nv_tma_store": False}, "pingpong": {"nv_pingpong": "each"},

@@ -98,6 +98,9 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # (alloc.py) / two / cuDNN): d64 non-causal 2k/4k/8k/16k 447/458/485/489 vs 423/429/441/440
 # (cuDNN 450/458/460/452), 1k 379 vs 396; d64 causal 16k 455 vs 429, while up to 8k causal
 # three lose (1k 150 vs 281, 8k 391 vs 426: a 192-row tile crosses more masked key blocks).
+# Again at the allocator's 32 / 160 registers (runs/flash_attn_ab_20261203_r3_regs32.json): 8k
+# non-causal 479 vs 430. For short causal ones neither 64-key steps, two stages nor a deal by
+# work for three closes the gap (1k: 225 / 145 / 154-192 vs 285; runs/..._d64_candidates.json).
 # d128 does not fit three (its O accumulator alone is 64 registers a thread: local memory).
 TABLE: tuple[Row, ...] = (
     Row("nvidia", 64, False, 1024, Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2)),
