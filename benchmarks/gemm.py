@@ -2,12 +2,13 @@
 
     PYTHONPATH=. python3 benchmarks/gemm.py [--size 8192] [--stages 3 4] [--variants ...] [--out DIR]
 
-bf16 inputs, fp32 accumulation (xsync writes fp32 C; torch.matmul writes bf16 C).
+bf16 inputs, fp32 accumulation; xsync writes fp32 C, or bf16 C as torch.matmul does with
+``_bf16`` (the same bytes out as the reference: half the fp32 epilogue's).
 Times come from ``triton.testing.do_bench`` around the xsync launch of the compiled
 kernel (TMA descriptors built per call, launch). Results are printed and written as JSON
 to benchmarks/results/ (and to --out if given).
 
-A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_2wg][_nodefer][_persistent]`` (GROUP_M defaults to 8; ``_g1``
+A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_2wg][_nodefer][_persistent][_bf16]`` (GROUP_M defaults to 8; ``_g1``
 walks the output row by row without grouping): ``_2cta`` launches with maxnreg=128 and
 24/232 producer/consumer registers, so two CTAs share an SM (their mainloops and
 epilogues overlap); ``_nodefer`` turns off the renderer's wait deferral
@@ -63,7 +64,8 @@ def measure(size: int, variants) -> dict:
     torch.manual_seed(0)
     a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(M, N, device="cuda", dtype=torch.float32)
+    outputs = {"float32": torch.empty(M, N, device="cuda", dtype=torch.float32),
+               "bfloat16": torch.empty(M, N, device="cuda", dtype=torch.bfloat16)}
     ref = torch.matmul(a, b)
 
     def tflops(ms):
@@ -84,6 +86,8 @@ def measure(size: int, variants) -> dict:
         tiles = (triton.cdiv(M, 256), tiles_grid[1]) if two else tiles_grid
         grid = (min(sms, tiles[0] * tiles[1]),) if persistent else tiles
         stages = int(name.split("_")[0][1:])
+        out = "bfloat16" if "_bf16" in name else "float32"
+        c = outputs[out]
         opts = {}
         if "_2cta" in name:
             opts.update(maxnreg=128, producer_regs=24, consumer_regs=232)
@@ -91,7 +95,7 @@ def measure(size: int, variants) -> dict:
             opts["defer_mma_wait"] = False
         group = next((int(part[1:]) for part in name.split("_")[1:] if part[:1] == "g" and part[1:].isdigit()), 8)
         consts = dict(BM=128, BN=128, BK=64, STAGES=stages, GROUP_M=group)
-        lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32))
+        lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, out)))
         compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
         kargs = dict(a=a, b=b, c=c, M=M, N=N, K=K)
 
@@ -100,10 +104,10 @@ def measure(size: int, variants) -> dict:
         c.zero_()
         run()
         torch.cuda.synchronize()
-        err = (c - ref.float()).abs().max().item() / ref.float().abs().max().item()
+        err = (c.float() - ref.float()).abs().max().item() / ref.float().abs().max().item()
         t = triton.testing.do_bench(run, warmup=25, rep=200)
         row = {"variant": name, "kernel": kernel.__name__, "programs": grid, "BM": 256 if two else 128, "BN": 128,
-               "BK": 64, "stages": stages, "group_m": group,
+               "BK": 64, "stages": stages, "group_m": group, "c_dtype": out,
                "options": opts, "ms": t,
                "tflops": tflops(t), "ratio_vs_torch": t_ref / t, "max_rel_err_vs_torch": err}
         results["xsync"].append(row)

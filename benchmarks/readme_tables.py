@@ -76,12 +76,13 @@ def host_table(rows) -> list[str]:
 
 
 def gemm_table(runs) -> list[str]:
-    out = ["| size | variant | xsync TFLOP/s | torch.matmul (mean of the runs around it) | xsync / torch |",
-           "|---|---|---|---|---|"]
+    out = ["| size | variant | C | xsync TFLOP/s | torch.matmul, bf16 C (mean of the runs around it) | xsync / torch |",
+           "|---|---|---|---|---|---|"]
     for run in runs:
         torch_mean = (run["torch_matmul"]["tflops"] + run["torch_matmul_after"]["tflops"]) / 2
         for r in run["xsync"]:
-            out.append(f"| {run['M']}³ | {r['variant']} | {_f(r['tflops'])} | {_f(torch_mean)} "
+            c = "bf16" if r.get("c_dtype", "float32") == "bfloat16" else "fp32"
+            out.append(f"| {run['M']}³ | {r['variant']} | {c} | {_f(r['tflops'])} | {_f(torch_mean)} "
                        f"| {_f(r['ratio_vs_torch_mean'], '{:.2f}')} |")
     return out
 
@@ -115,7 +116,7 @@ def render(data: dict) -> str:
                 ("varlen", "Varlen: 16 packed sequences of 128–8192 tokens, h 16, d 128, TFLOP/s", varlen_table),
                 ("host", "Host cost per call, wall µs (back-to-back calls; the SDPA cuDNN and flash columns include the "
                  "`with sdpa_kernel(...)` that picks the backend, the default column does not)", host_table),
-                ("gemm", "GEMM (kernels/gemm.py), bf16 in, fp32 out", gemm_table),
+                ("gemm", "GEMM (kernels/gemm.py), bf16 in, fp32 or bf16 out (torch.matmul: bf16)", gemm_table),
                 ("variants", "Rewrites of the flagships that mean the same (docs/design.md), same process", variants_table),
                 ("backward", "Attention backward, bf16, FLOPs = 2.5× the forward's, TFLOP/s", backward_table))
     for key, title, fn in sections:

@@ -175,13 +175,47 @@ def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, ca
     return grid, compiled, args, constexprs
 
 
+# Schedules whose kernel spilled to local memory when first launched here (a register budget
+# measured under one Triton can spill under another): (backend, head_dim, causal, dtype,
+# schedule) -> bytes of local memory a thread. Rows with a fallback are checked once.
+_SPILLED: dict = {}
+
+
+def launched_schedule(backend: str, head_dim: int, causal: bool, max_seq: int,
+                      dtype=torch.bfloat16) -> schedule.Schedule:
+    """The schedule the ops launch for this shape: the table's (schedule.lookup), or where
+    its kernel spilled when this process first launched it, its ``fallback``."""
+    plan = schedule.lookup(backend, head_dim, causal, max_seq)
+    while plan.fallback is not None and _SPILLED.get((backend, head_dim, bool(causal), dtype, plan)):
+        plan = plan.fallback
+    return plan
+
+
+def spilled_schedules() -> dict:
+    """{(backend, head_dim, causal, dtype, schedule): local bytes a thread} of the table rows
+    checked so far (0: no spill, so the row's own schedule runs)."""
+    return dict(_SPILLED)
+
+
 def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout):
+    """Launch as the table says. Returns launch()'s tuple and whether the schedule is settled:
+    False where this launch found its kernel spilling (its result is right, but the next call
+    takes the row's fallback, so no launch plan should keep it)."""
     from xsync.backends import select
 
     backend = select()
-    plan = schedule.lookup(backend, d, causal, max_q)
-    return launch(attention_fwd, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal,
-                  scale, layout, backend, plan)
+    plan = launched_schedule(backend, d, causal, max_q, q2.dtype)
+    out = launch(attention_fwd, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal,
+                 scale, layout, backend, plan)
+    key = (backend, d, bool(causal), q2.dtype, plan)
+    if plan.fallback is None or key in _SPILLED:
+        return out, True
+    measure = getattr(out[1], "local_memory_bytes", None)
+    spilled = measure() if measure is not None else None
+    if spilled is None:
+        return out, True
+    _SPILLED[key] = spilled
+    return out, not spilled
 
 
 _OFFSETS: dict = {}     # (batch, sq, sk, device) -> (cu_q, cu_k), read-only for the kernels
@@ -280,10 +314,10 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
     # (b*H + h)*S + t = cu[b]*H + h*S + t with cu[b] = b*S, column 0.
     layout = (hq, sq, 0, hk, sk, 0, hq, 0)
     q2, k2, v2, o2 = q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d)
-    grid, compiled, args, constexprs = _run(q2, k2, v2, o2, lse, cu_q, cu_k, sq, b, hq, hk, d, causal,
-                                            scale, layout)
+    (grid, compiled, args, constexprs), settled = _run(q2, k2, v2, o2, lse, cu_q, cu_k, sq, b, hq, hk,
+                                                        d, causal, scale, layout)
     prepare = getattr(compiled, "prepare", None)
-    if key is not None and prepare is not None and not torch.cuda.is_current_stream_capturing():
+    if key is not None and settled and prepare is not None and not torch.cuda.is_current_stream_capturing():
         run_args, _, _ = attention_fwd.bind(args, constexprs)
         # q, k, v, o and lse change from call to call; cu_q/cu_k (the cached offsets) and the
         # tile order are the plan's

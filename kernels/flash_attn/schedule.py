@@ -30,6 +30,11 @@ class Schedule:
     # consumer replicas of the forward (mma and softmax, and the q_load copies): Hopper consumer
     # warpgroups, one per BM rows; Ascend's two vector cores take one each, so it keeps two
     replicas: int = 2
+    # what the ops launch instead where this schedule's kernel spills to local memory under the
+    # installed Triton (its register budget was measured with one compiler: Triton 3.9 spills
+    # the persistent three-replica d64 kernel, 104 B a thread, where 3.6 does not); the ops
+    # read the spill from the first launch's compiled kernel (ops.py, launched_schedule)
+    fallback: Schedule | None = None
 
     @property
     def tile_rows(self) -> int:
@@ -102,10 +107,13 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # non-causal 479 vs 430. For short causal ones neither 64-key steps, two stages nor a deal by
 # work for three closes the gap (1k: 225 / 145 / 154-192 vs 285; runs/..._d64_candidates.json).
 # d128 does not fit three (its O accumulator alone is 64 registers a thread: local memory).
+# Where a three-replica kernel spills under another Triton, the ops fall back to the two-replica
+# schedule these rows had before (schedule.fallback).
+D64_SHORT = Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2)
 TABLE: tuple[Row, ...] = (
-    Row("nvidia", 64, False, 1024, Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2)),
+    Row("nvidia", 64, False, 1024, D64_SHORT),
     Row("nvidia", 64, False, None, Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2,
-                                            replicas=3)),
+                                            replicas=3, fallback=D64_SHORT)),
     # d128 short non-causal: two K/V stages leave room for O's TMA-store staging tiles (128 KB of
     # K/V, 32 of Q, 32 of staging), which beats three merged stages without them
     # (runs/flash_attn_ab_20261202_stages_q.json: 1k/2k/4k 506/551/579 vs 456/511/567)
@@ -116,7 +124,8 @@ TABLE: tuple[Row, ...] = (
     Row("nvidia", 128, True, 4096, Schedule(BM=64, BN=128, STAGES=2, persistent=True, causal_group=1)),
     Row("nvidia", 64, True, 8192, Schedule(BM=64, BN=128, STAGES=3, persistent=True, causal_group=1,
                                            q_stages=2)),
-    Row("nvidia", 64, True, None, Schedule(BM=64, BN=128, STAGES=3, persistent=False, replicas=3)),
+    Row("nvidia", 64, True, None, Schedule(BM=64, BN=128, STAGES=3, persistent=False, replicas=3,
+                                           fallback=HOPPER)),
     Row("nvidia", None, None, None, HOPPER),
     Row("ascend", None, None, None, ASCEND),
     Row("cpu", None, None, 256, CPU),

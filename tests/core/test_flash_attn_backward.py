@@ -335,8 +335,11 @@ def test_toy_model_trains_like_sdpa():
     by how much depends on the CPU's bf16 kernels (this test's own curves: 0.1 apart on one
     machine, 0.24 on another, with the first 80 steps within 0.001 on both). So: the first 80
     steps agree closely (a wrong gradient shows there, before the drift; the gradient test
-    below checks without drift), every 20-step mean stays within twice the SDPA backends'
-    spread measured here (at least 0.3), and both learn (the last mean below 0.3x the first).
+    below checks without drift), the mean loss of the remaining 120 steps stays within twice
+    the SDPA backends' spread of the same mean measured here (at least 0.1), and both learn
+    (the last 20-step mean below 0.3x the first). Not window by window after step 80: there
+    the chaos moves single loss spikes between windows (one CI machine: 0.35 apart in
+    steps 140-160 with the 120-step means 0.02 apart, SDPA math vs flash 0.16 by window).
     The cooperative emulator scheduler (same semantics, one thread) and one intra-op thread
     keep it to seconds: on this 2-core machine torch's 2-thread pool made the emulator's tiny
     ops about 30x slower (0.8 s vs 29 s for 20 steps)."""
@@ -355,9 +358,10 @@ def test_toy_model_trains_like_sdpa():
     finally:
         torch.set_num_threads(threads)
     ours_m, theirs_m = ours.view(-1, 20).mean(1), theirs.view(-1, 20).mean(1)
-    spread = max((m - theirs_m).abs().max().item() for m in others)
+    late = [m[4:].mean().item() for m in (ours_m, theirs_m, *others)]
+    spread = max(abs(m - late[1]) for m in late[2:])
     assert (ours_m[:4] - theirs_m[:4]).abs().max() < 0.02, (ours_m, theirs_m)
-    assert (ours_m - theirs_m).abs().max() < max(0.3, 2 * spread), (ours_m, theirs_m, spread)
+    assert abs(late[0] - late[1]) < max(0.1, 2 * spread), (ours_m, theirs_m, late)
     assert ours_m[-1] < 0.3 * ours_m[0] and theirs_m[-1] < 0.3 * theirs_m[0], (ours_m, theirs_m)
 
 

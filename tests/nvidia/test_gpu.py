@@ -171,6 +171,45 @@ def test_every_schedule_row_matches_torch(d, causal, monkeypatch):
         del s
 
 
+def test_a_schedule_that_spills_falls_back(monkeypatch):
+    """A table row whose kernel spills under the installed Triton (here d128 with three
+    consumer warpgroups: 216 B a thread under Triton 3.6) runs once, right, and the driver's
+    local-memory figure sends every later call to the row's fallback; the launch plan the
+    fast path caches is the fallback's."""
+    import torch
+
+    from xsync.kernels.flash_attn import ops, schedule
+
+    spilling = schedule.Schedule(BM=64, BN=128, STAGES=2, persistent=False, replicas=3,
+                                 fallback=schedule.HOPPER)
+    monkeypatch.setattr(schedule, "TABLE", (schedule.Row("nvidia", 128, False, None, spilling),
+                                            *schedule.TABLE))
+    monkeypatch.setattr(ops, "_SPILLED", {})
+    monkeypatch.setattr(ops, "_PLANS", {})
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    torch.manual_seed(6)
+    q, k, v = (torch.randn(1, 2, 700, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    want = torch.softmax((q.float() @ k.float().transpose(-1, -2)) / math.sqrt(128), -1) @ v.float()
+    assert ops.launched_schedule("nvidia", 128, False, 700, q.dtype) is spilling
+    first, _ = ops.attention_impl(q, k, v)
+    spilled = ops.spilled_schedules()
+    assert spilled[("nvidia", 128, False, torch.bfloat16, spilling)] > 0, spilled
+    assert not ops._PLANS, "a spilling launch must not become the cached plan"
+    assert ops.launched_schedule("nvidia", 128, False, 700, q.dtype) is schedule.HOPPER
+    second, _ = ops.attention_impl(q, k, v)
+    third, _ = ops.attention_impl(q, k, v)          # through the cached plan
+    assert len(ops._PLANS) == 1
+    for o in (first, second, third):
+        torch.testing.assert_close(o.float(), want, atol=3e-2, rtol=2e-2)
+    # the table's own rows with a fallback are checked the same way on first launch
+    q64 = torch.randn(1, 2, 2000, 64, device="cuda", dtype=torch.bfloat16)
+    row = schedule.lookup("nvidia", 64, False, 2000)
+    assert row.fallback is not None
+    ops.attention_impl(q64, q64, q64)
+    local = ops.spilled_schedules()[("nvidia", 64, False, torch.bfloat16, row)]
+    assert ops.launched_schedule("nvidia", 64, False, 2000, q64.dtype) is (row.fallback if local else row)
+
+
 def _reference(q, k, v, causal):
     """tests/core's float64 reference, as float32; a row that sees no key (causal, more
     queries than keys) has O = 0 and LSE = +inf, the kernel's (flash-attn's) convention."""

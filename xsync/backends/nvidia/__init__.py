@@ -292,6 +292,16 @@ class CompiledNvidia:
             opts["maxnreg"] = int(self.options["maxnreg"])
         return opts
 
+    def local_memory_bytes(self) -> int | None:
+        """Local memory a thread of this kernel uses (ptxas spills), as the CUDA driver reports
+        it for the specializations launched so far (the most of them); None before the first
+        launch. A schedule measured with one Triton can spill under another: the caller
+        decides whether that is worth a fallback (kernels/flash_attn/ops.py)."""
+        kernels = self.__dict__.get("_kernels")
+        if not kernels:
+            return None
+        return max(4 * int(getattr(k, "n_spills", 0) or 0) for k in kernels.values())
+
     # ------------------------------------------------------------ launch
     def launch(self, grid, args: dict):
         grid = tuple(grid) + (1,) * (3 - len(grid))
