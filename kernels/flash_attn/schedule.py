@@ -149,10 +149,11 @@ def target(backend: str) -> str:
 
 
 def lookup(backend: str, head_dim: int, causal: bool, max_seq: int,
-           table: tuple[Row, ...] = TABLE) -> Schedule:
-    """The first row of ``table`` (the forward's by default, or BACKWARD_TABLE) that fits."""
+           table: tuple[Row, ...] | None = None) -> Schedule:
+    """The first row of ``table`` (the forward's TABLE by default, read at the call, or
+    BACKWARD_TABLE) that fits."""
     want = target(backend)
-    for row in table:
+    for row in TABLE if table is None else table:
         if row.backend != want:
             continue
         if row.head_dim is not None and row.head_dim != head_dim:
