@@ -222,12 +222,12 @@ def test_every_launched_attention_specialization_compiles(d, causal, plan):
         assert r.metadata.num_warps == 4 * plan.replicas + 4       # consumers + the producer warps' group
         return _stack_bytes(r.cubin)
 
+    # ends at a plan without stack (0, or None where triton ships no cuobjdump)
     stack = compiled(plan)
     while stack:
         assert plan.fallback is not None, f"{plan}: {stack} B of stack a thread (ptxas spilled) and no fallback"
         plan = plan.fallback
         stack = compiled(plan)
-    assert stack in (None, 0)
 
 
 def test_flash_attention_pv_fused_into_accumulator():
