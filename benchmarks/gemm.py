@@ -84,7 +84,8 @@ def measure(size: int, variants) -> dict:
         kernel = {(False, False): gemm, (True, False): gemm_persistent,
                   (False, True): gemm_2wg, (True, True): gemm_persistent_2wg}[persistent, two]
         tiles = (triton.cdiv(M, 256), tiles_grid[1]) if two else tiles_grid
-        grid = (min(sms, tiles[0] * tiles[1]),) if persistent else tiles
+        per_sm = 2 if "_2cta" in name else 1      # two CTAs an SM: two persistent programs each
+        grid = (min(per_sm * sms, tiles[0] * tiles[1]),) if persistent else tiles
         stages = int(name.split("_")[0][1:])
         out = "bfloat16" if "_bf16" in name else "float32"
         c = outputs[out]

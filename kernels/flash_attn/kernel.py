@@ -64,7 +64,7 @@ def _trace_args(settings):
 
     import torch
 
-    cx = dict(BM=16, BN=32, D=64, CAUSAL=0, STAGES=2)
+    cx = dict(BM=16, BN=32, D=64, CAUSAL=0, STAGES=2, SCALE_POSITIVE=1)
     cx.update({k: v for k, v in settings.items() if k in cx})
     sq, sk, d = 2 * cx["BM"], 3 * cx["BN"], cx["D"]
     q = torch.randn(sq, d).bfloat16()
@@ -86,7 +86,7 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                   lse_batch_rows, lse_packed,
                   BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
                   STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1, Q_STAGES: xs.constexpr = 1,
-                  REPLICAS: xs.constexpr = 2):
+                  REPLICAS: xs.constexpr = 2, SCALE_POSITIVE: xs.constexpr = 0):
     load = xs.role("load", kind="copy")
     q_load = xs.role("q_load", kind="copy", replicas=REPLICAS)
     mma = xs.role("mma", kind="matrix", replicas=REPLICAS)
@@ -161,7 +161,15 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                     s_out.commit()
                 with softmax:
                     sc = s_out.wait()
-                    x = sc.s * qk_scale
+                    # A positive scale (SCALE_POSITIVE, the host's choice) commutes with the row
+                    # max: the max of the raw scores is scaled once per row and each score is
+                    # scaled inside `x * qk_scale - m`, one fused multiply-add instead of a
+                    # multiply and a subtract (on Hopper the d64 softmax is bound by its
+                    # instruction count). A zero or negative scale scales every score first.
+                    if SCALE_POSITIVE:
+                        x = sc.s
+                    else:
+                        x = sc.s * qk_scale
                     s_out.release()
                     if n + BN > mask_from:       # a boundary block: mask; the others need none
                         cols = n + xs.arange(0, BN)
@@ -169,12 +177,18 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                         if CAUSAL:
                             keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
                         x = xs.where(keep, x, -INF)
-                    m_new = xs.maximum(m_i, xs.max(x, 1))
+                    if SCALE_POSITIVE:
+                        m_new = xs.maximum(m_i, xs.max(x, 1) * qk_scale)
+                    else:
+                        m_new = xs.maximum(m_i, xs.max(x, 1))
                     # a row that has seen no key yet keeps its max at -inf: subtract 0 instead,
                     # so exp2 gives 0 for it rather than NaN (NaN inputs still give NaN)
                     m_use = xs.where(m_new == -INF, 0.0, m_new)
                     alpha = xs.exp2(m_i - m_use)
-                    p = xs.exp2(x - m_use[:, None])
+                    if SCALE_POSITIVE:
+                        p = xs.exp2(x * qk_scale - m_use[:, None])
+                    else:
+                        p = xs.exp2(x - m_use[:, None])
                     l_i = l_i * alpha + xs.sum(p, 1)
                     m_i = m_new
                     po = p_in.acquire()

@@ -28,10 +28,19 @@ HEAD_DIMS = (64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
 
 
-def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0) -> dict:
-    """The constexprs (BM, BN, STAGES, PERSISTENT, Q_STAGES) the ops launch with: the committed
-    schedule table (kernels/flash_attn/schedule.py) for this backend, head_dim and sequence length."""
-    return schedule.lookup(backend, head_dim, causal, max_seq).forward_constexprs()
+def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0,
+                sm_scale: float | None = None) -> dict:
+    """The constexprs (BM, BN, STAGES, PERSISTENT, Q_STAGES, REPLICAS, SCALE_POSITIVE) the ops
+    launch with: the committed schedule table (kernels/flash_attn/schedule.py) for this backend,
+    head_dim and sequence length, and the sign of the scale (None: 1/sqrt(head_dim))."""
+    return dict(schedule.lookup(backend, head_dim, causal, max_seq).forward_constexprs(),
+                **scale_constexprs(sm_scale))
+
+
+def scale_constexprs(sm_scale: float | None) -> dict:
+    """SCALE_POSITIVE: the kernel scales the row max instead of every score (kernel.py), which
+    only a positive scale allows."""
+    return dict(SCALE_POSITIVE=int(sm_scale is None or sm_scale > 0))
 
 
 def _fail(msg: str, fix: str):
@@ -160,17 +169,20 @@ def _sm_count(device) -> int:
 
 
 def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout,
-           backend: str, plan: schedule.Schedule, grid_size: int | None = None):
+           backend: str, plan: schedule.Schedule, grid_size: int | None = None,
+           constexprs_over: dict | None = None):
     """Launch ``kernel`` (the flagship or a variant of it) on 2-D views as the ops do: the
     schedule's tiles, its program count (or ``grid_size``) and the tile order it deals them
-    in (kernels/flash_attn/tiles.py). Returns (grid, compiled, args, constexprs)."""
+    in (kernels/flash_attn/tiles.py); ``constexprs_over`` replaces some of the constexprs
+    (A/B runs). Returns (grid, compiled, args, constexprs)."""
     row_blocks = math.ceil(max_q / plan.tile_rows)
     grid = (grid_size or programs(backend, row_blocks * batch * hq, plan.persistent, q2.device),)
     order = tiles.order(batch * hq, row_blocks, plan.tile_rows, grid[0], plan.causal_group if causal else None,
                         q2.device)
     args = (q2, k2, v2, o2, lse2, cu_q, cu_k, order, float(scale), hq, hq // hk, batch, int(max_q),
             *layout)
-    constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.forward_constexprs())
+    constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.forward_constexprs(), **scale_constexprs(scale))
+    constexprs.update(constexprs_over or {})
     compiled = kernel[grid](*args, backend=backend, **constexprs)
     return grid, compiled, args, constexprs
 

@@ -51,9 +51,11 @@ EDITS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
          "    pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D], xs.float32))\n", ""),
         ("                    k_in.release()\n                    so = s_out.acquire()\n"
          "                    so.s = s\n                    s_out.commit()\n"
-         "                with softmax:\n                    sc = s_out.wait()\n"
-         "                    x = sc.s * qk_scale\n                    s_out.release()\n",
-         "                    k_in.release()\n                    x = s * qk_scale\n"),
+         "                with softmax:\n                    sc = s_out.wait()\n",
+         "                    k_in.release()\n"),
+        ("                        x = sc.s\n", "                        x = s\n"),
+        ("                        x = sc.s * qk_scale\n", "                        x = s * qk_scale\n"),
+        ("                    s_out.release()\n", ""),
         ("                    po = p_in.acquire()\n                    po.p = p.to(q.dtype)\n"
          "                    p_in.commit()\n" + _MMA_PV,
          "                    vt = v_in.wait()\n"

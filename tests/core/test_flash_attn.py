@@ -45,13 +45,20 @@ def test_dense_matches_float64(B, Hq, Hkv, Sq, Sk, D, causal, dtype):
     torch.testing.assert_close(lse.double(), rl, atol=1e-4, rtol=1e-4)
 
 
-def test_custom_scale():
+@pytest.mark.parametrize("scale", [0.3, 1e-3, 0.0, -0.3, -2.0])
+def test_custom_scale(scale):
+    # A positive scale takes the kernel's scaled-max path (SCALE_POSITIVE), zero and negative
+    # scales the one that scales every score first; Sq > Sk: the first causal rows see no key
     torch.manual_seed(1)
-    q, k, v = (torch.randn(1, 2, 20, 64).bfloat16() for _ in range(3))
-    o, lse = attention(q, k, v, causal=True, sm_scale=0.3)
-    ro, rl = reference(q, k, v, True, 0.3)
-    torch.testing.assert_close(o.double(), ro, atol=2e-2, rtol=2e-2)
-    torch.testing.assert_close(lse.double(), rl, atol=1e-4, rtol=1e-4)
+    q = torch.randn(1, 2, 40, 64).bfloat16()
+    k, v = (torch.randn(1, 2, 27, 64).bfloat16() for _ in range(2))
+    for causal in (False, True):
+        o, lse = attention(q, k, v, causal=causal, sm_scale=scale)
+        ro, rl = reference(q, k, v, causal, scale)
+        seen = torch.isfinite(rl)          # rows that saw a key; the others: o = 0, lse = +inf
+        assert (o[~seen] == 0).all() and (lse[~seen] == float("inf")).all()
+        torch.testing.assert_close(o.double()[seen], ro[seen], atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(lse.double()[seen], rl[seen], atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("causal", [False, True])

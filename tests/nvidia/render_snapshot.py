@@ -77,7 +77,7 @@ def cases() -> list[Case]:
                 name = f"fwd-R{s.replicas}-BM{s.BM}-BN{s.BN}-S{s.STAGES}-P{int(s.persistent)}-Q{s.q_stages}-d{d}-c{causal}"
                 if name not in seen:
                     seen.add(name)
-                    cx = {**cx0, **s.forward_constexprs(), "D": d, "CAUSAL": causal}
+                    cx = {**cx0, **s.forward_constexprs(), **ops.scale_constexprs(None), "D": d, "CAUSAL": causal}
                     out.append(Case(name, attention_fwd, cx))
     # attention variants at the flagship's specialization (tests/nvidia/test_variants.py)
     cxf = {**cx0, **ops.block_sizes("nvidia"), "D": 128, "CAUSAL": 0}

@@ -211,11 +211,11 @@ def test_every_launched_attention_specialization_compiles(d, causal, plan):
     (the ops switch to it: ops.launched_schedule). Three consumer warpgroups at 160 registers
     keep d64's S, P, O and the next S in flight out of local memory under Triton 3.6, where the
     table was measured; Triton 3.9 spills the persistent one (104 B a thread)."""
-    from xsync.kernels.flash_attn import attention_fwd
+    from xsync.kernels.flash_attn import attention_fwd, ops
 
     def compiled(plan):
         cx, dtypes = attention_fwd.specialization()
-        cx.update(plan.forward_constexprs(), D=d, CAUSAL=causal)
+        cx.update(plan.forward_constexprs(), D=d, CAUSAL=causal, **ops.scale_constexprs(None))
         r = compile_ptx(attention_fwd.lower("nvidia", cx, dtypes), scalar_types={"sm_scale": "fp32"})
         assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{d}k16\.f32\.bf16\.bf16")   # P @ V
         assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{plan.BN}k16\.f32\.bf16\.bf16")  # Q @ K^T
@@ -646,7 +646,7 @@ def test_tma_store_epilogue_where_shared_memory_has_room():
     from xsync.kernels.flash_attn import attention_fwd, schedule
 
     def build(d, length=1024, **options):
-        cx = dict(schedule.lookup("nvidia", d, False, length).forward_constexprs(), D=d, CAUSAL=0)
+        cx = dict(schedule.lookup("nvidia", d, False, length).forward_constexprs(), D=d, CAUSAL=0, SCALE_POSITIVE=1)
         return compile_ptx(attention_fwd, cx, scalar_types={"sm_scale": "fp32"}, options=options)
 
     r = build(64)
@@ -670,7 +670,8 @@ def test_one_row_store_keeps_the_vectors_layout():
     from xsync.kernels.flash_attn import attention_fwd, schedule
 
     for d, causal in ((64, 0), (128, 1)):
-        cx = dict(schedule.lookup("nvidia", d, bool(causal), 2048).forward_constexprs(), D=d, CAUSAL=causal)
+        cx = dict(schedule.lookup("nvidia", d, bool(causal), 2048).forward_constexprs(), D=d, CAUSAL=causal,
+                  SCALE_POSITIVE=1)
         r = compile_ptx(attention_fwd, cx, scalar_types={"sm_scale": "fp32"})
         assert "one row, in the layout its values live in" in r.source
         lse_store = [x for x in r.source.splitlines() if "gl.store(lse + " in x]
