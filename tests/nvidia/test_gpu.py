@@ -135,6 +135,41 @@ def test_flash_attention_single_source(d, causal, sq, sk, monkeypatch):
     torch.testing.assert_close(lse, torch.logsumexp(s, -1), atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("scale", [0.2, 0.0, -0.3])
+@pytest.mark.parametrize("d", [64, 128])
+def test_flash_attention_scale_signs(scale, d, monkeypatch):
+    """A positive scale runs the kernel's scaled-max form (the row max scaled once, the score
+    scaled inside exp2's fused multiply-add), zero and negative ones the form that scales every
+    score first; both match a float32 reference, the first causal rows (q longer than k) see
+    no key: output 0, LSE +inf, and a NaN in one key reaches its rows' outputs."""
+    import torch
+
+    from xsync.kernels.flash_attn.ops import attention_impl
+
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    torch.manual_seed(5)
+    sq, sk = 300, 200
+    q = torch.randn(1, 2, sq, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 2, sk, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 2, sk, d, device="cuda", dtype=torch.bfloat16)
+    for causal in (False, True):
+        o, lse = attention_impl(q, k, v, causal, scale)
+        s = (q.float() @ k.float().transpose(-1, -2)) * scale
+        if causal:
+            i = torch.arange(sq, device="cuda")[:, None]
+            j = torch.arange(sk, device="cuda")[None, :]
+            s = s.masked_fill(j > i + (sk - sq), float("-inf"))
+        ref_lse = torch.logsumexp(s, -1)
+        seen = torch.isfinite(ref_lse)
+        assert (o[~seen] == 0).all() and (lse[~seen] == float("inf")).all()
+        ref = torch.softmax(s, -1) @ v.float()
+        torch.testing.assert_close(o.float()[seen], ref[seen], atol=3e-2, rtol=2e-2)
+        torch.testing.assert_close(lse[seen], ref_lse[seen], atol=1e-3, rtol=1e-3)
+    k[0, 1, 7] = float("nan")
+    o, _ = attention_impl(q, k, v, False, scale)
+    assert o[0, 1].isnan().all() and not o[0, 0].isnan().any()
+
+
 # query lengths that reach every Hopper row of the schedule table (checked below), each off the
 # tile grid so the last tile is partial (a 192-row tile of three replicas: 2000 = 10 x 192 + 80)
 TABLE_LENGTHS = (1000, 2000, 4100, 8300)
