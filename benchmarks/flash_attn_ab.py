@@ -13,8 +13,8 @@ in one process on the same tensors, next to SDPA's cuDNN backend, and reports me
 * ``persistent`` / ``one_per_tile``: the flagship with one program per SM, or one per tile;
   ``by_pair`` / ``persistent_by_pair``: causal tiles dealt pair by pair instead of by work
   (kernels/flash_attn/tiles.py), with the table's programs or one per SM; ``persistent_g<n>``:
-  one program per SM, causal tiles dealt by work within groups of n pairs (``s2_persistent_g1``:
-  so, at two K/V stages);
+  one program per SM, causal tiles dealt by work within groups of n pairs (``s2_persistent_g1`` /
+  ``s2_persistent_g4``: so, at two K/V stages);
 * ``q1`` / ``q2`` / ``s2_q2``: one or two slots in the Q ring (two K/V stages for the last);
   ``no_tma_store``: the flagship with its O tiles stored from registers (XSYNC_NV_TMA_STORE=0);
   ``pingpong`` / ``pingpong_first``: the flagship with the ping-pong pass placed explicitly
@@ -70,6 +70,7 @@ CANDIDATES = {   # name -> (schedule fields over the table's, merge-pipes on)
     "persistent_g4": ({"persistent": True, "causal_group": 4}, True),
     "persistent_g16": ({"persistent": True, "causal_group": 16}, True),
     "s2_persistent_g1": ({"STAGES": 2, "persistent": True, "causal_group": 1}, True),
+    "s2_persistent_g4": ({"STAGES": 2, "persistent": True, "causal_group": 4}, True),
     "older": ({"STAGES": 2}, True),
     "q1": ({"q_stages": 1}, True),
     "q2": ({"q_stages": 2}, True),

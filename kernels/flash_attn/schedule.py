@@ -109,6 +109,11 @@ HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 # d128 does not fit three (its O accumulator alone is 64 registers a thread: local memory).
 # Where a three-replica kernel spills under another Triton, the ops fall back to the two-replica
 # schedule these rows had before (schedule.fallback).
+# With the scale fused into exp2's argument (kernel.py, SCALE_POSITIVE: d64 1k-16k +5-9%,
+# runs/flash_attn_ab_20261203_scale_first.json) short causal d64 deals its tiles by work in
+# groups of four pairs (runs/flash_attn_ab_20261203_short_causal_{a,b}.json, TFLOP/s, groups of
+# four / one / cuDNN): 1k 317/317 vs 300/301 (cuDNN 332/324), 2k 379/377 vs 373/373; 4k even
+# (411 vs 413), 8k behind (411 vs 441). d128 causal 1k: all candidates within the noise.
 D64_SHORT = Schedule(BM=64, BN=128, STAGES=3, persistent=True, q_stages=2)
 TABLE: tuple[Row, ...] = (
     Row("nvidia", 64, False, 1024, D64_SHORT),
@@ -122,6 +127,8 @@ TABLE: tuple[Row, ...] = (
                                             q_stages=2)),
     # two K/V stages leave room for the staging tiles here too (128 KB of K/V, 32 of Q, 32 of O)
     Row("nvidia", 128, True, 4096, Schedule(BM=64, BN=128, STAGES=2, persistent=True, causal_group=1)),
+    Row("nvidia", 64, True, 2048, Schedule(BM=64, BN=128, STAGES=3, persistent=True, causal_group=4,
+                                           q_stages=2)),
     Row("nvidia", 64, True, 8192, Schedule(BM=64, BN=128, STAGES=3, persistent=True, causal_group=1,
                                            q_stages=2)),
     Row("nvidia", 64, True, None, Schedule(BM=64, BN=128, STAGES=3, persistent=False, replicas=3,

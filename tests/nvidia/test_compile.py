@@ -517,7 +517,7 @@ def test_flash_attention_overlap_softmax(causal):
     assert loop.index("V_IN_EMPTY", i_w0) > i_w0                        # V released after PV completes
     for what in ("K_IN_FULL + kt", "K_IN_EMPTY + k_in_released", "V_IN_FULL + vt", "V_IN_EMPTY + v_in_released"):
         assert src.count(what) == 2, (what, src.count(what))
-    assert src.count("m_new = gl.maximum(") == 2                       # softmax: prologue + loop
+    assert src.count("m_new = gl.maximum(") == 2 * 2   # softmax: prologue + loop, each in both SCALE_POSITIVE forms
     assert src.count("-- pingpong: wait for this replica's turn") == 4 * 2  # ping-pong: every wgmma issue
     # PTX: per consumer partition one wgmma loop with wait_group 1 then 0, and no wgmma
     # wait inside a branch of the loop
