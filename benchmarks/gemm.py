@@ -11,7 +11,7 @@ to benchmarks/results/ (and to --out if given).
 A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_2wg][_nodefer][_persistent][_bf16]`` (GROUP_M defaults to 8; ``_g1``
 walks the output row by row without grouping): ``_2cta`` launches with maxnreg=128 and
 24/232 producer/consumer registers, so two CTAs share an SM (their mainloops and
-epilogues overlap); ``_nodefer`` turns off the renderer's wait deferral
+epilogues overlap; with ``_persistent``, two programs an SM); ``_nodefer`` turns off the renderer's wait deferral
 (``defer_mma_wait``: one wgmma stays in flight across K steps) for an A/B in the same
 process; ``_persistent`` runs ``gemm_persistent`` (one program per SM walking the output
 tiles; the loads of the next tile overlap this tile's epilogue); ``_2wg`` takes output tiles
