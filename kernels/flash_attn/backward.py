@@ -13,6 +13,7 @@ same gradients run after run). P is recomputed from Q, K and the forward's log-s
    so dK and dV are summed over the group inside one program (GQA/MQA without atomics):
 
        load (copy) ──q_in (Q and dO of BN query rows)──▶ mma (matrix, 2 replicas)
+       kv_load (copy, 2 replicas) ──kv_in (the replica's K and V rows, paired)──▶ mma
        mma ──sdp (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ)──▶ grad (vector, 2 replicas)
        grad ──pds (Pᵀ, dSᵀ)──▶ mma:  dV += Pᵀ dO,  dK += dSᵀ Q   (fp32 accumulators in mma)
 
@@ -25,6 +26,7 @@ same gradients run after run). P is recomputed from Q, K and the forward's log-s
    forward; it loops over the key blocks its rows see:
 
        load (copy) ──k_in, v_in──▶ mma (matrix, 2 replicas)
+       q_load (copy, 2 replicas) ──q_in (the replica's Q and dO rows, paired)──▶ mma
        mma ──sdp (S = Q Kᵀ, dP = dO Vᵀ)──▶ grad (vector, 2 replicas)
        grad ──ds_in (dS)──▶ mma:  dQ += dS K   (fp32 accumulator in mma; the K slot is held
                                                until this product is done)
@@ -40,8 +42,9 @@ stop the dQ key loop after the last key the tile's last row sees. A row whose LS
 (it saw no key) gets P = 0, so all its gradients are 0, never NaN.
 
 Placement does the rest, as for the forward: on Hopper mma and grad share a consumer warpgroup
-per replica (sdp/pds/ds_in are register hand-offs; Q/dO or K/V tiles arrive by TMA in shared
-memory), on Ascend load and mma sit on the cube and grad on the two vector cores (sdp, pds and
+per replica (sdp/pds/ds_in are register hand-offs; every Q/dO and K/V tile arrives by TMA in
+shared memory, the tile's own rows too: kv_in and q_in are held for the whole tile, so the
+wgmmas read them there and no register holds them beside the fp32 accumulators), on Ascend load and mma sit on the cube and grad on the two vector cores (sdp, pds and
 ds_in cross cores through GM workspace slots and flags), on the CPU every role replica is a
 thread.
 
@@ -125,9 +128,13 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                        BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
                        STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1):
     load = xs.role("load", kind="copy")
+    kv_load = xs.role("kv_load", kind="copy", replicas=2)
     mma = xs.role("mma", kind="matrix", replicas=2)
     grad = xs.role("grad", kind="vector", replicas=2)
     q_in = xs.pipe(load, mma, stages=STAGES, q=xs.tile([BN, D], q.dtype), do=xs.tile([BN, D], do.dtype))
+    # the tile's K and V rows, replica r's from kv_load replica r (a paired pipe), held by mma
+    # for the whole tile: wgmma A operands in shared memory, not registers beside dK and dV
+    kv_in = xs.pipe(kv_load, mma, stages=1, k=xs.tile([BM, D], k.dtype), v=xs.tile([BM, D], v.dtype))
     sdp = xs.pipe(mma, grad, stages=2, s=xs.tile([BM, BN], xs.float32), dp=xs.tile([BM, BN], xs.float32))
     pds = xs.pipe(grad, mma, stages=2, p=xs.tile([BM, BN], q.dtype), ds=xs.tile([BM, BN], q.dtype))
 
@@ -151,10 +158,14 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
             if CAUSAL:
                 # the first query block that sees key n_block (query i sees j <= i + k_len - q_len)
                 lo = xs.maximum(0, n_block - (k_len - q_len)) // BN * BN
+            with kv_load:
+                kvs = kv_in.acquire()
+                kvs.k = xs.load(k, [kv_row + n_block + xs.replica_id() * BM, kv_h * kv_head_cols], [BM, D])
+                kvs.v = xs.load(v, [kv_row + n_block + xs.replica_id() * BM, kv_h * kv_head_cols], [BM, D])
+                kv_in.commit()
             with mma:
                 key0 = n_block + xs.replica_id() * BM
-                k_tile = xs.load(k, [kv_row + key0, kv_h * kv_head_cols], [BM, D])
-                v_tile = xs.load(v, [kv_row + key0, kv_h * kv_head_cols], [BM, D])
+                kvt = kv_in.wait()
                 dk_acc = xs.zeros([BM, D], xs.float32)
                 dv_acc = xs.zeros([BM, D], xs.float32)
             with grad:
@@ -178,9 +189,9 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                         q_in.commit()
                     with mma:
                         qt = q_in.wait()
-                        st = xs.mma(k_tile, xs.trans(qt.q))
+                        st = xs.mma(kvt.k, xs.trans(qt.q))
                         st = xs.mma_wait(st, pending=0)
-                        dpt = xs.mma(v_tile, xs.trans(qt.do))
+                        dpt = xs.mma(kvt.v, xs.trans(qt.do))
                         dpt = xs.mma_wait(dpt, pending=0)
                         so = sdp.acquire()
                         so.s = st
@@ -212,6 +223,7 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                         pds.release()
                         q_in.release()
             with mma:
+                kv_in.release()
                 xs.store(dk, [kv_row + key0, kv_h * kv_head_cols], dk_acc.to(dk.dtype),
                          bounds=[kv_row + k_len, kv_h * kv_head_cols + D])
                 xs.store(dv, [kv_row + key0, kv_h * kv_head_cols], dv_acc.to(dv.dtype),
@@ -228,8 +240,11 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                      BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
                      STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1):
     load = xs.role("load", kind="copy")
+    q_load = xs.role("q_load", kind="copy", replicas=2)
     mma = xs.role("mma", kind="matrix", replicas=2)
     grad = xs.role("grad", kind="vector", replicas=2)
+    # the tile's Q and dO rows, paired per replica and held for the whole tile (as kv_in above)
+    q_in = xs.pipe(q_load, mma, stages=1, q=xs.tile([BM, D], q.dtype), do=xs.tile([BM, D], do.dtype))
     k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype))
     v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D], v.dtype))
     sdp = xs.pipe(mma, grad, stages=2, s=xs.tile([BM, BN], xs.float32), dp=xs.tile([BM, BN], xs.float32))
@@ -256,10 +271,14 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
             if CAUSAL:
                 # the last key the tile's last row sees, bottom-right aligned
                 hi = xs.maximum(0, xs.minimum(k_len, m_block + 2 * BM + k_len - q_len))
+            with q_load:
+                qs = q_in.acquire()
+                qs.q = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
+                qs.do = xs.load(do, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
+                q_in.commit()
             with mma:
                 row0 = m_block + xs.replica_id() * BM
-                q_tile = xs.load(q, [q_row + row0, h * q_head_cols], [BM, D])
-                do_tile = xs.load(do, [q_row + row0, h * q_head_cols], [BM, D])
+                qt = q_in.wait()
                 dq_acc = xs.zeros([BM, D], xs.float32)
             with grad:
                 rows = m_block + xs.replica_id() * BM + xs.arange(0, BM)
@@ -282,10 +301,10 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                     v_in.commit()
                 with mma:
                     kt = k_in.wait()
-                    s = xs.mma(q_tile, xs.trans(kt.k))
+                    s = xs.mma(qt.q, xs.trans(kt.k))
                     s = xs.mma_wait(s, pending=0)
                     vt = v_in.wait()
-                    dp = xs.mma(do_tile, xs.trans(vt.v))
+                    dp = xs.mma(qt.do, xs.trans(vt.v))
                     dp = xs.mma_wait(dp, pending=0)
                     v_in.release()
                     so = sdp.acquire()
@@ -313,5 +332,6 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                     ds_in.release()
                     k_in.release()
             with mma:
+                q_in.release()
                 xs.store(dq, [q_row + row0, h * q_head_cols], dq_acc.to(dq.dtype),
                          bounds=[q_row + q_len, h * q_head_cols + D])

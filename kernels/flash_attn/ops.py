@@ -189,7 +189,9 @@ def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, ca
 
 # Schedules whose kernel spilled to local memory when first launched here (a register budget
 # measured under one Triton can spill under another): (backend, head_dim, causal, dtype,
-# schedule) -> bytes of local memory a thread. Rows with a fallback are checked once.
+# schedule) -> bytes of local memory a thread. Rows with a fallback are checked once, by the
+# kernel a positive scale launches (SCALE_POSITIVE); zero and negative scales, whose kernel is
+# another specialization, follow that record and leave none of their own.
 _SPILLED: dict = {}
 
 
@@ -220,7 +222,7 @@ def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scal
     out = launch(attention_fwd, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal,
                  scale, layout, backend, plan)
     key = (backend, d, bool(causal), q2.dtype, plan)
-    if plan.fallback is None or key in _SPILLED:
+    if plan.fallback is None or key in _SPILLED or not scale_constexprs(scale)["SCALE_POSITIVE"]:
         return out, True
     measure = getattr(out[1], "local_memory_bytes", None)
     spilled = measure() if measure is not None else None

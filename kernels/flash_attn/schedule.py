@@ -141,9 +141,14 @@ TABLE: tuple[Row, ...] = (
 
 # The backward kernels (backward.py). BM: keys per replica of dK/dV, query rows per replica of
 # dQ (a program takes 2*BM); BN: query rows (dK/dV) or keys (dQ) per step. Hopper: 128 rows per
-# program with 64-wide steps, so two fp32 accumulators and two score tiles fit one consumer
-# warpgroup's registers (not yet tuned on the H200); Ascend: the forward's 64 rows per program.
+# program with 64-wide steps (32 at d128), so two fp32 accumulators and two score tiles fit one
+# consumer warpgroup's registers, the tile's own K/V (dK/dV) or Q/dO (dQ) rows waiting in shared
+# memory (not yet tuned on the H200); Ascend: the forward's 64 rows per program.
 BACKWARD_TABLE: tuple[Row, ...] = (
+    # d128 steps 32 rows (dK/dV) or keys (dQ): with 64, dK/dV's two fp32 accumulators (128
+    # registers a thread) beside Sᵀ, dPᵀ, Pᵀ and dSᵀ spill (192 B a thread under Triton 3.6,
+    # 152 under 3.9; tests/nvidia/test_compile_backward.py checks every row for local memory)
+    Row("nvidia", 128, None, None, Schedule(BM=64, BN=32, STAGES=2, persistent=False)),
     Row("nvidia", None, None, None, Schedule(BM=64, BN=64, STAGES=2, persistent=False)),
     Row("ascend", None, None, None, Schedule(BM=32, BN=128, STAGES=2, persistent=True)),
     Row("cpu", None, None, 256, CPU),

@@ -105,3 +105,26 @@ def shared_partition_barrier(a, b, out, M, N, K, BM: xs.constexpr, BN: xs.conste
             team.sync()
     with mma:
         xs.store(out, [off_m, off_n], acc)
+
+
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=64, BN=64, D=64, STAGES=2))
+def held_operand(a, b, c, N, BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, STAGES: xs.constexpr):
+    """C[rows, n..n+BN] = A[rows] @ B[n..n+BN]ᵀ: A's tile is loaded into registers once and
+    held as the wgmma A operand across the loop (the renderer gives it the operand layout at
+    its definition, so the loop converts nothing)."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    b_in = xs.pipe(load, mma, stages=STAGES, b=xs.tile([BN, D], b.dtype))
+    with mma:
+        a_tile = xs.load(a, [xs.program_id(0) * BM, 0], [BM, D])
+    for n in range(0, N, BN):
+        with load:
+            bs = b_in.acquire()
+            bs.b = xs.load(b, [n, 0], [BN, D])
+            b_in.commit()
+        with mma:
+            bt = b_in.wait()
+            t = xs.mma(a_tile, xs.trans(bt.b))
+            t = xs.mma_wait(t, pending=0)
+            b_in.release()
+            xs.store(c, [xs.program_id(0) * BM, n], t)

@@ -19,7 +19,7 @@ def _rendered(kernel, blocks):
     from xsync.backends.nvidia.render import render
 
     cx, dtypes = kernel.specialization()
-    cx.update(blocks, D=128, CAUSAL=0)
+    cx.update(blocks)
     lw = kernel.lower("nvidia", cx, dtypes)
     args = (lw.kernel, lw.placement, lw.allocation)
     return render(*args, occupancy_defaults(*args, resolve_options()))
@@ -27,18 +27,19 @@ def _rendered(kernel, blocks):
 
 def test_layouts_are_inferred_once_before_rendering():
     """The consumers' layouts come from the inference: a register A operand held in a variable
-    (Q of the dQ kernel) takes the wgmma operand layout at its definition; in the forward, Q
-    comes from its shared-memory ring, the loop-carried row statistics keep the accumulator's
-    row layout, and the header declares exactly the inference's constants, in its order."""
-    from xsync.kernels.flash_attn import attention_fwd, grad, ops
-    from xsync.kernels.flash_attn.backward import attention_bwd_dq
+    (tests/nvidia/nv_kernels.py's held_operand) takes the wgmma operand layout at its
+    definition; in the forward, Q comes from its shared-memory ring, the loop-carried row
+    statistics keep the accumulator's row layout, and the header declares exactly the
+    inference's constants, in its order."""
+    from tests.nvidia.nv_kernels import held_operand
+    from xsync.kernels.flash_attn import attention_fwd, ops
 
-    dq = _rendered(attention_bwd_dq, grad.block_sizes("nvidia"))
-    consumer = dq.layouts.agents["consumer"]
-    q = consumer.variables["q_tile"]
-    assert q.layout == consumer.wants["q_tile"] and q.layout.startswith("gl.DotOperandLayout(operand_index=0")
-    assert "q_tile = gl.convert_layout(" in dq.source
-    result = _rendered(attention_fwd, ops.block_sizes("nvidia"))
+    held = _rendered(held_operand, {})
+    consumer = held.layouts.agents["consumer"]
+    a = consumer.variables["a_tile"]
+    assert a.layout == consumer.wants["a_tile"] and a.layout.startswith("gl.DotOperandLayout(operand_index=0")
+    assert "a_tile = gl.convert_layout(" in held.source
+    result = _rendered(attention_fwd, dict(ops.block_sizes("nvidia"), D=128, CAUSAL=0))
     consumer = result.layouts.agents["consumer"]
     assert "q_tile" not in consumer.variables and "warpgroup_mma(q_in_q.index(qt), " in result.source
     for row in ("m_i", "l_i"):
