@@ -37,10 +37,15 @@ def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq
                 **scale_constexprs(sm_scale))
 
 
+# The kernels take the scale as a float32: below the smallest normal float32 it may be 0 there
+# (or flushed to 0), and a masked score's -inf times 0 is NaN.
+_SMALLEST_NORMAL_F32 = 2.0 ** -126
+
+
 def scale_constexprs(sm_scale: float | None) -> dict:
     """SCALE_POSITIVE: the kernel scales the row max instead of every score (kernel.py), which
-    only a positive scale allows."""
-    return dict(SCALE_POSITIVE=int(sm_scale is None or sm_scale > 0))
+    only a positive scale allows -- one that stays a positive normal number in float32."""
+    return dict(SCALE_POSITIVE=int(sm_scale is None or sm_scale >= _SMALLEST_NORMAL_F32))
 
 
 def _fail(msg: str, fix: str):

@@ -45,10 +45,11 @@ def test_dense_matches_float64(B, Hq, Hkv, Sq, Sk, D, causal, dtype):
     torch.testing.assert_close(lse.double(), rl, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("scale", [0.3, 1e-3, 0.0, -0.3, -2.0])
+@pytest.mark.parametrize("scale", [0.3, 1e-3, 0.0, -0.3, -2.0, 1e-39, 1e-300])
 def test_custom_scale(scale):
-    # A positive scale takes the kernel's scaled-max path (SCALE_POSITIVE), zero and negative
-    # scales the one that scales every score first; Sq > Sk: the first causal rows see no key
+    # A positive scale takes the kernel's scaled-max path (SCALE_POSITIVE), zero, negative and
+    # float32-subnormal scales (0 in the kernel: -inf * 0 would be NaN) the one that scales
+    # every score first; Sq > Sk: the first causal rows see no key
     torch.manual_seed(1)
     q = torch.randn(1, 2, 40, 64).bfloat16()
     k, v = (torch.randn(1, 2, 27, 64).bfloat16() for _ in range(2))
