@@ -32,6 +32,7 @@ in one process on the same tensors, next to SDPA's cuDNN backend, and reports me
   launch layout (grid (row blocks, batch*heads), no ``batch``/``max_q`` arguments).
 
     PYTHONPATH=. python3 benchmarks/flash_attn_ab.py [--older PATH] [--shapes 128:1:16384,128:1:8192]
+    PYTHONPATH=. python3 benchmarks/flash_attn_ab.py --varlen all     # packed-sequence tile counts/orders
 
 Compiles every candidate in parallel processes first (Triton's disk cache), then measures.
 Writes flash_attn_ab.json under --out.
@@ -149,6 +150,72 @@ def _launcher(name, kernel, q, k, v, causal):
     return o, run
 
 
+# Packed-sequence launches (--varlen): the table's schedule for the longest sequence, its tiles
+# counted and ordered from the lengths (ops.launch(packed_tokens=...), tiles.packed_order), or
+# every (sequence, head, row block) in pair order as dense batches walk them
+VARLEN_CANDIDATES = {"packed": ({}, True), "every_tile": ({}, False),
+                     "packed_persistent": ({"persistent": True}, True),
+                     "packed_one_per_tile": ({"persistent": False}, True)}
+
+
+def _varlen_launcher(name, q, k, v, cu, max_len, causal):
+    import torch
+
+    from xsync.kernels.flash_attn import ops, schedule
+
+    total, h, d = q.shape
+    o, lse = torch.zeros_like(q), torch.zeros(h, total, device=q.device)
+    override, packed = VARLEN_CANDIDATES[name]
+    plan = dataclasses.replace(schedule.lookup("nvidia", d, causal, max_len), **override)
+    views = q.view(total, -1), k.view(total, -1), v.view(total, -1), o.view(total, -1), lse, cu, cu
+
+    def run():
+        ops.launch(ops.attention_fwd, *views, max_len, cu.numel() - 1, h, h, d, causal, d ** -0.5,
+                   (1, 0, d, 1, 0, d, 0, 1), "nvidia", plan, packed_tokens=total if packed else None)
+    return o, run
+
+
+def varlen_ab(names, rounds: int) -> list:
+    """The varlen benchmark's problem (benchmarks/flash_attn.py VARLEN_LENS, h*d = 2048), d 64
+    and 128, causal and not: each candidate against torch's varlen_attn, interleaved."""
+    import torch
+    import triton.testing
+
+    from benchmarks import flash_attn
+
+    lens = list(flash_attn.VARLEN_LENS)
+    rows = []
+    for d in (128, 64):
+        for causal in (False, True):
+            h = 2048 // d
+            cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(sum(lens), h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            flop = sum(flash_attn.flops(1, h, n, d, causal) for n in lens)
+            runs, errs = {}, {}
+            ref, _ = flash_attn.varlen_attn_call(q, k, v, cu, max(lens), causal)
+            want = ref().float() if ref is not None else None
+            for name in names:
+                o, runs[name] = _varlen_launcher(name, q, k, v, cu, max(lens), causal)
+                runs[name]()
+                errs[name] = None if want is None else (o.float() - want).abs().max().item()
+            if ref is not None:
+                runs["varlen_attn"], errs["varlen_attn"] = ref, 0.0
+            times = {name: [] for name in runs}
+            order = list(runs)
+            for r in range(rounds):
+                for name in order[r % len(order):] + order[:r % len(order)]:
+                    times[name].append(triton.testing.do_bench(runs[name], warmup=10, rep=60))
+            for name, ms in times.items():
+                med = sorted(ms)[len(ms) // 2]
+                row = dict(kind="varlen", d=d, h=h, causal=causal, lengths=lens, candidate=name,
+                           tflops=flop / med / 1e9, rounds=[flop / t / 1e9 for t in ms], max_abs_err_vs_varlen_attn=errs[name])
+                rows.append(row)
+                print(f"varlen d={d} causal={causal} {name}: {row['tflops']:.0f} TFLOP/s "
+                      f"(rounds {', '.join(f'{x:.0f}' for x in row['rounds'])})", flush=True)
+    return rows
+
+
 def _shapes(text: str):
     return [tuple(int(x) for x in item.split(":")) for item in text.split(",") if item]
 
@@ -175,10 +242,20 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--candidates", default="flagship,flagship_s2,no_merge,tile_loop,older",
                         help="of: " + ", ".join(CANDIDATES))
+    parser.add_argument("--varlen", default=None,
+                        help="measure packed-sequence launches instead: 'all' or of " + ", ".join(VARLEN_CANDIDATES))
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = parser.parse_args(argv)
     if cuda_missing(__file__):
         return 2
+    if args.varlen:
+        rows = varlen_ab(list(VARLEN_CANDIDATES) if args.varlen == "all" else args.varlen.split(","), args.rounds)
+        os.makedirs(args.out, exist_ok=True)
+        meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                    date=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        with open(os.path.join(args.out, "flash_attn_ab_varlen.json"), "w") as f:
+            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        return 0
     names = [n for n in args.candidates.split(",") if n != "older" or args.older]
     shapes = _shapes(args.shapes)
     jobs = [(n, args.older, d, c) for d, c, _ in shapes for n in names]

@@ -74,14 +74,14 @@ def _trace_args(settings):
     cu_k = torch.tensor([0, sk], dtype=torch.int32)
     layout = (1, sq, 0, 1, sk, 0, 1, 0)   # heads=1: (cu_rows, head_rows, head_cols) x2, lse
     order = torch.tensor([0, 0], dtype=torch.int32)   # the one tile: pair 0, rows from 0
-    args = (q, k, v, o, lse, cu_q, cu_k, order, 1.0 / math.sqrt(d), 1, 1, 1, sq, *layout)
+    args = (q, k, v, o, lse, cu_q, cu_k, order, 1.0 / math.sqrt(d), 1, 1, 1, *layout)
     return (1,), args, cx
 
 
 @xs.kernel(example=dict(q=xs.bfloat16, k=xs.bfloat16, v=xs.bfloat16, o=xs.bfloat16,
                         lse=xs.float32, cu_q=xs.int32, cu_k=xs.int32, tile_order=xs.int32,
                         BM=64, BN=128, D=128, CAUSAL=1, STAGES=2), trace=_trace_args)
-def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, group, batch, max_q,
+def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, group, tiles,
                   q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
                   lse_batch_rows, lse_packed,
                   BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
@@ -101,15 +101,15 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
     # Tiles: with PERSISTENT, program p takes tiles p, p + P, p + 2P, ... (P = programs
     # launched); without, the one tile p (one program per tile, no loop state to carry).
     # A tile is one (sequence, head) pair and REPLICAS*BM query rows: tile i's pair and first row
-    # are entries 2i and 2i + 1 of tile_order, a table the host makes (tiles.py: pair by pair,
-    # or under a causal mask by work, longest first, in a snake over the programs). Replicated
-    # in every agent: all walk the same tiles, and the pipes keep their counters from tile to
-    # tile. The protocol reads the rows left from the tile's first (rows_left), not the row
-    # itself: so the verifier checks every value of it, and of the key count, together.
-    pairs = batch * heads
-    row_blocks = xs.cdiv(max_q, REPLICAS * BM)
+    # are entries 2i and 2i + 1 of tile_order, a table of `tiles` entries the host makes
+    # (tiles.py: pair by pair, or under a causal mask by work, longest first, in a snake over
+    # the programs; for packed sequences from their lengths, on the device, the tiles that hold
+    # rows first). Replicated in every agent: all walk the same tiles, and the pipes keep their
+    # counters from tile to tile. The protocol reads the rows left from the tile's first
+    # (rows_left), not the row itself: so the verifier checks every value of it, and of the key
+    # count, together (a tile without rows does nothing).
     qk_scale = sm_scale * LOG2E
-    for tile in xs.tile_range(row_blocks * pairs, persistent=PERSISTENT):
+    for tile in xs.tile_range(tiles, persistent=PERSISTENT):
         pair = xs.load_scalar(tile_order, 2 * tile)
         m_block = xs.load_scalar(tile_order, 2 * tile + 1)
         b = pair // heads

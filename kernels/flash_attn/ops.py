@@ -175,17 +175,27 @@ def _sm_count(device) -> int:
 
 def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout,
            backend: str, plan: schedule.Schedule, grid_size: int | None = None,
-           constexprs_over: dict | None = None):
+           constexprs_over: dict | None = None, packed_tokens: int | None = None):
     """Launch ``kernel`` (the flagship or a variant of it) on 2-D views as the ops do: the
     schedule's tiles, its program count (or ``grid_size``) and the tile order it deals them
     in (kernels/flash_attn/tiles.py); ``constexprs_over`` replaces some of the constexprs
-    (A/B runs). Returns (grid, compiled, args, constexprs)."""
+    (A/B runs). ``packed_tokens``: the query token count of packed sequences of different
+    lengths, whose tiles are counted from it and ordered on the device from ``cu_q``/``cu_k``
+    (tiles.packed_order); None: every sequence is ``max_q`` long or any tile may be empty
+    (a dense batch, or every (sequence, head, row block) walked). Returns (grid, compiled,
+    args, constexprs)."""
     row_blocks = math.ceil(max_q / plan.tile_rows)
-    grid = (grid_size or programs(backend, row_blocks * batch * hq, plan.persistent, q2.device),)
-    order = tiles.order(batch * hq, row_blocks, plan.tile_rows, grid[0], plan.causal_group if causal else None,
-                        q2.device)
-    args = (q2, k2, v2, o2, lse2, cu_q, cu_k, order, float(scale), hq, hq // hk, batch, int(max_q),
-            *layout)
+    pairs = batch * hq
+    if packed_tokens is None:
+        count = row_blocks * pairs
+        grid = (grid_size or programs(backend, count, plan.persistent, q2.device),)
+        order = tiles.order(pairs, row_blocks, plan.tile_rows, grid[0], plan.causal_group if causal else None,
+                            q2.device)
+    else:
+        count = tiles.packed_count(pairs, row_blocks, hq, batch, packed_tokens, plan.tile_rows)
+        grid = (grid_size or programs(backend, count, plan.persistent, q2.device),)
+        order = tiles.packed_order(cu_q, cu_k, hq, row_blocks, plan.tile_rows, plan.BN, grid[0], causal, count)
+    args = (q2, k2, v2, o2, lse2, cu_q, cu_k, order, float(scale), hq, hq // hk, count, *layout)
     constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.forward_constexprs(), **scale_constexprs(scale))
     constexprs.update(constexprs_over or {})
     compiled = kernel[grid](*args, backend=backend, **constexprs)
@@ -216,7 +226,8 @@ def spilled_schedules() -> dict:
     return dict(_SPILLED)
 
 
-def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout):
+def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout,
+         packed_tokens=None):
     """Launch as the table says. Returns launch()'s tuple and whether the schedule is settled:
     False where this launch found its kernel spilling (its result is right, but the next call
     takes the row's fallback, so no launch plan should keep it)."""
@@ -225,7 +236,7 @@ def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scal
     backend = select()
     plan = launched_schedule(backend, d, causal, max_q, q2.dtype)
     out = launch(attention_fwd, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal,
-                 scale, layout, backend, plan)
+                 scale, layout, backend, plan, packed_tokens=packed_tokens)
     key = (backend, d, bool(causal), q2.dtype, plan)
     if plan.fallback is None or key in _SPILLED or not scale_constexprs(scale)["SCALE_POSITIVE"]:
         return out, True
@@ -370,7 +381,8 @@ def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     # packed [total, H, D] as [total, H*D]: sequence b, head h starts at row cu[b], column h*D.
     layout = (1, 0, d, 1, 0, d, 0, 1)
     _run(q.view(total_q, hq * d), k.view(-1, hk * d), v.view(-1, hk * d), o.view(total_q, hq * d),
-         lse, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), batch, hq, hk, d, causal, scale, layout)
+         lse, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), batch, hq, hk, d, causal, scale, layout,
+         packed_tokens=total_q)
     return o, lse
 
 

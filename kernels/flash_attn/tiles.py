@@ -24,6 +24,15 @@ Two orders, for ``pairs`` pairs of ``row_blocks`` tiles of ``tile_rows`` rows (R
         turn 1:  p0                 p1            ...  pP-1 <- next longest
         turn 2:  p0 <- ...
 
+Packed sequences (varlen) of different lengths: the host knows only the longest, so
+``pairs * row_blocks`` tiles would mostly hold no rows (16 sequences of 128..8192 tokens:
+11k of 16k), and each still costs a program or a loop turn. ``packed_count`` bounds the tiles
+that hold rows from the token count alone (no device-to-host copy), and ``packed_order`` makes
+the table on the device from the cumulative lengths: the tiles with rows, pair by pair, the
+busiest pair first and each pair's longest tile first (dealt in the snake above to persistent
+programs; in that order to one program per tile, which the GPU starts in index order), then
+tiles without rows up to the bound.
+
 Dealt by pair, a causal 16k launch of 128-row tiles on 132 programs gives the busiest program
 1.57x the mean work; by work in one group, 1.01x. Smaller groups keep fewer pairs' K and V
 in flight at once (each pair's tiles run close together) at some cost in balance; the schedule
@@ -89,4 +98,49 @@ def _table(pairs, row_blocks, tile_rows, programs, group, device) -> torch.Tenso
         within = rank - chunk * (size * row_blocks)
         width = torch.where(chunk == groups - 1, pairs - (groups - 1) * size, size)
         pair, block = chunk * size + within % width, row_blocks - 1 - within // width
+    return torch.stack((pair, block * tile_rows), dim=1).reshape(-1).to(torch.int32)
+
+
+def packed_count(pairs: int, row_blocks: int, heads: int, sequences: int, tokens: int, tile_rows: int) -> int:
+    """Tiles of a packed launch: at most ``pairs * row_blocks``, and at most the tiles that can
+    hold rows -- sum over sequences of ceil(len / tile_rows) <= tokens // tile_rows + sequences,
+    per head (each sequence leaves at most one partial tile) -- when the lengths sum to
+    ``tokens`` (the varlen contract)."""
+    return max(0, min(pairs * row_blocks, heads * (tokens // tile_rows + sequences)))
+
+
+def packed_order(cu_q: torch.Tensor, cu_k: torch.Tensor, heads: int, row_blocks: int, tile_rows: int,
+                 block_keys: int, programs: int, causal: bool, count: int) -> torch.Tensor:
+    """The ``[2 * count]`` int32 table of a packed launch (module docstring), made on the
+    lengths' device with no host sync (a CUDA graph captures it). A tile of ``r`` rows left
+    costs the key blocks it visits plus about two for its prologue and epilogue. Pairs go by
+    their work, the busiest first (ties in pair order: one sequence's heads stay together),
+    each pair's tiles together, longest first -- so programs running at once share few pairs'
+    K and V, which stay in L2 (ranked tile by tile across pairs, a causal launch of the varlen
+    benchmark ran 6% slower: runs/flash_attn_ab_20261204_varlen_a.json); tiles without rows
+    (rows_left <= 0: the kernel skips them) last."""
+    lens_q = (cu_q[1:] - cu_q[:-1]).to(torch.int64)
+    lens_k = (cu_k[1:] - cu_k[:-1]).to(torch.int64)
+    pairs = lens_q.numel() * heads
+    index = torch.arange(pairs * row_blocks, dtype=torch.int64, device=cu_q.device)
+    pair, block = index // row_blocks, index % row_blocks
+    seq = pair // heads
+    q_len, k_len = lens_q[seq], lens_k[seq]
+    rows_left = q_len - block * tile_rows
+    hi = k_len
+    if causal:      # as the kernel's bound: bottom-right aligned, the tile's last row
+        hi = torch.clamp(torch.minimum(k_len, k_len - rows_left + tile_rows), min=0)
+    real = rows_left > 0
+    work = torch.where(real, (hi + block_keys - 1) // block_keys + 2, 0)
+    pair_rank = torch.empty(pairs, dtype=torch.int64, device=cu_q.device)
+    by_work = torch.sort(work.view(pairs, row_blocks).sum(1), descending=True, stable=True).indices
+    pair_rank[by_work] = torch.arange(pairs, dtype=torch.int64, device=cu_q.device)
+    key = torch.where(real, pair_rank[pair] * row_blocks + (row_blocks - 1 - block), pairs * row_blocks + index)
+    ranked = torch.sort(key).indices[:count]
+    if programs < count:    # persistent: deal the ranks in a snake (the busiest pair's longest to program 0)
+        at = torch.arange(count, dtype=torch.int64, device=cu_q.device)
+        turn, seat = at // programs, at % programs
+        backward = (turn % 2 == 1) & ((turn + 1) * programs <= count)
+        ranked = ranked[torch.where(backward, turn * programs + programs - 1 - seat, at)]
+    pair, block = ranked // row_blocks, ranked % row_blocks
     return torch.stack((pair, block * tile_rows), dim=1).reshape(-1).to(torch.int32)

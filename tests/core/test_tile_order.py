@@ -106,3 +106,103 @@ def test_kernel_with_fewer_programs_than_tiles(causal, group):
         mask = torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), kf, vf, attn_mask=mask)
     torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
+
+
+def _cu(lens):
+    return torch.tensor([0] + torch.tensor(lens, dtype=torch.int64).cumsum(0).tolist(), dtype=torch.int32)
+
+
+def _packed_work(lens_q, lens_k, heads, tile_rows, block_keys, causal):
+    """(pair, row block) -> key blocks + 2 of every tile that holds rows: the reference."""
+    out = {}
+    for b, (lq, lk) in enumerate(zip(lens_q, lens_k)):
+        for h in range(heads):
+            for r in range(-(-lq // tile_rows)):
+                hi = lk if not causal else max(0, min(lk, lk - (lq - r * tile_rows) + tile_rows))
+                out[(b * heads + h, r)] = -(-hi // block_keys) + 2
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lens_q,lens_k,programs", [
+    ([128, 8192, 512, 4096, 256, 2048, 1024, 6144], None, 132),
+    ([0, 64, 1, 31, 32, 33, 0], [5, 0, 64, 31, 100, 33, 7], 3),
+    ([300], [20], 1),
+    ([7, 7, 7, 7], None, 1000),
+    ([1000, 3, 250, 0, 129], [999, 3, 1, 0, 700], 5),
+])
+def test_packed_tiles_with_rows_come_once_each_pair_by_pair(lens_q, lens_k, programs, causal):
+    """The packed table holds every tile that has rows exactly once, ahead of any tile without
+    rows; its length is the host's bound. One program per tile takes them pair by pair, the
+    busiest pair first (ties in pair order), each pair's tiles longest first; persistent
+    programs get that sequence dealt in the snake."""
+    lens_k = lens_k or lens_q
+    heads, tile_rows, block_keys = 3, 64, 32
+    row_blocks = max(1, -(-max(lens_q) // tile_rows))
+    count = tiles.packed_count(len(lens_q) * heads, row_blocks, heads, len(lens_q), sum(lens_q), tile_rows)
+    work = _packed_work(lens_q, lens_k, heads, tile_rows, block_keys, causal)
+    assert len(work) <= count <= len(lens_q) * heads * row_blocks
+    pair_work = {}
+    for (p, _), w in work.items():
+        pair_work[p] = pair_work.get(p, 0) + w
+    pairs = sorted(pair_work, key=lambda p: (-pair_work[p], p))
+    want = [(p, r) for p in pairs for r in sorted((r for q, r in work if q == p), reverse=True)]
+    ranked = _decode(tiles.packed_order(_cu(lens_q), _cu(lens_k), heads, row_blocks, tile_rows, block_keys,
+                                        count, causal, count), tile_rows)
+    assert ranked[:len(want)] == want and len(set(ranked)) == len(ranked) == count
+    launched = min(programs, count)
+    table = tiles.packed_order(_cu(lens_q), _cu(lens_k), heads, row_blocks, tile_rows, block_keys, launched,
+                               causal, count)
+    assert table.dtype == torch.int32 and table.numel() == 2 * count
+    dealt = []
+    for turn in range(-(-count // launched)):
+        seats = ranked[turn * launched:(turn + 1) * launched]
+        dealt += seats[::-1] if turn % 2 == 1 and len(seats) == launched else seats
+    assert _decode(table, tile_rows) == dealt
+
+
+def test_a_packed_launch_runs_only_the_tiles_that_can_hold_rows():
+    """Sixteen sequences of 128..8192 tokens, 16 heads, 128-row tiles: the launch counts 5712
+    tiles (5456 hold rows) instead of the 16384 of every (sequence, head, row block)."""
+    lens = [128, 8192, 512, 4096, 256, 2048, 1024, 6144, 384, 3072, 768, 5120, 1536, 7168, 640, 2560]
+    count = tiles.packed_count(16 * 16, 64, 16, 16, sum(lens), 128)
+    assert count == 16 * (sum(lens) // 128 + 16) == 5712
+    assert len(_packed_work(lens, lens, 16, 128, 128, False)) == 5456
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_launch_matches_the_reference(persistent, causal):
+    """Packed sequences with empty ones, lengths at and around the tile size, q and k of other
+    lengths, GQA; three persistent programs or one per tile, on the emulator."""
+    torch.manual_seed(4)
+    lens_q, lens_k = [0, 32, 1, 31, 45, 70, 0], [3, 0, 40, 31, 100, 33, 9]
+    hq, hk, d = 4, 2, 64
+    cu_q, cu_k = _cu(lens_q), _cu(lens_k)
+    q = torch.randn(sum(lens_q), hq, d).bfloat16()
+    k, v = torch.randn(sum(lens_k), hk, d).bfloat16(), torch.randn(sum(lens_k), hk, d).bfloat16()
+    o = torch.zeros_like(q)
+    lse = torch.zeros(hq, sum(lens_q))
+    plan = schedule.Schedule(BM=16, BN=32, STAGES=2, persistent=persistent)
+    ops.launch(attention_fwd, q.view(-1, hq * d), k.view(-1, hk * d), v.view(-1, hk * d), o.view(-1, hq * d), lse,
+               cu_q, cu_k, max(lens_q), len(lens_q), hq, hk, d, causal, 1 / math.sqrt(d), (1, 0, d, 1, 0, d, 0, 1),
+               "cpu", plan, 3 if persistent else None, packed_tokens=sum(lens_q))
+    for b in range(len(lens_q)):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        if lens_q[b] == 0:
+            continue
+        qf = q[qs].transpose(0, 1).float()
+        kf, vf = (t[ks].transpose(0, 1).float().repeat_interleave(hq // hk, 0) for t in (k, v))
+        lq, lk = lens_q[b], lens_k[b]
+        keep = torch.ones(lq, lk, dtype=torch.bool)
+        if causal:
+            keep = keep.tril(lk - lq)
+        scores = (qf @ kf.transpose(1, 2)) / math.sqrt(d)
+        scores = scores.masked_fill(~keep, float("-inf"))
+        seen = keep.any(1)
+        ref = torch.softmax(scores, -1).nan_to_num(0.0) @ vf
+        got = o[qs].transpose(0, 1).float()
+        torch.testing.assert_close(got[:, seen], ref[:, seen], atol=2e-2, rtol=2e-2)
+        assert (got[:, ~seen] == 0).all()
+        ref_lse = torch.logsumexp(scores, -1)
+        torch.testing.assert_close(lse[:, qs][:, seen], ref_lse[:, seen], atol=1e-4, rtol=1e-4)

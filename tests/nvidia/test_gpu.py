@@ -135,6 +135,89 @@ def test_flash_attention_single_source(d, causal, sq, sk, monkeypatch):
     torch.testing.assert_close(lse, torch.logsumexp(s, -1), atol=1e-3, rtol=1e-3)
 
 
+def _check_varlen(q, k, v, cu_q, cu_k, o, lse, causal):
+    """Each packed sequence against the float64 reference (a sequence without queries: nothing)."""
+    import torch
+
+    bounds_q, bounds_k = cu_q.tolist(), cu_k.tolist()
+    for b in range(len(bounds_q) - 1):
+        qs, ks = slice(bounds_q[b], bounds_q[b + 1]), slice(bounds_k[b], bounds_k[b + 1])
+        if qs.start == qs.stop:
+            continue
+        ref_o, ref_lse = _reference(q[qs].transpose(0, 1)[None], k[ks].transpose(0, 1)[None],
+                                    v[ks].transpose(0, 1)[None], causal)
+        torch_o = o[qs].transpose(0, 1)[None].float()
+        assert (torch_o - ref_o).abs().max().item() < 3e-2 + 2e-2 * ref_o.abs().max().item(), (b, causal)
+        got_lse = lse[:, qs][None]
+        finite = torch.isfinite(ref_lse)
+        assert (got_lse[~finite] == float("inf")).all(), (b, causal)
+        if finite.any():
+            err = (got_lse[finite] - ref_lse[finite]).abs().max().item()
+            assert err < 1e-3 * (1 + ref_lse[finite].abs().max().item()), (b, causal, err)
+
+
+def _packed(lens_q, lens_k, hq, hk, d):
+    import torch
+
+    cu = [torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+          for lens in (lens_q, lens_k)]
+    q = torch.randn(sum(lens_q), hq, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(sum(lens_k), hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    return q, k, v, *cu
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("longest", [700, 2500, 9000])
+def test_varlen_on_hopper(d, causal, longest, monkeypatch):
+    """Packed sequences (empty ones, lengths around the tile sizes, q and k of other lengths,
+    GQA) under the schedule the table picks for the longest: only the tiles that can hold rows
+    are launched, longest first (tiles.packed_order)."""
+    import torch
+
+    from xsync.kernels.flash_attn import attention_varlen
+
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    torch.manual_seed(7)
+    lens_q = [longest, 0, 1, 127, 128, 129, 300, 64, 191]
+    lens_k = [longest, 5, 0, 127, 200, 129, 250, 64, 400]
+    q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, 4, 2, d)
+    o, lse = attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal)
+    torch.cuda.synchronize()
+    _check_varlen(q, k, v, cu_q, cu_k, o, lse, causal)
+
+
+def test_varlen_cuda_graph_replays_with_new_lengths(monkeypatch):
+    """The packed tile table is made on the device from cu_seqlens: a captured call, replayed
+    after the lengths (same token count) and q/k/v changed in place, computes the new ones."""
+    import torch
+
+    from xsync.kernels.flash_attn import attention_varlen
+
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    torch.manual_seed(8)
+    lens = [[300, 5, 700, 19], [1, 1000, 0, 23], [512, 256, 128, 128]]
+    q, k, v, cu_q, cu_k = _packed(lens[0], lens[0], 4, 4, 128)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            attention_varlen(q, k, v, cu_q, cu_k, 1024, 1024, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, lse = attention_varlen(q, k, v, cu_q, cu_k, 1024, 1024, causal=True)
+    for step in lens:
+        cu = torch.tensor([0] + torch.tensor(step).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+        cu_q.copy_(cu)
+        cu_k.copy_(cu)
+        for x in (q, k, v):
+            x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_varlen(q, k, v, cu_q, cu_k, o, lse, True)
+
+
 @pytest.mark.parametrize("scale", [0.2, 0.0, -0.3])
 @pytest.mark.parametrize("d", [64, 128])
 def test_flash_attention_scale_signs(scale, d, monkeypatch):
