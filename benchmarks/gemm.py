@@ -8,7 +8,7 @@ Times come from ``triton.testing.do_bench`` around the xsync launch of the compi
 kernel (TMA descriptors built per call, launch). Results are printed and written as JSON
 to benchmarks/results/ (and to --out if given).
 
-A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_2wg][_nodefer][_persistent][_bf16]`` (GROUP_M defaults to 8; ``_g1``
+A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_2wg][_nodefer][_persistent][_bf16][_smem<KB>]`` (GROUP_M defaults to 8; ``_g1``
 walks the output row by row without grouping): ``_2cta`` launches with maxnreg=128 and
 24/232 producer/consumer registers, so two CTAs share an SM (their mainloops and
 epilogues overlap; with ``_persistent``, two programs an SM); ``_nodefer`` turns off the renderer's wait deferral
@@ -16,7 +16,9 @@ epilogues overlap; with ``_persistent``, two programs an SM); ``_nodefer`` turns
 process; ``_persistent`` runs ``gemm_persistent`` (one program per SM walking the output
 tiles; the loads of the next tile overlap this tile's epilogue); ``_2wg`` takes output tiles
 of 256 x 128 computed by two consumer warpgroups sharing each B tile (``gemm_2wg``, or
-``gemm_persistent_2wg`` with ``_persistent``). The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
+``gemm_persistent_2wg`` with ``_persistent``); ``_smem<KB>`` renders it with that much shared memory
+for the rings and the TMA-store staging tiles together (the renderer's ``STAGING_SMEM_LIMIT``,
+216 KB: above it C leaves through masked register stores). The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
 ``s3_2cta`` / ``s3_2cta_nodefer`` when 3 is among them.
 """
 import argparse
@@ -57,7 +59,7 @@ def measure(size: int, variants) -> dict:
     import xsync as xs
     from xsync.kernels.gemm import gemm, gemm_persistent, gemm_persistent_2wg
     from xsync.kernels.gemm_variants import gemm_2wg
-    from xsync.backends.nvidia import compile_kernel
+    from xsync.backends.nvidia import compile_kernel, render
 
     M = N = K = size
     flops = 2.0 * M * N * K
@@ -97,7 +99,14 @@ def measure(size: int, variants) -> dict:
         group = next((int(part[1:]) for part in name.split("_")[1:] if part[:1] == "g" and part[1:].isdigit()), 8)
         consts = dict(BM=128, BN=128, BK=64, STAGES=stages, GROUP_M=group)
         lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, out)))
-        compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
+        smem_kb = next((int(part[4:]) for part in name.split("_") if part.startswith("smem")), None)
+        limit = render.STAGING_SMEM_LIMIT
+        try:
+            if smem_kb is not None:
+                render.STAGING_SMEM_LIMIT = smem_kb * 1024
+            compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
+        finally:
+            render.STAGING_SMEM_LIMIT = limit
         kargs = dict(a=a, b=b, c=c, M=M, N=N, K=K)
 
         def run():
@@ -109,7 +118,8 @@ def measure(size: int, variants) -> dict:
         t = triton.testing.do_bench(run, warmup=25, rep=200)
         row = {"variant": name, "kernel": kernel.__name__, "programs": grid, "BM": 256 if two else 128, "BN": 128,
                "BK": 64, "stages": stages, "group_m": group, "c_dtype": out,
-               "options": opts, "ms": t,
+               "options": opts, "staging_smem_kb": smem_kb,
+               "tma_store": any(kind == "store_desc" for _, kind, _ in compiled.result.params), "ms": t,
                "tflops": tflops(t), "ratio_vs_torch": t_ref / t, "max_rel_err_vs_torch": err}
         results["xsync"].append(row)
         print(f"xsync gemm {name:16s} {t:8.3f} ms  {tflops(t):7.1f} TFLOP/s  "

@@ -662,6 +662,26 @@ def test_tma_store_epilogue_where_shared_memory_has_room():
     assert "xs_tma_store" not in off.source and "o_tma_ok" not in off.source
 
 
+def test_two_warpgroup_gemm_stages_bf16_c_beside_three_ring_slots():
+    """The persistent 256x128 GEMM with bf16 C: three 48 KB ring slots and two 32 KB staging
+    tiles (208 KB) fit under the renderer's limit, so C leaves by TMA stores; four slots
+    (192 KB) leave no room and C leaves through masked stores."""
+    import xsync as xs
+    from xsync.backends.nvidia.render import STAGING_SMEM_LIMIT
+    from xsync.kernels.gemm import gemm_persistent_2wg
+
+    def build(stages):
+        return compile_ptx(gemm_persistent_2wg, dict(BM=128, BN=128, BK=64, STAGES=stages, GROUP_M=8),
+                           dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.bfloat16))
+
+    three = build(3)
+    assert "xs_tma_store(c_store_desc" in three.source
+    assert lines(three.ptx, r"cp\.async\.bulk\.tensor\.2d\.global\.shared")
+    assert 208 * 1024 <= three.metadata.shared <= min(STAGING_SMEM_LIMIT + 4096, 227 * 1024)
+    four = build(4)
+    assert "xs_tma_store" not in four.source and four.metadata.shared <= 227 * 1024
+
+
 def test_one_row_store_keeps_the_vectors_layout():
     """``xs.store(lse, [r, c], lse_row[None, :])`` is spelled as a 1-D store in the layout the
     per-row statistics live in (a slice of the accumulator layout), so the epilogue converts no

@@ -67,8 +67,12 @@ TMA_STORE_ALIAS = ('xs_tma_store = getattr(tma, "async_store", None) or tma.asyn
 # Shared memory the pipes and the TMA-store staging tiles may use together (of an SM's 227 KB).
 # Hand-patched attention kernels on the H200 (benchmarks/results/runs/
 # handpatched_20261202_q_ring_tma_store.json): staging that brought d128 to 224 KB slowed s 2k / 4k
-# by 3% / 6%; beside d64's 128 KB of K/V and Q rings it gave -0.5% to +9%.
-STAGING_SMEM_LIMIT = 200 * 1024
+# by 3% / 6%; beside d64's 128 KB of K/V and Q rings it gave -0.5% to +9%. At 216 KB the
+# two-warpgroup persistent GEMM with bf16 C stages its 256x128 tiles beside three 48 KB ring
+# slots (208 KB) and beats the masked stores it had at 200: 4096^3 713 / 703 vs 642, 8192^3 692
+# vs 668 TFLOP/s (runs/gemm_*_20261204-2037*.json); no attention kernel the tables launch
+# renders differently between 200 and 216 KB.
+STAGING_SMEM_LIMIT = 216 * 1024
 TMA_STORE_MIN_ROWS = 8
 
 
