@@ -1,6 +1,8 @@
 """Host cost per call: wall microseconds of back-to-back calls (no sync in between, so a
 launch path slower than the GPU shows as wall time), for xsync's attention and torch SDPA on
-the same tiny problems, plus each layer of xsync's path on its own (where the time goes), the
+the same tiny problems, measured in alternating rounds (a shared host's slow spells hit both;
+the ratios are medians of round-by-round ratios), plus each layer of xsync's path on its own
+(where the time goes), the
 GPU time per call from a replayed CUDA graph (the floor under any wall reading), and the
 wall time with Triton's own launcher in place of the direct C launch.
 
@@ -42,6 +44,36 @@ def wall_us(fn, calls=300, rounds=5) -> float:
         out.append((time.perf_counter() - t0) / calls * 1e6)
     out.sort()
     return out[len(out) // 2]
+
+
+def interleaved_wall_us(fns: dict, calls=200, rounds=15) -> tuple[dict, dict]:
+    """Wall us per call of each of ``fns`` measured in alternating rounds (the order rotates
+    every round), so a host that slows down for a while slows every contender alike.
+    Returns ({name: median us}, {name: median over rounds of first's us / name's us}) where
+    first is the first name: the ratio of two readings taken side by side, round by round."""
+    import torch
+
+    names = list(fns)
+    for fn in fns.values():
+        for _ in range(20):
+            fn()
+    torch.cuda.synchronize()
+    readings = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[n]
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            readings[n].append((time.perf_counter() - t0) / calls * 1e6)
+
+    def median(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2]
+    first = names[0]
+    ratios = {n: median([a / b for a, b in zip(readings[first], readings[n])]) for n in names[1:]}
+    return {n: median(v) for n, v in readings.items()}, ratios
 
 
 def gpu_us(fn) -> float:
@@ -158,17 +190,20 @@ def measure(profile_dir: str | None = None) -> list[dict]:
     for shape in SHAPES:
         fns = layers(shape)
         row = dict(shape)
+        # the public call and the SDPA calls side by side, round by round (their ratios); the
+        # layers below the public call one after another (where the time goes)
+        side_by_side = ["xsync_attention"] + [n for n in ("sdpa_default", "sdpa_cudnn", "sdpa_flash") if n in fns]
+        walls, ratios = interleaved_wall_us({n: fns[n] for n in side_by_side})
         for name, fn in fns.items():
-            row[f"{name}_wall_us"] = round(wall_us(fn), 1)
+            row[f"{name}_wall_us"] = round(walls[name] if name in walls else wall_us(fn), 1)
         row["xsync_attention_via_triton_launcher_wall_us"] = round(triton_launcher_wall_us(fns["xsync_attention"]), 1)
         for name in ("xsync_attention", "sdpa_default"):
             graph = graph_us(fns[name])
             row[f"{name}_graph_gpu_us"] = None if graph is None else round(graph, 1)
         row["xsync_gpu_us"] = round(gpu_us(fns["xsync_attention"]), 1)
         row["sdpa_cudnn_gpu_us"] = round(gpu_us(fns["sdpa_cudnn"]), 1) if "sdpa_cudnn" in fns else None
-        for ref in ("sdpa_default", "sdpa_cudnn", "sdpa_flash"):
-            if f"{ref}_wall_us" in row:
-                row[f"ratio_vs_{ref}"] = round(row["xsync_attention_wall_us"] / row[f"{ref}_wall_us"], 2)
+        for ref, ratio in ratios.items():
+            row[f"ratio_vs_{ref}"] = round(ratio, 2)
         rows.append(row)
         print(row, flush=True)
         if profile_dir:

@@ -114,8 +114,9 @@ def render(data: dict) -> str:
              "same process and tensors as the torch reference._", ""]
     sections = (("grid", "Attention forward, bf16, b·s = 16384, h·d = 2048, TFLOP/s", grid_table),
                 ("varlen", "Varlen: 16 packed sequences of 128–8192 tokens, h 16, d 128, TFLOP/s", varlen_table),
-                ("host", "Host cost per call, wall µs (back-to-back calls; the SDPA cuDNN and flash columns include the "
-                 "`with sdpa_kernel(...)` that picks the backend, the default column does not)", host_table),
+                ("host", "Host cost per call, wall µs (back-to-back calls; xsync and the SDPA columns measured in "
+                 "alternating rounds, medians, ratios the median of round-by-round ratios; the SDPA cuDNN and flash "
+                 "columns include the `with sdpa_kernel(...)` that picks the backend, the default column does not)", host_table),
                 ("gemm", "GEMM (kernels/gemm.py), bf16 in, fp32 or bf16 out (torch.matmul: bf16)", gemm_table),
                 ("variants", "Rewrites of the flagships that mean the same (docs/design.md), same process", variants_table),
                 ("backward", "Attention backward, bf16, FLOPs = 2.5× the forward's, TFLOP/s", backward_table))
