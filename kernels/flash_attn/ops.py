@@ -235,6 +235,13 @@ def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scal
 
     backend = select()
     plan = launched_schedule(backend, d, causal, max_q, q2.dtype)
+    if causal and plan.persistent:
+        # packed sequences launch only the tiles that can hold rows (tiles.packed_order), except
+        # under a persistent causal schedule: its deal of every row block of every pair, by work
+        # in groups of pairs, measured ahead, interleaved on the varlen benchmark's problem at d64
+        # (420 / 408 vs 403 / 388 TFLOP/s; d64 non-causal: packed 478-491 vs 454-460;
+        # runs/flash_attn_ab_20261204_varlen_{a,b}.json)
+        packed_tokens = None
     out = launch(attention_fwd, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal,
                  scale, layout, backend, plan, packed_tokens=packed_tokens)
     key = (backend, d, bool(causal), q2.dtype, plan)
