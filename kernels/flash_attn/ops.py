@@ -226,6 +226,21 @@ def spilled_schedules() -> dict:
     return dict(_SPILLED)
 
 
+def packs_tiles(plan: schedule.Schedule, causal: bool) -> bool:
+    """Whether a varlen launch under ``plan`` takes the packed tile table (only the tiles that can
+    hold rows, tiles.packed_order) rather than every row block of every pair."""
+    # Packed sequences launch only the tiles that can hold rows (tiles.packed_order) where that
+    # measured ahead: a persistent non-causal schedule, whose programs would otherwise walk
+    # every empty row block of every pair (d64 on the varlen benchmark's problem, interleaved:
+    # 478-491 vs 454-460 TFLOP/s). One program per tile starts and ends an empty tile in a
+    # moment, and the table's dozen small device operations per call cost more than that saves
+    # (the suite's d128 varlen rows, trees alternated: 597 / 511 vs 613 / 524); a persistent
+    # causal schedule's deal of every row block by work in groups of pairs measured ahead of
+    # the packed order (d64: 420 / 408 vs 403 / 388). Runs: benchmarks/results/runs/
+    # flash_attn_ab_20261204_varlen_{a,b}.json, varlen_tree_ab_20261204_packed_all.json.
+    return plan.persistent and not causal
+
+
 def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout,
          packed_tokens=None):
     """Launch as the table says. Returns launch()'s tuple and whether the schedule is settled:
@@ -235,12 +250,7 @@ def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scal
 
     backend = select()
     plan = launched_schedule(backend, d, causal, max_q, q2.dtype)
-    if causal and plan.persistent:
-        # packed sequences launch only the tiles that can hold rows (tiles.packed_order), except
-        # under a persistent causal schedule: its deal of every row block of every pair, by work
-        # in groups of pairs, measured ahead, interleaved on the varlen benchmark's problem at d64
-        # (420 / 408 vs 403 / 388 TFLOP/s; d64 non-causal: packed 478-491 vs 454-460;
-        # runs/flash_attn_ab_20261204_varlen_{a,b}.json)
+    if not packs_tiles(plan, causal):
         packed_tokens = None
     out = launch(attention_fwd, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal,
                  scale, layout, backend, plan, packed_tokens=packed_tokens)

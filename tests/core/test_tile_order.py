@@ -206,3 +206,38 @@ def test_packed_launch_matches_the_reference(persistent, causal):
         assert (got[:, ~seen] == 0).all()
         ref_lse = torch.logsumexp(scores, -1)
         torch.testing.assert_close(lse[:, qs][:, seen], ref_lse[:, seen], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_op_packs_the_tiles_of_a_persistent_non_causal_schedule(causal, monkeypatch):
+    """attention_varlen under a persistent schedule (patched into the table for the CPU): the
+    non-causal launch takes the packed table, the causal one every row block (ops.packs_tiles);
+    both match the per-sequence reference."""
+    from xsync.kernels.flash_attn import attention_varlen
+
+    persistent = schedule.Schedule(BM=16, BN=32, STAGES=2, persistent=True)
+    monkeypatch.setattr(schedule, "TABLE", (schedule.Row("cpu", None, None, None, persistent),))
+    monkeypatch.setattr(ops, "programs", lambda backend, count, persistent=None, device=None: min(count, 3))
+    made = []
+    real = tiles.packed_order
+    monkeypatch.setattr(tiles, "packed_order", lambda *a: made.append(a) or real(*a))
+    torch.manual_seed(9)
+    lens_q, lens_k = [40, 0, 3, 33], [40, 7, 50, 20]
+    q = torch.randn(sum(lens_q), 2, 64).bfloat16()
+    k, v = torch.randn(sum(lens_k), 1, 64).bfloat16(), torch.randn(sum(lens_k), 1, 64).bfloat16()
+    o, lse = attention_varlen(q, k, v, _cu(lens_q), _cu(lens_k), max(lens_q), max(lens_k), causal=causal)
+    assert bool(made) == (not causal) == ops.packs_tiles(persistent, causal)
+    for b, (lo, hi) in enumerate(zip(_cu(lens_q).tolist(), _cu(lens_q).tolist()[1:])):
+        if lo == hi:
+            continue
+        ko, kh = _cu(lens_k).tolist()[b], _cu(lens_k).tolist()[b + 1]
+        qf = q[lo:hi].transpose(0, 1).float()
+        kf, vf = (t[ko:kh].transpose(0, 1).float().expand(2, -1, -1) for t in (k, v))
+        keep = torch.ones(hi - lo, kh - ko, dtype=torch.bool)
+        if causal:
+            keep = keep.tril((kh - ko) - (hi - lo))
+        scores = (qf @ kf.transpose(1, 2) / 8).masked_fill(~keep, float("-inf"))
+        seen = keep.any(1)
+        ref = torch.softmax(scores, -1).nan_to_num(0.0) @ vf
+        torch.testing.assert_close(o[lo:hi].transpose(0, 1).float()[:, seen], ref[:, seen], atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(lse[:, lo:hi][:, seen], torch.logsumexp(scores, -1)[:, seen], atol=1e-4, rtol=1e-4)

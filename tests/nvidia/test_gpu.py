@@ -187,9 +187,11 @@ def test_varlen_on_hopper(d, causal, longest, monkeypatch):
     _check_varlen(q, k, v, cu_q, cu_k, o, lse, causal)
 
 
-def test_varlen_cuda_graph_replays_with_new_lengths(monkeypatch):
-    """The packed tile table is made on the device from cu_seqlens: a captured call, replayed
-    after the lengths (same token count) and q/k/v changed in place, computes the new ones."""
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_cuda_graph_replays_with_new_lengths(causal, monkeypatch):
+    """A captured varlen call, replayed after the lengths (same token count) and q/k/v changed
+    in place, computes the new ones: the packed tile table (non-causal, persistent) is made on
+    the device from cu_seqlens inside the graph; the causal launch walks every row block."""
     import torch
 
     from xsync.kernels.flash_attn import attention_varlen
@@ -202,11 +204,11 @@ def test_varlen_cuda_graph_replays_with_new_lengths(monkeypatch):
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(2):
-            attention_varlen(q, k, v, cu_q, cu_k, 1024, 1024, causal=True)
+            attention_varlen(q, k, v, cu_q, cu_k, 1024, 1024, causal=causal)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o, lse = attention_varlen(q, k, v, cu_q, cu_k, 1024, 1024, causal=True)
+        o, lse = attention_varlen(q, k, v, cu_q, cu_k, 1024, 1024, causal=causal)
     for step in lens:
         cu = torch.tensor([0] + torch.tensor(step).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
         cu_q.copy_(cu)
@@ -215,7 +217,7 @@ def test_varlen_cuda_graph_replays_with_new_lengths(monkeypatch):
             x.copy_(torch.randn_like(x))
         graph.replay()
         torch.cuda.synchronize()
-        _check_varlen(q, k, v, cu_q, cu_k, o, lse, True)
+        _check_varlen(q, k, v, cu_q, cu_k, o, lse, causal)
 
 
 @pytest.mark.parametrize("scale", [0.2, 0.0, -0.3])
