@@ -170,6 +170,29 @@ def test_a_packed_launch_runs_only_the_tiles_that_can_hold_rows():
     assert len(_packed_work(lens, lens, 16, 128, 128, False)) == 5456
 
 
+def _check_packed(q, k, v, lens_q, lens_k, o, lse, causal):
+    """Each packed sequence against a float32 reference (GQA by repetition, bottom-right causal
+    mask); rows that see no key: O = 0."""
+    hq, d = q.shape[1], q.shape[2]
+    cu_q, cu_k = _cu(lens_q).tolist(), _cu(lens_k).tolist()
+    for b in range(len(lens_q)):
+        if lens_q[b] == 0:
+            continue
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        qf = q[qs].transpose(0, 1).float()
+        kf, vf = (t[ks].transpose(0, 1).float().repeat_interleave(hq // t.shape[1], 0) for t in (k, v))
+        keep = torch.ones(lens_q[b], lens_k[b], dtype=torch.bool)
+        if causal:
+            keep = keep.tril(lens_k[b] - lens_q[b])
+        scores = ((qf @ kf.transpose(1, 2)) / math.sqrt(d)).masked_fill(~keep, float("-inf"))
+        seen = keep.any(1)
+        ref = torch.softmax(scores, -1).nan_to_num(0.0) @ vf
+        got = o[qs].transpose(0, 1).float()
+        torch.testing.assert_close(got[:, seen], ref[:, seen], atol=2e-2, rtol=2e-2)
+        assert (got[:, ~seen] == 0).all()
+        torch.testing.assert_close(lse[:, qs][:, seen], torch.logsumexp(scores, -1)[:, seen], atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 def test_packed_launch_matches_the_reference(persistent, causal):
@@ -187,25 +210,7 @@ def test_packed_launch_matches_the_reference(persistent, causal):
     ops.launch(attention_fwd, q.view(-1, hq * d), k.view(-1, hk * d), v.view(-1, hk * d), o.view(-1, hq * d), lse,
                cu_q, cu_k, max(lens_q), len(lens_q), hq, hk, d, causal, 1 / math.sqrt(d), (1, 0, d, 1, 0, d, 0, 1),
                "cpu", plan, 3 if persistent else None, packed_tokens=sum(lens_q))
-    for b in range(len(lens_q)):
-        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
-        if lens_q[b] == 0:
-            continue
-        qf = q[qs].transpose(0, 1).float()
-        kf, vf = (t[ks].transpose(0, 1).float().repeat_interleave(hq // hk, 0) for t in (k, v))
-        lq, lk = lens_q[b], lens_k[b]
-        keep = torch.ones(lq, lk, dtype=torch.bool)
-        if causal:
-            keep = keep.tril(lk - lq)
-        scores = (qf @ kf.transpose(1, 2)) / math.sqrt(d)
-        scores = scores.masked_fill(~keep, float("-inf"))
-        seen = keep.any(1)
-        ref = torch.softmax(scores, -1).nan_to_num(0.0) @ vf
-        got = o[qs].transpose(0, 1).float()
-        torch.testing.assert_close(got[:, seen], ref[:, seen], atol=2e-2, rtol=2e-2)
-        assert (got[:, ~seen] == 0).all()
-        ref_lse = torch.logsumexp(scores, -1)
-        torch.testing.assert_close(lse[:, qs][:, seen], ref_lse[:, seen], atol=1e-4, rtol=1e-4)
+    _check_packed(q, k, v, lens_q, lens_k, o, lse, causal)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -227,17 +232,4 @@ def test_varlen_op_packs_the_tiles_of_a_persistent_non_causal_schedule(causal, m
     k, v = torch.randn(sum(lens_k), 1, 64).bfloat16(), torch.randn(sum(lens_k), 1, 64).bfloat16()
     o, lse = attention_varlen(q, k, v, _cu(lens_q), _cu(lens_k), max(lens_q), max(lens_k), causal=causal)
     assert bool(made) == (not causal) == ops.packs_tiles(persistent, causal)
-    for b, (lo, hi) in enumerate(zip(_cu(lens_q).tolist(), _cu(lens_q).tolist()[1:])):
-        if lo == hi:
-            continue
-        ko, kh = _cu(lens_k).tolist()[b], _cu(lens_k).tolist()[b + 1]
-        qf = q[lo:hi].transpose(0, 1).float()
-        kf, vf = (t[ko:kh].transpose(0, 1).float().expand(2, -1, -1) for t in (k, v))
-        keep = torch.ones(hi - lo, kh - ko, dtype=torch.bool)
-        if causal:
-            keep = keep.tril((kh - ko) - (hi - lo))
-        scores = (qf @ kf.transpose(1, 2) / 8).masked_fill(~keep, float("-inf"))
-        seen = keep.any(1)
-        ref = torch.softmax(scores, -1).nan_to_num(0.0) @ vf
-        torch.testing.assert_close(o[lo:hi].transpose(0, 1).float()[:, seen], ref[:, seen], atol=2e-2, rtol=2e-2)
-        torch.testing.assert_close(lse[:, lo:hi][:, seen], torch.logsumexp(scores, -1)[:, seen], atol=1e-4, rtol=1e-4)
+    _check_packed(q, k, v, lens_q, lens_k, o, lse, causal)
