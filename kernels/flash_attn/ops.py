@@ -186,14 +186,13 @@ def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, ca
     args, constexprs)."""
     row_blocks = math.ceil(max_q / plan.tile_rows)
     pairs = batch * hq
+    count = row_blocks * pairs if packed_tokens is None else \
+        tiles.packed_count(pairs, row_blocks, hq, batch, packed_tokens, plan.tile_rows)
+    grid = (grid_size or programs(backend, count, plan.persistent, q2.device),)
     if packed_tokens is None:
-        count = row_blocks * pairs
-        grid = (grid_size or programs(backend, count, plan.persistent, q2.device),)
         order = tiles.order(pairs, row_blocks, plan.tile_rows, grid[0], plan.causal_group if causal else None,
                             q2.device)
     else:
-        count = tiles.packed_count(pairs, row_blocks, hq, batch, packed_tokens, plan.tile_rows)
-        grid = (grid_size or programs(backend, count, plan.persistent, q2.device),)
         order = tiles.packed_order(cu_q, cu_k, hq, row_blocks, plan.tile_rows, plan.BN, grid[0], causal, count)
     args = (q2, k2, v2, o2, lse2, cu_q, cu_k, order, float(scale), hq, hq // hk, count, *layout)
     constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.forward_constexprs(), **scale_constexprs(scale))

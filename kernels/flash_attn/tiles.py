@@ -82,15 +82,26 @@ def balance(pairs: int, row_blocks: int, programs: int, group: int) -> float:
     return float(shares.sum()) / programs / float(shares.max())
 
 
+def _snake(count: int, programs: int, device) -> torch.Tensor:
+    """For each of ``count`` table indices, the rank it holds when ranks are dealt to
+    ``programs`` programs in a snake (module docstring): full odd turns run backwards."""
+    index = torch.arange(count, dtype=torch.int64, device=device)
+    turn, seat = index // programs, index % programs
+    backward = (turn % 2 == 1) & ((turn + 1) * programs <= count)
+    return torch.where(backward, turn * programs + programs - 1 - seat, index)
+
+
+def _entries(pair: torch.Tensor, block: torch.Tensor, tile_rows: int) -> torch.Tensor:
+    """The int32 table: pair and first row of each tile, interleaved."""
+    return torch.stack((pair, block * tile_rows), dim=1).reshape(-1).to(torch.int32)
+
+
 def _table(pairs, row_blocks, tile_rows, programs, group, device) -> torch.Tensor:
-    tiles = pairs * row_blocks
-    index = torch.arange(tiles, dtype=torch.int64, device=device)
     if group is None:
+        index = torch.arange(pairs * row_blocks, dtype=torch.int64, device=device)
         pair, block = index // row_blocks, row_blocks - 1 - index % row_blocks
     else:
-        turn, seat = index // programs, index % programs
-        backward = (turn % 2 == 1) & ((turn + 1) * programs <= tiles)
-        rank = torch.where(backward, turn * programs + programs - 1 - seat, index)
+        rank = _snake(pairs * row_blocks, programs, device)
         # rank -> group, then row-block-major inside it (the last group may hold fewer pairs)
         size = pairs if group <= 0 else min(group, pairs)
         groups = -(-pairs // size)
@@ -98,7 +109,7 @@ def _table(pairs, row_blocks, tile_rows, programs, group, device) -> torch.Tenso
         within = rank - chunk * (size * row_blocks)
         width = torch.where(chunk == groups - 1, pairs - (groups - 1) * size, size)
         pair, block = chunk * size + within % width, row_blocks - 1 - within // width
-    return torch.stack((pair, block * tile_rows), dim=1).reshape(-1).to(torch.int32)
+    return _entries(pair, block, tile_rows)
 
 
 def packed_count(pairs: int, row_blocks: int, heads: int, sequences: int, tokens: int, tile_rows: int) -> int:
@@ -138,9 +149,5 @@ def packed_order(cu_q: torch.Tensor, cu_k: torch.Tensor, heads: int, row_blocks:
     key = torch.where(real, pair_rank[pair] * row_blocks + (row_blocks - 1 - block), pairs * row_blocks + index)
     ranked = torch.sort(key).indices[:count]
     if programs < count:    # persistent: deal the ranks in a snake (the busiest pair's longest to program 0)
-        at = torch.arange(count, dtype=torch.int64, device=cu_q.device)
-        turn, seat = at // programs, at % programs
-        backward = (turn % 2 == 1) & ((turn + 1) * programs <= count)
-        ranked = ranked[torch.where(backward, turn * programs + programs - 1 - seat, at)]
-    pair, block = ranked // row_blocks, ranked % row_blocks
-    return torch.stack((pair, block * tile_rows), dim=1).reshape(-1).to(torch.int32)
+        ranked = ranked[_snake(count, programs, cu_q.device)]
+    return _entries(ranked // row_blocks, ranked % row_blocks, tile_rows)
