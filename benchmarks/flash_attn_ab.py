@@ -150,6 +150,20 @@ def _launcher(name, kernel, q, k, v, causal):
     return o, run
 
 
+def _timed_in_turn(runs: dict, rounds: int) -> dict:
+    """{name: milliseconds of each round}, every thunk timed once a round. Each round starts at
+    another candidate: the first timed in a round runs faster or slower for reasons of its own
+    (clocks after the previous round), 5-9% apart."""
+    import triton.testing
+
+    times = {name: [] for name in runs}
+    order = list(runs)
+    for r in range(rounds):
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            times[name].append(triton.testing.do_bench(runs[name], warmup=10, rep=60))
+    return times
+
+
 # Packed-sequence launches (--varlen): the table's schedule for the longest sequence, its tiles
 # counted and ordered from the lengths (ops.launch(packed_tokens=...), tiles.packed_order), or
 # every (sequence, head, row block) in pair order as dense batches walk them
@@ -179,7 +193,6 @@ def varlen_ab(names, rounds: int) -> list:
     """The varlen benchmark's problem (benchmarks/flash_attn.py VARLEN_LENS, h*d = 2048), d 64
     and 128, causal and not: each candidate against torch's varlen_attn, interleaved."""
     import torch
-    import triton.testing
 
     from benchmarks import flash_attn
 
@@ -201,12 +214,7 @@ def varlen_ab(names, rounds: int) -> list:
                 errs[name] = None if want is None else (o.float() - want).abs().max().item()
             if ref is not None:
                 runs["varlen_attn"], errs["varlen_attn"] = ref, 0.0
-            times = {name: [] for name in runs}
-            order = list(runs)
-            for r in range(rounds):
-                for name in order[r % len(order):] + order[:r % len(order)]:
-                    times[name].append(triton.testing.do_bench(runs[name], warmup=10, rep=60))
-            for name, ms in times.items():
+            for name, ms in _timed_in_turn(runs, rounds).items():
                 med = sorted(ms)[len(ms) // 2]
                 row = dict(kind="varlen", d=d, h=h, causal=causal, lengths=lens, candidate=name,
                            tflops=flop / med / 1e9, rounds=[flop / t / 1e9 for t in ms], max_abs_err_vs_varlen_attn=errs[name])
@@ -278,14 +286,7 @@ def main(argv=None) -> int:
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
         runs["sdpa_cudnn"], errs["sdpa_cudnn"] = cudnn, 0.0
-        times = {name: [] for name in runs}
-        order = list(runs)
-        for r in range(args.rounds):
-            # each round starts at another candidate: the first timed in a round runs faster or
-            # slower for reasons of its own (clocks after the previous round), 5-9% apart
-            for name in order[r % len(order):] + order[:r % len(order)]:
-                times[name].append(triton.testing.do_bench(runs[name], warmup=10, rep=60))
-        for name, ms in times.items():
+        for name, ms in _timed_in_turn(runs, args.rounds).items():
             med = sorted(ms)[len(ms) // 2]
             row = dict(d=d, causal=bool(causal), s=s, b=b, h=h, candidate=name, tflops=flop / med / 1e9,
                        rounds=[flop / t / 1e9 for t in ms], max_abs_err_vs_sdpa=errs[name])

@@ -42,8 +42,12 @@ def wall_us(fn, calls=300, rounds=5) -> float:
             fn()
         torch.cuda.synchronize()
         out.append((time.perf_counter() - t0) / calls * 1e6)
-    out.sort()
-    return out[len(out) // 2]
+    return _median(out)
+
+
+def _median(xs: list) -> float:
+    """The middle reading (the upper one of an even count)."""
+    return sorted(xs)[len(xs) // 2]
 
 
 def interleaved_wall_us(fns: dict, calls=200, rounds=15) -> tuple[dict, dict]:
@@ -68,12 +72,9 @@ def interleaved_wall_us(fns: dict, calls=200, rounds=15) -> tuple[dict, dict]:
             torch.cuda.synchronize()
             readings[n].append((time.perf_counter() - t0) / calls * 1e6)
 
-    def median(xs):
-        xs = sorted(xs)
-        return xs[len(xs) // 2]
     first = names[0]
-    ratios = {n: median([a / b for a, b in zip(readings[first], readings[n])]) for n in names[1:]}
-    return {n: median(v) for n, v in readings.items()}, ratios
+    ratios = {n: _median([a / b for a, b in zip(readings[first], readings[n])]) for n in names[1:]}
+    return {n: _median(v) for n, v in readings.items()}, ratios
 
 
 def gpu_us(fn) -> float:
