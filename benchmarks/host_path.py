@@ -131,7 +131,7 @@ def layers(shape):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from xsync.kernels.flash_attn import attention, ops, schedule
+    from xsync.kernels.flash_attn import attention, ops
 
     b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))

@@ -180,6 +180,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("nv_tma_store", "XSYNC_NV_TMA_STORE", "bool", None,
            "Hopper: a consumer's xs.store of a whole tile goes through shared memory and a TMA "
            "store where shared memory has room (default on)", codegen=True),
+    Option("nv_prefetch_tile_scalars", "XSYNC_NV_PREFETCH_TILE_SCALARS", "bool", None,
+           "Hopper: a consumer's persistent tile loop issues its table reads (xs.load_scalar) "
+           "tiles ahead of the tile that uses them (default off until measured)", codegen=True),
     Option("ascend_form", "XSYNC_ASCEND_FORM", "choice", "auto",
            "Ascend source form: release (one body, triton-ascend 3.2.0) or scope (al.scope, "
            "triton-ascend 3.2.1+)", codegen=True, choices=("auto", "release", "scope")),

@@ -187,6 +187,26 @@ def test_varlen_on_hopper(d, causal, longest, monkeypatch):
     _check_varlen(q, k, v, cu_q, cu_k, o, lse, causal)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_with_reads_ahead_on_hopper(d, causal, monkeypatch):
+    """Packed sequences with the consumers' table reads issued tiles early: the device-made
+    tile table and the sequence offsets it names, two reads deep (prefetch.py)."""
+    import torch
+
+    from xsync.kernels.flash_attn import attention_varlen
+
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    monkeypatch.setenv("XSYNC_NV_PREFETCH_TILE_SCALARS", "1")
+    torch.manual_seed(9)
+    lens_q = [2500, 0, 1, 127, 128, 129, 300, 64, 191, 1000]
+    lens_k = [2500, 5, 0, 127, 200, 129, 250, 64, 400, 999]
+    q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, 4, 2, d)
+    o, lse = attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal)
+    torch.cuda.synchronize()
+    _check_varlen(q, k, v, cu_q, cu_k, o, lse, causal)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_varlen_cuda_graph_replays_with_new_lengths(causal, monkeypatch):
     """A captured varlen call, replayed after the lengths (same token count) and q/k/v changed
@@ -341,14 +361,19 @@ def _reference(q, k, v, causal):
     return o.float(), torch.where(torch.isfinite(lse), lse, float("inf")).float()
 
 
+@pytest.mark.parametrize("ahead", [False, True], ids=["reads_in_place", "reads_ahead"])
 @pytest.mark.parametrize("programs", [1, 3, 7])
 @pytest.mark.parametrize("causal", [False, True])
-def test_persistent_tile_loop_on_hopper(programs, causal):
+def test_persistent_tile_loop_on_hopper(programs, causal, ahead):
     """Fewer programs than tiles: each walks its share (tiles p, p + P, ...), with the
-    pipes' counters carried from tile to tile; odd lengths and GQA."""
+    pipes' counters carried from tile to tile; odd lengths and GQA. ``reads_ahead``: the
+    consumers' tile-table and sequence-offset reads issued tiles early
+    (XSYNC_NV_PREFETCH_TILE_SCALARS, xsync/backends/nvidia/prefetch.py)."""
     import math
 
     import torch
+
+    import xsync as xs
 
     from xsync.kernels.flash_attn import ops, schedule
     from xsync.kernels.flash_attn.kernel import attention_fwd
@@ -362,9 +387,10 @@ def test_persistent_tile_loop_on_hopper(programs, causal):
     lse = torch.empty(b * hq, sq, device="cuda", dtype=torch.float32)
     ar = torch.arange(0, b + 1, dtype=torch.int32, device="cuda")
     plan = schedule.Schedule(BM=64, BN=128, STAGES=2, persistent=True)
-    ops.launch(attention_fwd, q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse,
-               ar * sq, ar * sk, sq, b, hq, hk, d, causal, 1 / math.sqrt(d), (hq, sq, 0, hk, sk, 0, hq, 0),
-               "nvidia", plan, programs)
+    with xs.options(nv_prefetch_tile_scalars=ahead):
+        ops.launch(attention_fwd, q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), lse,
+                   ar * sq, ar * sk, sq, b, hq, hk, d, causal, 1 / math.sqrt(d), (hq, sq, 0, hk, sk, 0, hq, 0),
+                   "nvidia", plan, programs)
     ref_o, ref_lse = _reference(q, k, v, causal)
     torch.testing.assert_close(o.float(), ref_o, atol=3e-2, rtol=2e-2)
     torch.testing.assert_close(lse.view(b, hq, sq), ref_lse, atol=1e-3, rtol=1e-3)

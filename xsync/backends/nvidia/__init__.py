@@ -92,7 +92,8 @@ _OPTION_NAMES = {"producer_regs": "nv_producer_regs", "consumer_regs": "nv_consu
                  "maxnreg": "nv_maxnreg", "hang_timeout_ms": "hang_timeout_ms",
                  "debug_hang": "debug_hang", "merge_pipes": "nv_merge_pipes", "fuse_mma": "nv_fuse_mma",
                  "defer_mma_wait": "nv_defer_mma_wait", "overlap_softmax": "nv_overlap",
-                 "pingpong": "nv_pingpong", "tma_store": "nv_tma_store"}
+                 "pingpong": "nv_pingpong", "tma_store": "nv_tma_store",
+                 "prefetch_tile_scalars": "nv_prefetch_tile_scalars"}
 
 
 # compile_ptx option -> the configuration option it sets while the kernel is lowered: the

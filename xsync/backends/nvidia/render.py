@@ -19,6 +19,8 @@ The generated module is plain Gluon a user could have written:
   (``xs_tma_store``, :data:`TMA_STORE_ALIAS`) when the tile lies inside its bounds and the
   tensor suits TMA (the ``<tensor>_tma_ok`` argument), so the partition moves on while the copy
   engine writes it; otherwise, and for the tiles a boundary cuts, the masked ``gl.store``;
+* with the option ``prefetch_tile_scalars``, a consumer's persistent tile loop issues its table
+  reads (``xs.load_scalar``) tiles ahead of their tile, in the stages :mod:`.prefetch` builds;
 * a pipe or event inside one agent is a register variable / program order;
 * an event between agents is an mbarrier (k-th wait on parity k & 1);
 * a group barrier is a named barrier (``bar.sync`` / ``bar.arrive`` inline asm) with
@@ -50,9 +52,11 @@ from xsync.backends.source import Emitter, PythonRenderer
 from xsync.errors import BackendError
 from xsync.lowering import ir
 from xsync.backends.nvidia.alloc import TWO_CTA_SMEM_BYTES, HopperAllocation, is_tma_pipe, two_ctas_fit
+from xsync.backends.nvidia import prefetch
 from xsync.backends.nvidia.layouts import ModuleLayouts, infer, nvmma_shared_repr
 from xsync.backends.nvidia.sync_ops import SyncSpeller, WaitSite  # noqa: F401 - WaitSite: part of RenderResult
 from xsync.backends.nvidia.values import SCALAR, T, TensorUse, ValueSpeller
+from xsync.lowering.passes.dataflow import names_in
 from xsync.lowering.placement import Placement, Unit
 from xsync.lowering.slicing import agent_body
 
@@ -248,16 +252,26 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             self.block(s.body)
             self.role_block = outer
         elif isinstance(s, ir.For):
+            ahead = self.reads_ahead(s)
             if s.single_tile:    # one program per tile: no loop state to carry
                 o.line(f"{s.var} = {self.tx(s.start)[0]}  # line {s.loc.line}: one tile per program")
                 o.line(f"if {s.var} < {self.tx(s.stop)[0]}:")
             else:
+                if ahead is not None:
+                    o.line(f"# line {s.loc.line}: the tile loop's table reads go out ahead of their tiles "
+                           f"(prefetch.py: chains of {ahead.depth})")
+                    self.groups(ahead.warmup)
                 o.line(f"for {s.var} in range({self.tx(s.start)[0]}, {self.tx(s.stop)[0]}, "
                        f"{self.tx(s.step)[0]}):  # line {s.loc.line}")
             self.env[s.var] = SCALAR
             self.loops.append(s.tile_loop)
             o.indent()
-            self.block(s.body)
+            if ahead is not None:
+                self.groups(ahead.head)
+                if ahead.rest:
+                    self.block(ahead.rest)
+            else:
+                self.block(s.body)
             o.dedent()
             self.loops.pop()
         elif isinstance(s, ir.If):
@@ -277,6 +291,22 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             o.line(f"{targets} = warpgroup_mma_wait({s.pending}, deps=[{targets}])  # line {s.loc.line}: {s.note}")
         else:
             raise TypeError(f"cannot render {s!r}")
+
+    def reads_ahead(self, loop: ir.For):
+        """The tile loop's table reads issued ahead of their tiles (prefetch.py), where the
+        option asks for it and the loop is a consumer warpgroup's; else None."""
+        if not self.options.get("prefetch_tile_scalars") or not loop.tile_loop or loop.single_tile:
+            return None
+        if self.allocation.partitions_of(self.agent.name)[0].unit != Unit.CONSUMER:
+            return None
+        taken = names_in(self.kernel) | set(self.env)
+        got = prefetch.plan(loop, lambda e: self.type_of(e).kind == "scalar", taken)
+        return None if isinstance(got, str) else got
+
+    def groups(self, groups):
+        for what, stmts in groups:
+            self.out.line(f"# {what}")
+            self.block(stmts)
 
     def assign(self, s: ir.Assign):
         o = self.out

@@ -160,7 +160,9 @@ class ValueSpeller(LayoutRules):
         if op == "load":
             return self.pointer_load(e, t)
         if op == "load_scalar":
-            return f"gl.load({e.args[0].id} + {self.tx(e.args[1], None, _PRECEDENCE['+'] + 1)[0]})"
+            at = f"{e.args[0].id} + {self.tx(e.args[1], None, _PRECEDENCE['+'] + 1)[0]}"
+            mask = e.kwarg("mask")       # a read ahead of its tile (prefetch.py): 0 past the loop
+            return f"gl.load({at})" if mask is None else f"gl.load({at}, mask={self.tx(mask)[0]}, other=0)"
         if op == "mma":
             return self.mma(e, t)
         if op == "mma_wait":
