@@ -26,7 +26,10 @@ in one process on the same tensors, next to SDPA's cuDNN backend, and reports me
   3*BM rows, as FA3 runs d64; at two K/V stages, one Q slot, or 24 producer registers (the
   consumers get 160 either way since the allocator gives three consumers 160, alloc.py);
 * ``prefetch``: the flagship with the consumers' tile-table and sequence-offset reads issued tiles
-  ahead of their tiles (XSYNC_NV_PREFETCH_TILE_SCALARS=1, xsync/backends/nvidia/prefetch.py);
+  ahead of their tiles (``Schedule.reads_ahead``, xsync/backends/nvidia/prefetch.py);
+* ``exp2_quarter`` / ``exp2_half``: the flagship with that share of P's exponentials computed by a
+  polynomial on the FMA pipe instead of the special-function unit (``Schedule.exp2_fma``,
+  xsync/backends/nvidia/exp2.py); ``exp2_quarter_prefetch``: both;
 * ``scale_first``: the flagship scaling every score before the row max (``SCALE_POSITIVE=0``,
   what a zero or negative scale launches) instead of the row max after it;
 * ``older``: an older revision's kernel source (``--older PATH``, e.g. the file from
@@ -91,14 +94,16 @@ CANDIDATES = {   # name -> (schedule fields over the table's, merge-pipes on)
     "r3_persistent_g1": ({"replicas": 3, "persistent": True, "causal_group": 1}, True),
     "r3_persistent_g0": ({"replicas": 3, "persistent": True, "causal_group": 0}, True),
     "scale_first": ({}, True),
-    "prefetch": ({}, True),
+    "prefetch": ({"reads_ahead": True}, True),
+    "exp2_quarter": ({"exp2_fma": "1/4"}, True),
+    "exp2_half": ({"exp2_fma": "1/2"}, True),
+    "exp2_quarter_prefetch": ({"exp2_fma": "1/4", "reads_ahead": True}, True),
 }
 # candidates launched with other kernel constexprs than the ops choose
 CONSTEXPRS = {"scale_first": {"SCALE_POSITIVE": 0}}
 # candidates lowered under other renderer options than the defaults
 OPTIONS = {"no_tma_store": {"nv_tma_store": False}, "pingpong": {"nv_pingpong": "each"},
-           "pingpong_first": {"nv_pingpong": "first"}, "r3_p24": {"nv_producer_regs": 24},
-           "prefetch": {"nv_prefetch_tile_scalars": True}}
+           "pingpong_first": {"nv_pingpong": "first"}, "r3_p24": {"nv_producer_regs": 24}}
 
 
 def _kernel(name: str, older: str | None):

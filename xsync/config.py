@@ -183,6 +183,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("nv_prefetch_tile_scalars", "XSYNC_NV_PREFETCH_TILE_SCALARS", "bool", None,
            "Hopper: a consumer's persistent tile loop issues its table reads (xs.load_scalar) "
            "tiles ahead of the tile that uses them (default off until measured)", codegen=True),
+    Option("nv_exp2_fma", "XSYNC_NV_EXP2_FMA", "choice", "0",
+           "Hopper: the share (1/4, 1/2) of an accumulator tile's exp2 computed by a polynomial on "
+           "the FMA pipe instead of the special-function unit (default 0 until measured)", codegen=True,
+           choices=("0", "1/4", "1/2")),
     Option("ascend_form", "XSYNC_ASCEND_FORM", "choice", "auto",
            "Ascend source form: release (one body, triton-ascend 3.2.0) or scope (al.scope, "
            "triton-ascend 3.2.1+)", codegen=True, choices=("auto", "release", "scope")),

@@ -197,7 +197,12 @@ def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, ca
     args = (q2, k2, v2, o2, lse2, cu_q, cu_k, order, float(scale), hq, hq // hk, count, *layout)
     constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.forward_constexprs(), **scale_constexprs(scale))
     constexprs.update(constexprs_over or {})
-    compiled = kernel[grid](*args, backend=backend, **constexprs)
+    fixed = plan.fixed_options()
+    if fixed:       # Hopper spellings the row chose (schedule.py): they win over the environment
+        with _config.options(**fixed):
+            compiled = kernel[grid](*args, backend=backend, **constexprs)
+    else:
+        compiled = kernel[grid](*args, backend=backend, **constexprs)
     return grid, compiled, args, constexprs
 
 

@@ -30,6 +30,13 @@ class Schedule:
     # consumer replicas of the forward (mma and softmax, and the q_load copies): Hopper consumer
     # warpgroups, one per BM rows; Ascend's two vector cores take one each, so it keeps two
     replicas: int = 2
+    # Hopper spellings a row may fix (None: the configuration decides, XSYNC_NV_EXP2_FMA and
+    # XSYNC_NV_PREFETCH_TILE_SCALARS; the ops set them around this schedule's launch): the share
+    # of P's exponentials computed on the FMA pipe ("1/4", "1/2": xsync/backends/nvidia/exp2.py)
+    # and the tile loop's table reads issued ahead of their tiles (prefetch.py). No row fixes
+    # them yet: benchmarks/flash_attn_ab.py's exp2_* and prefetch candidates time them.
+    exp2_fma: str | None = None
+    reads_ahead: bool | None = None
     # what the ops launch instead where this schedule's kernel spills to local memory under the
     # installed Triton (its register budget was measured with one compiler: Triton 3.9 spills
     # the persistent three-replica d64 kernel, 104 B a thread, where 3.6 does not); the ops
@@ -43,6 +50,15 @@ class Schedule:
 
     def constexprs(self) -> dict:
         return dict(BM=self.BM, BN=self.BN, STAGES=self.STAGES, PERSISTENT=int(self.persistent))
+
+    def fixed_options(self) -> dict:
+        """The xsync options this schedule fixes for its launches (``xs.options(**...)``)."""
+        out = {}
+        if self.exp2_fma is not None:
+            out["nv_exp2_fma"] = self.exp2_fma
+        if self.reads_ahead is not None:
+            out["nv_prefetch_tile_scalars"] = self.reads_ahead
+        return out
 
     def forward_constexprs(self) -> dict:
         """The forward kernel's (kernel.py): the backward kernels have no Q ring."""

@@ -233,3 +233,32 @@ def test_varlen_op_packs_the_tiles_of_a_persistent_non_causal_schedule(causal, m
     o, lse = attention_varlen(q, k, v, _cu(lens_q), _cu(lens_k), max(lens_q), max(lens_k), causal=causal)
     assert bool(made) == (not causal) == ops.packs_tiles(persistent, causal)
     _check_packed(q, k, v, lens_q, lens_k, o, lse, causal)
+
+
+def test_a_schedule_fixes_its_hopper_spellings_for_its_own_launch(monkeypatch):
+    """A row's exp2_fma / reads_ahead are the options in force while its kernel launches (over
+    the environment), and nowhere else; a row that fixes none launches under the caller's."""
+    from xsync import config
+
+    monkeypatch.delenv("XSYNC_NV_EXP2_FMA", raising=False)
+    monkeypatch.delenv("XSYNC_NV_PREFETCH_TILE_SCALARS", raising=False)
+    seen = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def run(*args, **constexprs):
+                now = config.current()
+                seen.append((now["nv_exp2_fma"], now["nv_prefetch_tile_scalars"]))
+            return run
+
+    q = torch.zeros(2 * 128, 64)
+    lse = torch.zeros(2, 128)
+    cu = torch.tensor([0, 128], dtype=torch.int32)
+    base = schedule.Schedule(BM=16, BN=32, STAGES=2, persistent=False)
+    assert base.fixed_options() == {}
+    for plan in (base, schedule.Schedule(BM=16, BN=32, STAGES=2, persistent=False, exp2_fma="1/4", reads_ahead=True)):
+        with config.options(nv_exp2_fma="1/2"):
+            ops.launch(Recorder(), q, q, q, q, lse, cu, cu, 128, 1, 2, 2, 64, False, 0.125,
+                       (2, 128, 0, 2, 128, 0, 2, 0), "cpu", plan)
+    assert seen == [("1/2", None), ("1/4", True)]
+    assert config.current()["nv_exp2_fma"] == "0"

@@ -135,6 +135,34 @@ def test_flash_attention_single_source(d, causal, sq, sk, monkeypatch):
     torch.testing.assert_close(lse, torch.logsumexp(s, -1), atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("share", ["1/4", "1/2"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_with_exp2_on_the_fma_pipe(share, d, causal, monkeypatch):
+    """A share of P's exponentials by a polynomial on the FMA pipe (XSYNC_NV_EXP2_FMA,
+    xsync/backends/nvidia/exp2.py): O and the LSE as accurate as with MUFU alone, and a causal
+    row that sees no key (more queries than keys) still gets O = 0 and LSE = +inf (its masked
+    scores give exactly 0)."""
+    import torch
+
+    from xsync.kernels.flash_attn.ops import attention_impl
+
+    monkeypatch.setenv("XSYNC_BACKEND", "nvidia")
+    monkeypatch.setenv("XSYNC_NV_EXP2_FMA", share)
+    torch.manual_seed(3)
+    sq, sk = 1100, 900
+    q = torch.randn(2, 4, sq, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 4, sk, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(2, 4, sk, d, device="cuda", dtype=torch.bfloat16)
+    o, lse = attention_impl(q, k, v, causal)
+    torch.cuda.synchronize()
+    ref_o, ref_lse = _reference(q, k, v, causal)
+    torch.testing.assert_close(o.float(), ref_o, atol=3e-2, rtol=2e-2)
+    finite = torch.isfinite(ref_lse)
+    assert (lse.view_as(ref_lse)[~finite] == float("inf")).all()
+    torch.testing.assert_close(lse.view_as(ref_lse)[finite], ref_lse[finite], atol=1e-3, rtol=1e-3)
+
+
 def _check_varlen(q, k, v, cu_q, cu_k, o, lse, causal):
     """Each packed sequence against the float64 reference (a sequence without queries: nothing)."""
     import torch

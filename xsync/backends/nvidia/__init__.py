@@ -93,7 +93,7 @@ _OPTION_NAMES = {"producer_regs": "nv_producer_regs", "consumer_regs": "nv_consu
                  "debug_hang": "debug_hang", "merge_pipes": "nv_merge_pipes", "fuse_mma": "nv_fuse_mma",
                  "defer_mma_wait": "nv_defer_mma_wait", "overlap_softmax": "nv_overlap",
                  "pingpong": "nv_pingpong", "tma_store": "nv_tma_store",
-                 "prefetch_tile_scalars": "nv_prefetch_tile_scalars"}
+                 "prefetch_tile_scalars": "nv_prefetch_tile_scalars", "exp2_fma": "nv_exp2_fma"}
 
 
 # compile_ptx option -> the configuration option it sets while the kernel is lowered: the

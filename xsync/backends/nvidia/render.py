@@ -19,6 +19,8 @@ The generated module is plain Gluon a user could have written:
   (``xs_tma_store``, :data:`TMA_STORE_ALIAS`) when the tile lies inside its bounds and the
   tensor suits TMA (the ``<tensor>_tma_ok`` argument), so the partition moves on while the copy
   engine writes it; otherwise, and for the tiles a boundary cuts, the masked ``gl.store``;
+* with the option ``exp2_fma`` (1/4, 1/2), that share of an accumulator tile's ``xs.exp2`` is
+  computed by a polynomial on the FMA pipe instead of the special-function unit (:mod:`.exp2`);
 * with the option ``prefetch_tile_scalars``, a consumer's persistent tile loop issues its table
   reads (``xs.load_scalar``) tiles ahead of their tile, in the stages :mod:`.prefetch` builds;
 * a pipe or event inside one agent is a register variable / program order;
@@ -52,7 +54,7 @@ from xsync.backends.source import Emitter, PythonRenderer
 from xsync.errors import BackendError
 from xsync.lowering import ir
 from xsync.backends.nvidia.alloc import TWO_CTA_SMEM_BYTES, HopperAllocation, is_tma_pipe, two_ctas_fit
-from xsync.backends.nvidia import prefetch
+from xsync.backends.nvidia import exp2, prefetch
 from xsync.backends.nvidia.layouts import ModuleLayouts, infer, nvmma_shared_repr
 from xsync.backends.nvidia.sync_ops import SyncSpeller, WaitSite  # noqa: F401 - WaitSite: part of RenderResult
 from xsync.backends.nvidia.values import SCALAR, T, TensorUse, ValueSpeller
@@ -120,6 +122,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         self.store_descs: dict[tuple, str] = {}
         self.staging_bytes = 0
         self.tma_store = self.options.get("tma_store") is not False
+        self.exp2_fma_used = False               # a share of a tile's exp2 on the FMA pipe (exp2.py)
         self._check_supported()
         self._collect_tensors()
         self._assign_barriers()
@@ -562,6 +565,11 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                    f"memory (read back from a first compile)")
         o.line()
         self.helpers(o)
+        if self.exp2_fma_used:
+            o.line()
+            o.line()
+            for line in exp2.helper_lines(self.options["exp2_fma"]):
+                o.line(line)
 
         for agent in self.placement.agents:
             out, stmts = agent_src[agent.name]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xsync.api import DType
+from xsync.backends.nvidia import exp2
 from xsync.backends.nvidia.layouts import SCALAR, LayoutRules, T
 from xsync.backends.source import _PRECEDENCE, float_literal
 from xsync.errors import BackendError
@@ -142,6 +143,10 @@ class ValueSpeller(LayoutRules):
             return "REPLICA"
         if op in ("maximum", "minimum", "exp2", "log2", "where"):
             args = [self.tx(a, w)[0] for a, w in zip(e.args, self.broadcast(e.args, want)[2])]
+            helper = exp2.SHARES.get(self.options.get("exp2_fma"))
+            if op == "exp2" and helper and exp2.applies(t):     # a share on the FMA pipe (exp2.py)
+                self.exp2_fma_used = True
+                return f"{helper}({args[0]}, {t.layout})"
             return f"{_GL_OPS[op]}({', '.join(args)})"
         if op == "arange":
             a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
