@@ -180,9 +180,8 @@ def _launched_specializations():
     return list(out)
 
 
-def _stack_bytes(cubin: bytes) -> int | None:
-    """The kernel's per-thread stack (local memory: ptxas spills) from cuobjdump's resource
-    usage, or None where triton ships no cuobjdump."""
+def _cuobjdump(cubin: bytes, flag: str) -> str | None:
+    """cuobjdump ``flag`` of a cubin (the one triton ships), or None where it ships none."""
     import pathlib
     import subprocess
     import tempfile
@@ -195,9 +194,14 @@ def _stack_bytes(cubin: bytes) -> int | None:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
-                              text=True, check=True).stdout
-    return int(re.search(r"STACK:(\d+)", text).group(1))
+        return subprocess.run([str(tool), flag, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def _stack_bytes(cubin: bytes) -> int | None:
+    """The kernel's per-thread stack (local memory: ptxas spills) from cuobjdump's resource
+    usage, or None where triton ships no cuobjdump."""
+    text = _cuobjdump(cubin, "--dump-resource-usage")
+    return None if text is None else int(re.search(r"STACK:(\d+)", text).group(1))
 
 
 @pytest.mark.parametrize("d,causal,plan", _launched_specializations(),

@@ -2,10 +2,7 @@
 exp2_fma): the method's error in float32 over the softmax's range, where the renderer spells it,
 and in the sm_90a SASS that MUFU.EX2 drops by the share with no shared-memory round trip and no
 spill (no GPU needed). tests/nvidia/test_gpu.py runs attention with it on the H200."""
-import pathlib
 import re
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
@@ -68,18 +65,6 @@ def test_only_the_score_tile_takes_it(share, helper):
     assert not any(f"def {name}(" in source for name in other)
 
 
-def _sass(cubin: bytes) -> str | None:
-    import triton
-
-    tool = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    if not tool.exists():
-        return None
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        return subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True, check=True).stdout
-
-
 @pytest.mark.parametrize("d,causal,length", [(64, 1, 1024), (64, 0, 4096), (128, 0, 4096)])
 def test_mufu_drops_by_the_share_in_registers(d, causal, length):
     """Per share: the SASS's MUFU.EX2 fall by that share of P's exponentials (half takes twice
@@ -87,14 +72,14 @@ def test_mufu_drops_by_the_share_in_registers(d, causal, length):
     each thread's registers), and a kernel that does not spill without it does not with it
     (Triton 3.9 spills the three-warpgroup d64 row anyway, 96 B a thread, 136 with half the
     exponentials on the FMA pipe; the ops launch the row's fallback then)."""
-    from tests.nvidia.test_compile import _stack_bytes
+    from tests.nvidia.test_compile import _cuobjdump, _stack_bytes
 
     cx, dtypes = _forward(d, causal, length)
     counts, stack = {}, {}
     for share in ("0", "1/4", "1/2"):
         r = compile_ptx(attention_fwd.lower("nvidia", cx, dtypes), scalar_types={"sm_scale": "fp32"},
                         options={"exp2_fma": share})
-        sass = _sass(r.cubin)
+        sass = _cuobjdump(r.cubin, "-sass")
         if sass is None:
             pytest.skip("this triton ships no cuobjdump")
         counts[share] = (len(re.findall(r"MUFU\.EX2", sass)), r.ptx.count("st.shared"),
