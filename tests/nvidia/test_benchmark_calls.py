@@ -45,3 +45,29 @@ def test_backward_section_runs_its_autograd_calls(monkeypatch):
         assert a.shape == t.shape and torch.equal(a, b)
     row = dict(kind="backward", d=64, causal=True, s=1024, b=16, h=32, xsync_tflops=1.0)
     assert "| 64 | True | 1024 |" in bench.table([row])
+
+
+def test_every_ab_candidate_names_real_schedule_fields_and_options():
+    """benchmarks/flash_attn_ab.py's candidates (timed only on the GPU, where device time is
+    scarce): each override names Schedule fields and builds a schedule whose fixed options are
+    valid, each renderer option and constexpr set belongs to a candidate and validates."""
+    import dataclasses
+
+    from xsync import config
+    from xsync.kernels.flash_attn import schedule
+
+    spec = importlib.util.spec_from_file_location("xsync_bench_ab", os.path.join(ROOT, "benchmarks", "flash_attn_ab.py"))
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    fields = {f.name for f in dataclasses.fields(schedule.Schedule)}
+    for name, (override, _merge) in ab.CANDIDATES.items():
+        assert set(override) <= fields, (name, set(override) - fields)
+        plan = dataclasses.replace(schedule.lookup("nvidia", 64, True, 1024), **override)
+        with config.options(**plan.fixed_options()):
+            pass
+    for table in (ab.OPTIONS, ab.CONSTEXPRS):
+        assert set(table) <= set(ab.CANDIDATES), set(table) - set(ab.CANDIDATES)
+    for name, options in ab.OPTIONS.items():
+        with config.options(**options):
+            pass
+    assert {"prefetch", "exp2_quarter", "exp2_half"} <= set(ab.CANDIDATES)
