@@ -21,7 +21,8 @@ layout (each thread holds column pairs 2j, 2j + 1 and rows r, r + 8 of each 16-r
 Only 2-D fp32 tiles in an accumulator layout (``ACC_N<c>``) with rows a multiple of 16 take
 it (the attention's P = exp2(S - m)); every other ``xs.exp2`` stays ``gl.exp2``.
 
-Off by default until the H200 A/B (benchmarks/flash_attn_ab.py candidates ``exp2_quarter``,
+A schedule row may fix the share for its attention forwards (``Schedule.exp2_fma``). Off by
+default until the H200 A/B (benchmarks/flash_attn_ab.py candidates ``exp2_quarter``,
 ``exp2_half``) shows where it pays; tests/nvidia/test_exp2_fma.py checks the method's error in
 float32, the spelling, and in SASS that MUFU.EX2 drops by the share with no shared-memory
 round trip.

@@ -5,18 +5,18 @@ A tile loop (``xs.tile_range``) opens with scalar arithmetic and table reads
 names. On Hopper each read is a global load the consumer warpgroup waits for while its tensor
 cores idle, and a read whose index needs another read waits twice (attention: ~450 SM cycles
 a tile of ~13k at s = 1k, causal, benchmarks/tile_timeline.py). Issued ahead, a read of depth
-k (its index needs k - 1 reads before it) goes out L - k + 1 tiles early, L the deepest: every
+k (its index needs k - 1 reads before it) goes out D - k + 1 tiles early, D the deepest: every
 read of a tile has landed when the tile starts, and no read waits for one issued in the same
 iteration. The values ride along the loop (``<table>_r<i>_ahead<j>``: the table's i-th read of
 the prologue, for the tile j ahead of the current one)::
 
     first = program_id(0); step = num_programs(0)
-    warm-up: stage L for tile first; stages L-1, L for first, first + step; ... (L rounds)
+    warm-up: stage D for tile first; stages D-1, D for first, first + step; ... (D rounds)
     for tile in range(first, tiles, step):
         stage 0   the prologue as written, each read replaced by its value from stage 1
-        stage 1   reads of depth L       for tile + step      (indices from stage 2's values)
+        stage 1   reads of depth D       for tile + step      (indices from stage 2's values)
         ...       (values of lower depths move one stage down: ahead<j> = ahead<j+1>)
-        stage L   reads of depth 1       for tile + L * step  (indices from the tile number)
+        stage D   reads of depth 1       for tile + D * step  (indices from the tile number)
         the rest of the body
 
 A read ahead is masked off past the loop's end (it reads 0); such a value only feeds the
@@ -25,20 +25,21 @@ stages of its own tile, which the loop never reaches. The stages are ordinary IR
 protocol is untouched (no synchronization moves), and tests/nvidia/test_prefetch.py runs the
 schedule against the prologue for every tile of random loops.
 
-Applicability, for a loop L of a consumer warpgroup's program (producers run ahead of the
+Applicability, for a loop of a consumer warpgroup's program (producers run ahead of the
 consumers: their reads are off the critical path), numbered as :func:`plan` reports them:
 
-1. L is the loop of ``xs.tile_range`` run as a loop (persistent), with a positive step.
+1. The loop is ``xs.tile_range``'s, run as a loop (persistent), with a positive step.
 2. Its prologue -- the leading single-target assignments of scalars in its body -- assigns
-   distinct names, not L's variable, that the rest of the body does not assign again.
-3. The prologue reads, besides its own earlier targets and L's variable, only names the body
-   never assigns (parameters, constexprs, values from before the loop); L's bounds read
+   distinct names, not the loop variable, that the rest of the body does not assign again.
+3. The prologue reads, besides its own earlier targets and the loop variable, only names the body
+   never assigns (parameters, constexprs, values from before the loop); the loop's bounds read
    nothing the body assigns.
 4. The prologue holds at least one read, and its deepest chain is at most ``MAX_DEPTH`` reads
    (each level holds its values in registers across a tile).
 
-Renderer option ``prefetch_tile_scalars`` (XSYNC_NV_PREFETCH_TILE_SCALARS=1; off by default
-until the H200 A/B of benchmarks/flash_attn_ab.py's ``prefetch`` candidate has run).
+Renderer option ``prefetch_tile_scalars`` (XSYNC_NV_PREFETCH_TILE_SCALARS=1, or a schedule row's
+``reads_ahead``); off by default until the H200 A/B of benchmarks/flash_attn_ab.py's ``prefetch``
+candidate has run.
 """
 from __future__ import annotations
 
