@@ -17,8 +17,8 @@ process; ``_persistent`` runs ``gemm_persistent`` (one program per SM walking th
 tiles; the loads of the next tile overlap this tile's epilogue); ``_2wg`` takes output tiles
 of 256 x 128 computed by two consumer warpgroups sharing each B tile (``gemm_2wg``, or
 ``gemm_persistent_2wg`` with ``_persistent``); ``_smem<KB>`` renders it with that much shared memory
-for the rings and the TMA-store staging tiles together (the renderer's ``STAGING_SMEM_LIMIT``,
-216 KB: above it C leaves through masked register stores). The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
+for the rings and the TMA-store staging tiles together (the renderer option ``staging_smem_limit``;
+by default ``STAGING_SMEM_LIMIT``, 216 KB: above it C leaves through masked register stores). The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
 ``s3_2cta`` / ``s3_2cta_nodefer`` when 3 is among them.
 """
 import argparse
@@ -59,7 +59,7 @@ def measure(size: int, variants) -> dict:
     import xsync as xs
     from xsync.kernels.gemm import gemm, gemm_persistent, gemm_persistent_2wg
     from xsync.kernels.gemm_variants import gemm_2wg
-    from xsync.backends.nvidia import compile_kernel, render
+    from xsync.backends.nvidia import compile_kernel
 
     M = N = K = size
     flops = 2.0 * M * N * K
@@ -100,13 +100,9 @@ def measure(size: int, variants) -> dict:
         consts = dict(BM=128, BN=128, BK=64, STAGES=stages, GROUP_M=group)
         lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, out)))
         smem_kb = next((int(part[4:]) for part in name.split("_") if part.startswith("smem")), None)
-        limit = render.STAGING_SMEM_LIMIT
-        try:
-            if smem_kb is not None:
-                render.STAGING_SMEM_LIMIT = smem_kb * 1024
-            compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
-        finally:
-            render.STAGING_SMEM_LIMIT = limit
+        if smem_kb is not None:
+            opts["staging_smem_limit"] = smem_kb * 1024
+        compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
         kargs = dict(a=a, b=b, c=c, M=M, N=N, K=K)
 
         def run():

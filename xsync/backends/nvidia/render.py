@@ -15,7 +15,7 @@ The generated module is plain Gluon a user could have written:
 * a consumer's ``xs.store`` of a whole tile (at least 8 rows of at least 16 bytes) to a
   tensor the kernel never reads, outside any loop but a tile loop (``xs.tile_range``: the
   bulk copies of one location would not be ordered), where shared memory has room beside the
-  pipes (:data:`STAGING_SMEM_LIMIT`, half that for two CTAs per SM), goes through a staging tile per consumer replica and a TMA store
+  pipes (:data:`STAGING_SMEM_LIMIT`, or the renderer option ``staging_smem_limit``; half that for two CTAs per SM), goes through a staging tile per consumer replica and a TMA store
   (``xs_tma_store``, :data:`TMA_STORE_ALIAS`) when the tile lies inside its bounds and the
   tensor suits TMA (the ``<tensor>_tma_ok`` argument), so the partition moves on while the copy
   engine writes it; otherwise, and for the tiles a boundary cuts, the masked ``gl.store``;
@@ -434,7 +434,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             need = self.agent.replicas * rows * row_bytes
             smem = self.allocation.smem_bytes + self.staging_bytes + need
             limit = TWO_CTA_SMEM_BYTES if two_ctas_fit(self.allocation.partitions, self.allocation.smem_bytes) \
-                else STAGING_SMEM_LIMIT
+                else int(self.options.get("staging_smem_limit", STAGING_SMEM_LIMIT))
             if smem > limit:
                 return None
             buf = self.staging[key] = f"xs_stage_{self.agent.name}_{rows}x{cols}_{dt.name}"
