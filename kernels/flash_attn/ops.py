@@ -15,6 +15,7 @@ XSYNC_BACKEND (auto: Hopper GPU -> nvidia, NPU -> ascend, else the CPU emulator)
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -197,11 +198,8 @@ def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, ca
     args = (q2, k2, v2, o2, lse2, cu_q, cu_k, order, float(scale), hq, hq // hk, count, *layout)
     constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.forward_constexprs(), **scale_constexprs(scale))
     constexprs.update(constexprs_over or {})
-    fixed = plan.fixed_options()
-    if fixed:       # Hopper spellings the row chose (schedule.py): they win over the environment
-        with _config.options(**fixed):
-            compiled = kernel[grid](*args, backend=backend, **constexprs)
-    else:
+    fixed = plan.fixed_options()    # Hopper spellings the row chose (schedule.py): over the environment
+    with _config.options(**fixed) if fixed else contextlib.nullcontext():
         compiled = kernel[grid](*args, backend=backend, **constexprs)
     return grid, compiled, args, constexprs
 
