@@ -10,10 +10,85 @@ and torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Union
 
 from xsync.api import DType
 from xsync.errors import SourceLoc
+
+
+# ---------------------------------------------------------------- vocabularies
+# Typed names shared by every layer (frontend, passes, verifier, allocators, renderers, trace):
+# compare with the members (``s.verb is Verb.WAIT``), never with text. They are StrEnums so
+# that generated source and messages spell them as the kernel author wrote them.
+class Verb(StrEnum):
+    """A synchronization action (:class:`SyncOp`)."""
+
+    ACQUIRE = "acquire"   # pipe, producer side: wait for a free slot
+    COMMIT = "commit"     # pipe, producer side: the slot is full
+    WAIT = "wait"         # pipe, consumer side: wait for a full slot; event: wait for a signal
+    RELEASE = "release"   # pipe, consumer side: the slot is free again
+    SIGNAL = "signal"     # event: one more signal
+    SYNC = "sync"         # barrier: arrive and wait for the meeting
+    ARRIVE = "arrive"     # barrier: arrive without waiting
+
+    @property
+    def producer_side(self) -> bool:
+        """A pipe verb of the producer (source) role."""
+        return self in (Verb.ACQUIRE, Verb.COMMIT)
+
+
+PIPE_VERBS = (Verb.ACQUIRE, Verb.COMMIT, Verb.WAIT, Verb.RELEASE)
+EVENT_VERBS = (Verb.SIGNAL, Verb.WAIT)
+BARRIER_VERBS = (Verb.SYNC, Verb.ARRIVE)
+
+
+class TileOp(StrEnum):
+    """A tile operation of the vocabulary (``xsync.api.TILE_OPS``), as a :class:`Call` names it."""
+
+    PROGRAM_ID = "program_id"
+    NUM_PROGRAMS = "num_programs"
+    REPLICA_ID = "replica_id"
+    CDIV = "cdiv"
+    ARANGE = "arange"
+    ZEROS = "zeros"
+    FULL = "full"
+    LOAD = "load"
+    LOAD_SCALAR = "load_scalar"
+    MMA = "mma"
+    MMA_WAIT = "mma_wait"
+    TRANS = "trans"
+    MAX = "max"
+    SUM = "sum"
+    EXP2 = "exp2"
+    LOG2 = "log2"
+    WHERE = "where"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+
+
+class ParamKind(StrEnum):
+    """What a kernel parameter is (:class:`Param`)."""
+
+    TENSOR = "tensor"
+    SCALAR = "scalar"         # a run-time int or float
+    CONSTEXPR = "constexpr"   # folded into the specialization
+
+
+class RoleKind(StrEnum):
+    """What a role does (``xs.role(kind=...)``): it decides where placements put the role."""
+
+    COPY = "copy"       # data movement: TMA producer warp / cube MTE
+    MATRIX = "matrix"   # mma work: wgmma warpgroup / cube core
+    VECTOR = "vector"   # elementwise work: warpgroup / vector cores
+
+
+def _coerce(obj, name: str, kind: type) -> None:
+    """Store field ``name`` of a frozen IR node as its vocabulary member (constructors may pass
+    the text; nothing downstream compares text)."""
+    value = getattr(obj, name)
+    if type(value) is not kind:
+        object.__setattr__(obj, name, kind(value))
 
 
 # ---------------------------------------------------------------- expressions
@@ -57,9 +132,12 @@ class BoolOp:
 class Call:
     """A tile op from ``xsync.api.TILE_OPS``."""
 
-    op: str
+    op: TileOp
     args: tuple["Expr", ...]
     kwargs: tuple[tuple[str, "Expr"], ...] = ()
+
+    def __post_init__(self):
+        _coerce(self, "op", TileOp)
 
     def kwarg(self, name: str, default=None):
         return dict(self.kwargs).get(name, default)
@@ -99,9 +177,12 @@ Expr = Union[Const, Name, BinOp, UnaryOp, Compare, BoolOp, Call, Attr, Cast, Sub
 @dataclass(frozen=True)
 class Role:
     name: str
-    kind: str  # "copy" | "matrix" | "vector"
+    kind: RoleKind
     replicas: int
     loc: SourceLoc
+
+    def __post_init__(self):
+        _coerce(self, "kind", RoleKind)
 
 
 @dataclass(frozen=True)
@@ -192,21 +273,24 @@ class Store:
 class SyncOp:
     """One synchronization action.
 
-    verb: pipe  -> "acquire" | "commit" | "wait" | "release"
-          event -> "signal" | "wait"
-          barrier -> "sync" | "arrive"
+    verb: pipe  -> ACQUIRE | COMMIT | WAIT | RELEASE   (:data:`PIPE_VERBS`)
+          event -> SIGNAL | WAIT                      (:data:`EVENT_VERBS`)
+          barrier -> SYNC | ARRIVE                    (:data:`BARRIER_VERBS`)
     ``target`` names the slot variable bound by acquire/wait (may be None).
     ``guard`` (schedule passes only): the action happens only when this scalar condition
     holds -- the protocol reads it as ``if guard: action``; renderers may predicate instead
     of branching. ``note`` says why a pass put the action here (generated-code comments).
     """
 
-    verb: str
+    verb: Verb
     obj: str
     target: str | None
     loc: SourceLoc
     guard: "Expr | None" = None
     note: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        _coerce(self, "verb", Verb)
 
 
 @dataclass(frozen=True)
@@ -274,8 +358,11 @@ class AgentProgram:
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str  # "tensor" | "scalar" | "constexpr"
+    kind: ParamKind
     dtype: DType | None = None  # tensors: element type of this specialization
+
+    def __post_init__(self):
+        _coerce(self, "kind", ParamKind)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,266 @@
+"""Snapshot of every renderer's output: the generated Gluon (nvidia), triton-ascend (ascend, both
+source forms) and CPU-emulator (both schedulers) source of every library kernel at every
+specialization the tests and ops use, rendered without compiling (pure text: no triton, no GPU).
+
+    python -m tests.snapshot.render                       # compare with the golden hashes
+    python -m tests.snapshot.render --write               # record them (tests/snapshot/<backend>.json)
+    python -m tests.snapshot.render --dump DIR            # also write every source to DIR/<backend>/<case>.py
+    python -m tests.snapshot.render --backend ascend ...  # one backend only
+
+A refactor of lowering or of a renderer must leave every hash unchanged (byte-identical
+source). The nvidia source is the one ``compile_ptx`` compiles (the same option resolution and
+occupancy defaults, hang-debug sources with a fixed ``bars_smem``); the ascend source is the one
+``compile_kernel`` writes for a form; the cpu source is the one the emulator executes.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(__file__)
+BACKENDS = ("nvidia", "ascend", "cpu")
+
+
+def golden_path(backend: str) -> str:
+    return os.path.join(HERE, f"{backend}.json")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kernel: object
+    constexprs: dict | None = None                  # None: the kernel's example=
+    settings: dict = field(default_factory=dict)    # xs.options(...) while lowering and rendering
+    options: dict = field(default_factory=dict)     # nvidia renderer options (compile_ptx's options=)
+
+
+def _library():
+    """(examples, gemm variants, attention variants): every library kernel object."""
+    from xsync.kernel import Kernel
+    from xsync.kernels import gemm_variants
+    from xsync.kernels.flash_attn import attention_fwd, variants
+    from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq, attention_bwd_preprocess
+    from xsync.kernels.gemm import gemm, gemm_persistent
+    from xsync.kernels.gemm_softmax import gemm_softmax
+
+    gvars = [(n, v) for n, v in sorted(vars(gemm_variants).items()) if isinstance(v, Kernel)]
+    examples = [gemm, gemm_persistent, gemm_softmax, attention_fwd, attention_bwd_preprocess,
+                attention_bwd_dkdv, attention_bwd_dq]
+    return examples, gvars, sorted(variants.VARIANTS.items())
+
+
+def _attention_cases(backend: str) -> list[Case]:
+    """The forward at every schedule row of ``backend`` (its head dims and masks) and the backward
+    at every specialization grad.py launches there."""
+    from xsync.kernels.flash_attn import attention_fwd, grad, ops, schedule
+    from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq, attention_bwd_preprocess
+
+    out: list[Case] = []
+    cx0, _ = attention_fwd.specialization()
+    seen = set()
+    for r in schedule.TABLE:
+        if r.backend != backend:
+            continue
+        s = r.schedule
+        for d in ([r.head_dim] if r.head_dim else ops.HEAD_DIMS):
+            for causal in ([int(r.causal)] if r.causal is not None else (0, 1)):
+                name = (f"fwd-R{s.replicas}-BM{s.BM}-BN{s.BN}-S{s.STAGES}-P{int(s.persistent)}"
+                        f"-Q{s.q_stages}-d{d}-c{causal}")
+                if name not in seen:
+                    seen.add(name)
+                    cx = {**cx0, **s.forward_constexprs(), **ops.scale_constexprs(None), "D": d,
+                          "CAUSAL": causal}
+                    out.append(Case(name, attention_fwd, cx))
+    for d in ops.HEAD_DIMS:
+        out.append(Case(f"bwd-preprocess-d{d}", attention_bwd_preprocess,
+                        {**attention_bwd_preprocess.specialization()[0], "D": d}))
+        for k in (attention_bwd_dkdv, attention_bwd_dq):
+            for causal in (0, 1):
+                for max_seq in ((0, 4096) if backend == "cpu" else (0,)):
+                    cx = {**k.specialization()[0], **grad.block_sizes(backend, d, bool(causal), max_seq),
+                          "D": d, "CAUSAL": causal}
+                    tag = f"-long" if max_seq else ""
+                    out.append(Case(f"bwd-{k.fn.__name__}-d{d}-c{causal}{tag}", k, cx))
+    return out
+
+
+def nvidia_cases() -> list[Case]:
+    from tests.nvidia import nv_kernels
+    from xsync.kernels.flash_attn import attention_fwd, ops
+    from xsync.kernels.gemm import gemm
+    from xsync.kernels.gemm_softmax import gemm_softmax
+
+    examples, gvars, avariants = _library()
+    out: list[Case] = []
+    for k in examples + [nv_kernels.handoff, nv_kernels.shared_partition_barrier]:
+        out.append(Case(f"example-{k.fn.__name__}", k))
+    for n, k in gvars:
+        out.append(Case(f"example-{n}", k))
+    # GEMM stages, option switches (tests/nvidia/test_compile.py)
+    for stages in (1, 2, 3, 4):
+        out.append(Case(f"gemm-stages{stages}", gemm, dict(BM=128, BN=128, BK=64, STAGES=stages)))
+    g2 = dict(BM=128, BN=128, BK=64, STAGES=2)
+    out.append(Case("gemm-stages2-defer-off", gemm, g2, {"nv_defer_mma_wait": False}))
+    out.append(Case("gemm-stages2-producer-regs32", gemm, g2, {}, {"producer_regs": 32}))
+    for k in (gemm, gemm_softmax, nv_kernels.handoff):
+        out.append(Case(f"debug-hang-{k.fn.__name__}", k, None, {}, {"debug_hang": True, "bars_smem": 1024}))
+    # a kernel the verifier rejects (it hangs on purpose): rendered with verification off
+    out.append(Case("debug-hang-gemm_extra_wait", nv_kernels.gemm_extra_wait, None, {"verify": False},
+                    {"debug_hang": True, "bars_smem": 1024}))
+    g3 = dict(BM=128, BN=128, BK=64, STAGES=3)
+    for n, v in [("gemm", gemm)] + gvars:
+        for merge in (True, False):
+            out.append(Case(f"gemm3-{n}-merge{int(merge)}", v, g3, {"nv_merge_pipes": merge}))
+    out += _attention_cases("nvidia")
+    cx0, _ = attention_fwd.specialization()
+    cxf = {**cx0, **ops.block_sizes("nvidia"), "D": 128, "CAUSAL": 0}
+    for name, v in avariants:
+        for merge in (True, False):
+            out.append(Case(f"variant-{name}-merge{int(merge)}", v, cxf, {"nv_merge_pipes": merge}))
+    out.append(Case("fwd-flagship-merge0", attention_fwd, cxf, {"nv_merge_pipes": False}))
+    cxt = {**cx0, "BM": 64, "BN": 128, "D": 128, "CAUSAL": 1, "STAGES": 2}
+    for tag, cx in (("s2", cxt), ("flagship", cxf)):
+        for pp in ("each", "first", "wrap", "0"):
+            for ov in (True, False):
+                out.append(Case(f"fwd-{tag}-pingpong-{pp}-overlap{int(ov)}", attention_fwd, cx,
+                                {"nv_pingpong": pp, "nv_overlap": ov}))
+        out.append(Case(f"fwd-{tag}-fuse-off", attention_fwd, cx, {"nv_fuse_mma": False}))
+        out.append(Case(f"fwd-{tag}-fuse-off-overlap1", attention_fwd, cx, {"nv_fuse_mma": False, "nv_overlap": True}))
+        out.append(Case(f"fwd-{tag}-merge-off", attention_fwd, cx, {"nv_merge_pipes": False}))
+        out.append(Case(f"fwd-{tag}-defer-off", attention_fwd, cx, {"nv_defer_mma_wait": False}))
+        out.append(Case(f"fwd-{tag}-debug-hang", attention_fwd, cx, {}, {"debug_hang": True, "bars_smem": 1024}))
+        out.append(Case(f"fwd-{tag}-prefetch", attention_fwd, cx, {"nv_prefetch_tile_scalars": True}))
+        for share in ("1/4", "1/2"):
+            out.append(Case(f"fwd-{tag}-exp2-{share.replace('/', '_')}", attention_fwd, cx, {"nv_exp2_fma": share}))
+        out.append(Case(f"fwd-{tag}-tma-store-off", attention_fwd, cx, {"nv_tma_store": False}))
+        out.append(Case(f"fwd-{tag}-regs", attention_fwd, cx, {"nv_producer_regs": 40, "nv_consumer_regs": 232,
+                                                              "nv_maxnreg": 168}))
+    return out
+
+
+def _portable_cases(backend: str, settings_variants: list[tuple[str, dict]]) -> list[Case]:
+    from tests.core import corpus
+    from xsync.kernel import Kernel
+    from xsync.kernels.flash_attn import attention_fwd, ops
+
+    examples, gvars, avariants = _library()
+    base: list[Case] = [Case(f"example-{k.fn.__name__}", k) for k in examples]
+    base += [Case(f"example-{n}", k) for n, k in gvars]
+    base += _attention_cases(backend)
+    cx0, _ = attention_fwd.specialization()
+    cxf = {**cx0, **ops.block_sizes(backend), "D": 128, "CAUSAL": 0}
+    base += [Case(f"variant-{n}", v, cxf) for n, v in avariants]
+    # the verifier's corpus (correct and broken kernels, rendered unverified): every construct
+    # the renderers spell, and the lowering errors some of them meet on this backend
+    base += [Case(f"corpus-{n}", k) for n, k in sorted(vars(corpus).items()) if isinstance(k, Kernel)]
+    out = []
+    for tag, settings in settings_variants:
+        out += [Case(f"{c.name}-{tag}", c.kernel, c.constexprs, {**c.settings, **settings}) for c in base]
+    return out
+
+
+def ascend_cases() -> list[Case]:
+    return _portable_cases("ascend", [("release", {"ascend_form": "release"}), ("scope", {"ascend_form": "scope"})])
+
+
+def cpu_cases() -> list[Case]:
+    return _portable_cases("cpu", [("threads", {"cpu_mode": "threads"}), ("coop", {"cpu_mode": "cooperative"})])
+
+
+CASES = {"nvidia": nvidia_cases, "ascend": ascend_cases, "cpu": cpu_cases}
+
+
+def render_case(backend: str, case: Case) -> str:
+    """The generated source of ``case`` on ``backend``."""
+    import xsync as xs
+
+    # the verifier's verdicts have tests of their own (corpus, differential); rendering does
+    # not depend on them
+    with xs.options(**{"verify": False, **case.settings}):
+        lowered = case.kernel.lower(backend, case.constexprs)
+        args = (lowered.kernel, lowered.placement, lowered.allocation)
+        if backend == "nvidia":
+            from xsync.backends.nvidia import occupancy_defaults, resolve_options
+            from xsync.backends.nvidia.render import render
+            return render(*args, occupancy_defaults(*args, resolve_options(case.options))).source
+        if backend == "ascend":
+            from xsync.backends.ascend import render as ascend_render
+            return ascend_render.render_module(*args, case.settings["ascend_form"]).source
+        from xsync.backends.cpu import render_source
+        return render_source(*args)
+
+
+_KERNEL_FILE = re.compile(r"\(([^()]+\.py):(\d+)\)")
+
+
+def portable(src: str) -> str:
+    """The source with kernel file paths cut to the part from their ``kernels/`` or ``tests/``
+    folder on, so a clone elsewhere, or an installed package, hashes the same."""
+    def cut(m):
+        path = m.group(1)
+        at = max(path.rfind("/kernels/"), path.rfind("/tests/"))
+        return f"({path[at + 1:] if at >= 0 else path}:{m.group(2)})"
+    return _KERNEL_FILE.sub(cut, src)
+
+
+def snapshot(backend: str, dump: str | None = None) -> dict[str, str]:
+    hashes = {}
+    cases = CASES[backend]()
+    names = [c.name for c in cases]
+    assert len(names) == len(set(names)), [n for n in names if names.count(n) > 1]
+    from xsync.errors import XSyncError
+
+    for case in cases:
+        try:
+            src = portable(render_case(backend, case))
+        except XSyncError as exc:     # a lowering error is part of the behaviour too
+            src = f"{type(exc).__name__}"
+        hashes[case.name] = hashlib.sha256(src.encode()).hexdigest()
+        if dump:
+            folder = os.path.join(dump, backend)
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, case.name + ".py"), "w") as f:
+                f.write(src)
+    return hashes
+
+
+def compare(got: dict[str, str], golden: dict[str, str]) -> list[str]:
+    """Lines naming every case whose source differs from (or is missing in) the golden file."""
+    out = [f"changed: {n}" for n in sorted(golden) if n in got and got[n] != golden[n]]
+    out += [f"missing: {n}" for n in sorted(golden) if n not in got]
+    out += [f"new (not in the golden file): {n}" for n in sorted(got) if n not in golden]
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="record the golden hashes")
+    ap.add_argument("--dump", help="write every source to DIR/<backend>/<case>.py")
+    ap.add_argument("--backend", choices=BACKENDS, action="append", help="only these backends")
+    a = ap.parse_args(argv)
+    status = 0
+    for backend in a.backend or BACKENDS:
+        got = snapshot(backend, a.dump)
+        if a.write:
+            with open(golden_path(backend), "w") as f:
+                json.dump(got, f, indent=1, sort_keys=True)
+                f.write("\n")
+            print(f"{backend}: wrote {len(got)} hashes to {golden_path(backend)}")
+            continue
+        with open(golden_path(backend)) as f:
+            golden = json.load(f)
+        diff = compare(got, golden)
+        print(f"{backend}: {len(got)} sources, {len(golden)} golden hashes, {len(diff)} differences")
+        for line in diff:
+            print("  " + line)
+        status |= bool(diff)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
