@@ -5,9 +5,6 @@ import os as _os
 from xsync import _source_kernels
 
 _source_kernels.install(_os.path.dirname(_os.path.abspath(__file__)))
-# Load the xsync.kernel submodule first: importing it later (from api.kernel) would rebind
-# the package attribute `xsync.kernel` from the decorator to the module.
-import xsync.kernel as _kernel_module  # noqa: E402,F401
 from xsync.api import (  # noqa: F401
     DType, arange, barrier, bfloat16, cdiv, constexpr, event, exp2, float16, float32, full,
     int32, kernel, load, load_scalar, log2, max, maximum, minimum, mma, mma_wait, num_programs, pipe,

@@ -47,34 +47,10 @@ count: xsync derives them (``python -m xsync check module:kernel`` prints them).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+
+from xsync.dtypes import DTYPES, DType, bfloat16, constexpr, float16, float32, int1, int32  # noqa: F401
 
 ROLE_KINDS = ("copy", "matrix", "vector")
-
-
-@dataclass(frozen=True)
-class DType:
-    name: str
-    bits: int
-
-    @property
-    def bytes(self) -> int:
-        return self.bits // 8
-
-    def __repr__(self) -> str:
-        return f"xs.{self.name}"
-
-
-float16 = DType("float16", 16)
-bfloat16 = DType("bfloat16", 16)
-float32 = DType("float32", 32)
-int32 = DType("int32", 32)
-int1 = DType("int1", 8)
-DTYPES = {d.name: d for d in (float16, bfloat16, float32, int32, int1)}
-
-
-class constexpr:  # noqa: N801 - mirrors triton's spelling on purpose
-    """Annotation for compile-time parameters (`BM: xs.constexpr`): specialised per value."""
 
 
 def _outside(name: str):
@@ -268,7 +244,7 @@ def minimum(a, b):
 # ---------------------------------------------------------------- kernels
 def kernel(fn=None, **options):
     """Mark ``fn`` as an xsync kernel; launch with ``fn[grid](*args, **constexprs)``."""
-    from xsync.kernel import Kernel
+    from xsync.compiler import Kernel
 
     if fn is None:
         return lambda f: Kernel(f, **options)

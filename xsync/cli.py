@@ -28,7 +28,7 @@ class UsageError(Exception):
 
 def load_kernel(spec: str):
     """Resolve ``module:kernel`` (module path or file path) to a Kernel object."""
-    from xsync.kernel import Kernel
+    from xsync.compiler import Kernel
 
     if ":" not in spec:
         raise UsageError(f"expected MODULE:KERNEL, got {spec!r} (e.g. xsync.kernels.gemm:gemm)")
@@ -108,23 +108,6 @@ def parse_settings(kernel, settings: list[str]) -> tuple[dict, dict]:
     return constexprs, dtypes
 
 
-def describe(lowered) -> str:
-    k = lowered.kernel
-    lines = [f"roles:"]
-    for r in k.roles:
-        lines.append(f"  {r.name:<12} kind={r.kind:<7} replicas={r.replicas}   (line {r.loc.line})")
-    lines.append("sync objects:")
-    for p in k.pipes:
-        fields = ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name}" for f in p.fields) or "no payload"
-        lines.append(f"  pipe    {p.name:<10} {p.src} -> {p.dst}, {p.stages} stage(s), {fields}"
-                     f"   (line {p.loc.line})")
-    for e in k.events:
-        lines.append(f"  event   {e.name:<10} {e.src} -> {e.dst}   (line {e.loc.line})")
-    for b in k.barriers:
-        lines.append(f"  barrier {b.name:<10} members {', '.join(b.members)}   (line {b.loc.line})")
-    return "\n".join(lines)
-
-
 def cmd_check(args) -> int:
     kernel = load_kernel(args.kernel)
     constexprs, dtypes = parse_settings(kernel, args.set)
@@ -145,7 +128,7 @@ def cmd_check(args) -> int:
             print(err)
             continue
         if not shown:
-            print(describe(lowered))
+            print(lowered.kernel.describe())
             shown = True
         print("agents:")
         for a in lowered.placement.agents:
@@ -157,7 +140,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_lower(args) -> int:
-    from xsync.kernel import dump
+    from xsync.compiler import dump
 
     kernel = load_kernel(args.kernel)
     constexprs, dtypes = parse_settings(kernel, args.set)

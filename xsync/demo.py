@@ -112,7 +112,6 @@ def _sync(dev):
 def main(args=None) -> int:
     from xsync.kernels.flash_attn.kernel import attention_fwd
     from xsync.backends import select
-    from xsync.cli import describe
 
     backend = select()
     dev = _device(backend)
@@ -120,7 +119,7 @@ def main(args=None) -> int:
     print(f"xsync demo — backend: {backend} (XSYNC_BACKEND={backend!r} to force; cpu, nvidia, ascend)")
     lowered = attention_fwd.lower(backend)
     print(f"\nflash-attention protocol ({attention_fwd.fn.__code__.co_filename}):")
-    print(describe(lowered))
+    print(lowered.kernel.describe())
     print("agents on this backend:")
     for a in lowered.placement.agents:
         print(f"  {a.name:<10} {a.replicas} x {a.hardware}: roles {', '.join(a.roles)}")

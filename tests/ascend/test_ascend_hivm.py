@@ -15,7 +15,7 @@ import ascend_cases as cases
 import xsync.kernels as kernels
 from xsync.backends.ascend import hivm
 from xsync.backends.ascend.render import core_of_kind
-from xsync.kernel import Kernel
+from xsync.compiler import Kernel
 from xsync.kernels.flash_attn import grad, ops
 from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq, attention_bwd_preprocess
 from xsync.kernels.flash_attn.kernel import attention_fwd

@@ -15,7 +15,7 @@ import xsync as xs
 from tests.core import corpus as C
 from xsync.errors import (CounterLimitError, DeadlockError, FlagOverflowError, LeftoverError,
                           PhaseAliasingError, ProtocolError, SlotOrderError, StallError, XSyncError)
-from xsync.kernel import Kernel
+from xsync.compiler import Kernel
 
 BACKENDS = ("cpu", "nvidia", "ascend")
 KERNELS = sorted(n for n, v in vars(C).items() if isinstance(v, Kernel))

@@ -15,7 +15,7 @@ from tests.core import broken_kernels as bk
 from xsync import trace as tr
 from xsync.backends.cpu import runtime
 from xsync.errors import StallError
-from xsync.kernel import Kernel
+from xsync.compiler import Kernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PIL = pytest.importorskip("PIL.Image", reason="PNG output needs pillow (the trace extra)")

@@ -8,7 +8,7 @@ import torch
 
 import xsync as xs
 from tests.core import broken_kernels as bk
-from xsync.kernel import Kernel
+from xsync.compiler import Kernel
 from xsync.errors import (AllocationError, DeadlockError, KernelSourceError, ProtocolError,
                           VerifierLimitError, XSyncError)
 

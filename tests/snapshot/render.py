@@ -41,7 +41,7 @@ class Case:
 
 def _library():
     """(examples, gemm variants, attention variants): every library kernel object."""
-    from xsync.kernel import Kernel
+    from xsync.compiler import Kernel
     from xsync.kernels import gemm_variants
     from xsync.kernels.flash_attn import attention_fwd, variants
     from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq, attention_bwd_preprocess
@@ -145,7 +145,7 @@ def nvidia_cases() -> list[Case]:
 
 def _portable_cases(backend: str, settings_variants: list[tuple[str, dict]]) -> list[Case]:
     from tests.core import corpus
-    from xsync.kernel import Kernel
+    from xsync.compiler import Kernel
     from xsync.kernels.flash_attn import attention_fwd, ops
 
     examples, gvars, avariants = _library()

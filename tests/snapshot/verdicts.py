@@ -24,7 +24,7 @@ TARGETS = ("cpu", "nvidia", "ascend")
 
 def kernels() -> list[tuple[str, object]]:
     from tests.core import corpus
-    from xsync.kernel import Kernel
+    from xsync.compiler import Kernel
 
     examples, gvars, avariants = _library()
     out = [(f"example-{k.fn.__name__}", k) for k in examples]

@@ -17,7 +17,7 @@ import textwrap
 import types
 
 from xsync import api
-from xsync.api import DType
+from xsync.dtypes import DType
 from xsync.errors import KernelSourceError, SourceLoc
 from xsync.lowering import ir, tile_launch
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Union
 
-from xsync.api import DType
+from xsync.dtypes import DType
 from xsync.errors import SourceLoc
 
 
@@ -399,6 +399,22 @@ class KernelIR:
     def program(self, agent: str) -> AgentProgram | None:
         """The agent's own program when a pass rewrote it (else None: its slice of body)."""
         return next((p for p in self.programs if p.agent == agent), None)
+
+    def describe(self) -> str:
+        """The roles and sync objects, one a line with its source line (``xsync check``)."""
+        lines = ["roles:"]
+        for r in self.roles:
+            lines.append(f"  {r.name:<12} kind={r.kind:<7} replicas={r.replicas}   (line {r.loc.line})")
+        lines.append("sync objects:")
+        for p in self.pipes:
+            fields = ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name}" for f in p.fields) or "no payload"
+            lines.append(f"  pipe    {p.name:<10} {p.src} -> {p.dst}, {p.stages} stage(s), {fields}"
+                         f"   (line {p.loc.line})")
+        for e in self.events:
+            lines.append(f"  event   {e.name:<10} {e.src} -> {e.dst}   (line {e.loc.line})")
+        for b in self.barriers:
+            lines.append(f"  barrier {b.name:<10} members {', '.join(b.members)}   (line {b.loc.line})")
+        return "\n".join(lines)
 
     def all_statements(self) -> tuple[Stmt, ...]:
         """The body and every agent program (to search every statement of the kernel)."""

@@ -225,7 +225,7 @@ def compile_hivm(lowered, arch: str = DEFAULT_ARCH, scalars: dict | None = None,
                  form: str | None = None) -> tuple[str, str]:
     """(TTIR text, .ttadapter MLIR text) for a lowered kernel, with no NPU and no CANN.
 
-    ``lowered`` is ``kernel.lower("ascend", ...)`` (an ``xsync.kernel.Lowered``) or a
+    ``lowered`` is ``kernel.lower("ascend", ...)`` (an ``xsync.compiler.Lowered``) or a
     :class:`CompiledAscend`. ``scalars`` maps scalar parameters to triton types (default
     ``i32``). Runs triton-ascend's ``ttir`` and ``ttadapter`` stages directly: no cache
     files, no environment variables; a triton-adapter-opt failure raises

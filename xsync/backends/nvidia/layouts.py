@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from xsync.api import DType
+from xsync.dtypes import DType
 from xsync.backends.nvidia.alloc import is_tma_pipe
 from xsync.errors import BackendError
 from xsync.lowering import ir

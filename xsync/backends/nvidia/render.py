@@ -49,12 +49,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsync.api import DType
+from xsync.dtypes import DType
 from xsync.backends.source import Emitter, PythonRenderer
 from xsync.errors import BackendError
 from xsync.lowering import ir
 from xsync.backends.nvidia.alloc import TWO_CTA_SMEM_BYTES, HopperAllocation, is_tma_pipe, two_ctas_fit
 from xsync.backends.nvidia import exp2, prefetch
+from xsync.backends.nvidia.abi import ArgKind, KernelArg
 from xsync.backends.nvidia.layouts import ModuleLayouts, infer, nvmma_shared_repr
 from xsync.backends.nvidia.sync_ops import SyncSpeller, WaitSite  # noqa: F401 - WaitSite: part of RenderResult
 from xsync.backends.nvidia.values import SCALAR, T, TensorUse, ValueSpeller
@@ -493,30 +494,30 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             agent_src[agent.name] = (self.out, stmts)
 
         # kernel parameters
-        params = []          # (name, kind, extra)
+        params: list[KernelArg] = []
         for p in k.params:
-            if p.kind == "constexpr":
+            if p.kind is ir.ParamKind.CONSTEXPR:
                 continue
-            if p.kind == "tensor":
+            if p.kind is ir.ParamKind.TENSOR:
                 use = self.tensors[p.name]
                 for shape, dname in use.descs.items():
-                    params.append((dname, "desc", (p.name, shape)))
+                    params.append(KernelArg(dname, ArgKind.DESC, (p.name, shape)))
                 if use.table and not use.pointer:
-                    params.append((p.name, "table", p.name))
+                    params.append(KernelArg(p.name, ArgKind.TABLE, p.name))
                 store_shapes = [(shape, d) for (tn, shape), d in self.store_descs.items() if tn == p.name]
                 for shape, dname in store_shapes:
-                    params.append((dname, "store_desc", (p.name, shape)))
+                    params.append(KernelArg(dname, ArgKind.STORE_DESC, (p.name, shape)))
                 if store_shapes:
-                    params.append((f"{p.name}_tma_ok", "store_ok", p.name))
+                    params.append(KernelArg(f"{p.name}_tma_ok", ArgKind.STORE_OK, p.name))
                 if use.pointer:
-                    params.append((p.name, "ptr", p.name))
-                    params.append((f"{p.name}_rows", "rows", p.name))
-                    params.append((f"{p.name}_cols", "cols", p.name))
-                    params.append((f"{p.name}_stride", "stride", p.name))
+                    params.append(KernelArg(p.name, ArgKind.PTR, p.name))
+                    params.append(KernelArg(f"{p.name}_rows", ArgKind.ROWS, p.name))
+                    params.append(KernelArg(f"{p.name}_cols", ArgKind.COLS, p.name))
+                    params.append(KernelArg(f"{p.name}_stride", ArgKind.STRIDE, p.name))
             else:
-                params.append((p.name, "scalar", p.name))
+                params.append(KernelArg(p.name, ArgKind.SCALAR, p.name))
         if self.debug_hang:
-            params.append(("xs_dbg", "dbg", None))
+            params.append(KernelArg("xs_dbg", ArgKind.DBG, None))
         pnames = [n for n, _, _ in params]
 
         smem_args = []
@@ -632,7 +633,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         src = o.source()
         desc_layouts = {}
         for n, kind, extra in params:
-            if kind in ("desc", "store_desc"):
+            if kind.descriptor:
                 t, shape = extra
                 desc_layouts[n] = (t, list(shape), self.tensors[t].dtype)
         return RenderResult(src, k.name, params, self.tensors,

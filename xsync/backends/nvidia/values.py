@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xsync.api import DType
+from xsync.dtypes import DType
 from xsync.backends.nvidia import exp2
 from xsync.backends.nvidia.layouts import SCALAR, LayoutRules, T
 from xsync.backends.source import _PRECEDENCE, float_literal

@@ -17,7 +17,8 @@ import os
 import threading
 from dataclasses import dataclass
 
-from xsync import api, config
+from xsync import config
+from xsync import dtypes as xs_types
 from xsync.errors import LaunchError
 from xsync.files import write_atomic
 from xsync.lowering import ir
@@ -39,8 +40,8 @@ def _xs_dtype(torch_dtype):
 
 
 _DTYPE_MEMO: dict = {}
-_TORCH_TO_XS = {"torch.float16": api.float16, "torch.bfloat16": api.bfloat16,
-                "torch.float32": api.float32, "torch.int32": api.int32}
+_TORCH_TO_XS = {"torch.float16": xs_types.float16, "torch.bfloat16": xs_types.bfloat16,
+                "torch.float32": xs_types.float32, "torch.int32": xs_types.int32}
 
 
 @dataclass
@@ -91,7 +92,7 @@ class Kernel:
         # Launch-path facts, computed once (every launch needs them).
         self._constexpr_names = tuple(
             name for name, p in self.signature.parameters.items()
-            if p.annotation is api.constexpr or (isinstance(p.annotation, str)
+            if p.annotation is xs_types.constexpr or (isinstance(p.annotation, str)
                                                  and p.annotation.endswith("constexpr")))
         self._constexpr_defaults = {
             name: self.signature.parameters[name].default for name in self._constexpr_names
@@ -153,9 +154,9 @@ class Kernel:
         """(constexprs, tensor dtypes): the given ones, else the kernel's ``example=``, with
         signature defaults (`GROUP_M: xs.constexpr = 8`) filling the constexprs left out."""
         if constexprs is None:
-            constexprs = {k: v for k, v in self.example.items() if not isinstance(v, api.DType)}
+            constexprs = {k: v for k, v in self.example.items() if not isinstance(v, xs_types.DType)}
         if tensor_dtypes is None:
-            tensor_dtypes = {k: v for k, v in self.example.items() if isinstance(v, api.DType)}
+            tensor_dtypes = {k: v for k, v in self.example.items() if isinstance(v, xs_types.DType)}
         return {**self._constexpr_defaults, **constexprs}, dict(tensor_dtypes)
 
     def compile(self, backend: str, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
@@ -236,7 +237,7 @@ class Kernel:
                 if xs_dtype is None:
                     raise LaunchError(f"kernel '{self.__name__}': tensor `{name}` has dtype {value.dtype}",
                                       fix="use float16, bfloat16, float32 or int32 tensors")
-                if value.dim() == 1 and xs_dtype is api.int32:
+                if value.dim() == 1 and xs_dtype is xs_types.int32:
                     pass  # index tables such as cu_seqlens, read with xs.load_scalar
                 elif value.dim() != 2:
                     raise LaunchError(
