@@ -34,4 +34,6 @@ def install(package_dir: str) -> None:
     if not os.path.isfile(os.path.join(folder, "__init__.py")):
         return
     if not any(isinstance(f, _SourceKernelsFinder) for f in sys.meta_path):
-        sys.meta_path.append(_SourceKernelsFinder(folder))
+        # ahead of an editable install's finder, which maps xsync.kernels to the checkout it was
+        # installed from (another worktree's, say)
+        sys.meta_path.insert(0, _SourceKernelsFinder(folder))
