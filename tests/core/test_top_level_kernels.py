@@ -44,6 +44,10 @@ def _hub_installed() -> bool:
     return True
 
 
+needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                        reason="transformers is not installed here (extra `models`)")
+
+
 def _probe(code: str, python_path: list[str], *args: str, flags=()) -> str:
     """Run ``code`` + ONE_COPY in a fresh interpreter (argv[1] is the checkout's root)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "XSYNC_"))}
@@ -120,9 +124,9 @@ assert kernels is not xsync.kernels and hasattr(torch.ops.xsync, "attention")
 """, [ROOT])
 
 
+@needs_transformers
 @pytest.mark.parametrize("first", ["transformers", "xsync"])
 def test_import_transformers_from_a_checkout(first):
-    pytest.importorskip("transformers")
     out = _probe(r"""
 import sys
 if sys.argv[2] == "xsync":
@@ -138,9 +142,9 @@ print("hub kernels available:", is_kernels_available())
     assert f"hub kernels available: {_hub_installed()}" in out, out
 
 
+@needs_transformers
 def test_import_transformers_without_the_hub(without_hub):
     """transformers installed without the hub (or an older one): its probe sees no package."""
-    pytest.importorskip("transformers")
     _probe(r"""
 import transformers, transformers.modeling_utils
 from transformers.utils.import_utils import is_kernels_available
