@@ -60,7 +60,8 @@ def resolve_top_level_name(init_file: str) -> None:
     half-made module in ``sys.modules`` (the import statement returns whatever is there once
     the ``__init__`` ends) by the PyPI package ``kernels`` or, without one, by ``xsync.kernels``."""
     root = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(init_file))))
-    elsewhere = [p for p in sys.path if isinstance(p, str) and os.path.realpath(p or os.curdir) != root]
+    elsewhere = [p for p in sys.path if isinstance(p, str) and os.path.realpath(p or os.curdir) != root
+                 and not _is_checkout(p or os.curdir)]
     spec = importlib.machinery.PathFinder.find_spec(_TOP, elsewhere)
     if spec is not None and spec.origin is not None:   # a namespace portion is no package
         package = importlib.util.module_from_spec(spec)
@@ -71,6 +72,13 @@ def resolve_top_level_name(init_file: str) -> None:
     sys.modules[_TOP] = xsync.kernels
     if not any(isinstance(f, _TopLevelAliasFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _TopLevelAliasFinder())
+
+
+def _is_checkout(entry: str) -> bool:
+    """A ``sys.path`` entry that holds an xsync source checkout (its ``kernels/`` is never the
+    PyPI package, and running it would hand the name back and forth)."""
+    return os.path.isfile(os.path.join(entry, "xsync", "_source_kernels.py")) and \
+        os.path.isdir(os.path.join(entry, _TOP))
 
 
 class _TopLevelAliasFinder(importlib.abc.MetaPathFinder):

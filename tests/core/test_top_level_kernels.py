@@ -110,6 +110,18 @@ assert kernels.flash_attn.grad is sys.modules["xsync.kernels.flash_attn.grad"]
 """, without_hub, flags=["-S"])
 
 
+def test_another_checkout_on_the_path_is_not_the_hub(without_hub, tmp_path):
+    """Two checkouts on sys.path (another worktree, say): neither's kernels/ is taken for the hub."""
+    (tmp_path / "xsync").mkdir()
+    (tmp_path / "xsync" / "_source_kernels.py").write_text("")
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "__init__.py").write_text("raise AssertionError('the other checkout ran')\n")
+    _probe(r"""
+import kernels, xsync.kernels
+assert kernels is xsync.kernels
+""", [without_hub[0], str(tmp_path), *without_hub[1:]], flags=["-S"])
+
+
 @pytest.mark.skipif(not _hub_installed(), reason="the PyPI package `kernels` is not installed here")
 def test_import_kernels_hands_the_name_to_the_hub_package():
     _probe(r"""
