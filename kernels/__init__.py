@@ -2,9 +2,13 @@
 
 The repository keeps them in this top-level ``kernels/`` folder; the wheel maps the folder
 to ``xsync.kernels`` and a source checkout resolves ``xsync.kernels`` here (see
-``xsync/_source_kernels.py``). Importing the folder as a top-level ``kernels`` package
-would create a second copy of every kernel and torch op, so it is refused.
+``xsync/_source_kernels.py``). The top-level name ``kernels`` belongs to Hugging Face's kernel
+hub (the PyPI package ``kernels``, which transformers imports); a checkout whose root is on
+``sys.path`` exposes this folder under that name too, so importing it as ``kernels`` hands the
+name on: to the installed PyPI package when there is one, else to ``xsync.kernels`` itself
+(the same module objects, so no kernel or torch op is defined twice).
 """
 if __name__ == "kernels":
-    raise ImportError("the xsync kernels are imported as `xsync.kernels` "
-                      "(e.g. `from xsync.kernels.flash_attn import attention`), not as `kernels`")
+    from xsync._source_kernels import resolve_top_level_name
+
+    resolve_top_level_name(__file__)

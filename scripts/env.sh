@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create (or reuse) the virtual environment of one test matrix and install xsync in it.
-#   scripts/env.sh core           torch + xsync                          -> .venv/core
+#   scripts/env.sh core           torch + xsync + transformers           -> .venv/core
 #   scripts/env.sh nvidia         + the oldest supported triton (3.6.x)  -> .venv/nvidia
 #   scripts/env.sh nvidia-newest  + the newest supported triton (3.9.x)  -> .venv/nvidia-newest
 #   scripts/env.sh ascend         + triton-ascend 3.2.0 + ascendnpu-ir   -> .venv/ascend
@@ -20,7 +20,7 @@ triton_newest="3.9.*"
 extra_reqs=()
 own_triton=1   # the environment installs a triton of its own (not torch's)
 case "$name" in
-  core)          extras="test,trace"; own_triton=0 ;;
+  core)          extras="test,trace,models"; own_triton=0 ;;
   nvidia)        extras="test,nvidia"; extra_reqs+=("triton==$triton_oldest") ;;
   nvidia-newest) extras="test,nvidia"; extra_reqs+=("triton==$triton_newest") ;;
   # the HIVM compiler that runs after triton-ascend (bishengir-compile, to the CANN-only hivmc
