@@ -241,7 +241,7 @@ class LayoutRules:
             return SCALAR
         if isinstance(e, (ir.Compare, ir.BoolOp)):
             return T("tile", shape, DType("int1", 8), lay)
-        return T("tile", shape, self.promote(*(ts[1:] if isinstance(e, ir.Call) and e.op == "where" else ts)), lay)
+        return T("tile", shape, self.promote(*(ts[1:] if isinstance(e, ir.Call) and e.op is ir.TileOp.WHERE else ts)), lay)
 
     def subscript_axis(self, e: ir.Subscript, inner: T, want):
         """(expanded axis, 2-D parent layout) of ``v[None, :]`` / ``v[:, None]`` on a 1-D tile."""
@@ -295,7 +295,7 @@ class LayoutRules:
         if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name) and e.value.id in self.slot_pipe \
                 and self.placement.crosses(self.slot_pipe[e.value.id]):
             return self.field_type(e)
-        if isinstance(e, ir.Call) and e.op == "trans":
+        if isinstance(e, ir.Call) and e.op is ir.TileOp.TRANS:
             t = self.smem_operand_type(e.args[0])
             if t is not None:
                 return T("smem", tuple(reversed(t.shape)), t.dtype, t.layout)
@@ -303,35 +303,35 @@ class LayoutRules:
 
     def call_type(self, e: ir.Call, want, record):
         op = e.op
-        if op in ("program_id", "num_programs", "cdiv"):
+        if op in (ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS, ir.TileOp.CDIV):
             for a in e.args:
                 self.type_of(a, None, record)
             return SCALAR
-        if op == "replica_id":
+        if op is ir.TileOp.REPLICA_ID:
             return SCALAR
-        if op in ("maximum", "minimum", "exp2", "log2", "where"):
+        if op in (ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE):
             return self.elementwise_type(e, e.args, want, record)
-        if op == "arange":
+        if op is ir.TileOp.ARANGE:
             a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
             if not _pow2(b - a):
                 self.fail(f"xs.arange({a}, {b}): the length must be a power of two", loc=self.loc)
             return T("tile", (b - a,), DType("int32", 32), want or self.layout1d())
-        if op in ("zeros", "full"):
+        if op in (ir.TileOp.ZEROS, ir.TileOp.FULL):
             shape = self.shape_of(e.args[0], self.loc)
             lay = want or (self.layout2d(shape) if len(shape) == 2 else self.layout1d())
-            if op == "full":
+            if op is ir.TileOp.FULL:
                 self.type_of(e.args[1], None, record)
             return T("tile", shape, e.args[-1].value, lay)
-        if op in ("max", "sum"):
+        if op in (ir.TileOp.MAX, ir.TileOp.SUM):
             axis = int(self.cval(e.args[1], "the reduction axis", self.loc))
             t = self.type_of(e.args[0], None, record)
             shape = tuple(d for i, d in enumerate(t.shape) if i != axis)
             return self.converted(T("tile", shape, t.dtype, f"gl.SliceLayout({axis}, {t.layout})"), want)
-        if op == "trans":
+        if op is ir.TileOp.TRANS:
             t = self.type_of(e.args[0], None, record)
             shape = tuple(reversed(t.shape))
             return T("tile", shape, t.dtype, want or self.layout2d(shape))
-        if op == "load":
+        if op is ir.TileOp.LOAD:
             shape = self.shape_of(e.args[2], self.loc)
             if len(shape) != 2:
                 self.fail("xs.load reads 2-D tiles", loc=self.loc)
@@ -339,12 +339,12 @@ class LayoutRules:
             for x in e.args[1].items[:2]:
                 self.type_of(x, None, record)
             return T("tile", shape, self.tensors[e.args[0].id].dtype, lay)
-        if op == "load_scalar":
+        if op is ir.TileOp.LOAD_SCALAR:
             self.type_of(e.args[1], None, record)
             return SCALAR
-        if op == "mma":
+        if op is ir.TileOp.MMA:
             return self.mma_type(e, want, record)
-        if op == "mma_wait":
+        if op is ir.TileOp.MMA_WAIT:
             t = self.type_of(e.args[0], None, record)
             self.cval(e.kwarg("pending", ir.Const(0)), "mma_wait pending", self.loc)
             return t
@@ -404,7 +404,7 @@ class LayoutRules:
         a value defined again (loop-carried, or a peeled copy of a loop body) keeps one
         layout; an mma operand is computed in its natural layout and converted once."""
         if want is not None and want.startswith("gl.DotOperandLayout(") and not (
-                isinstance(v, ir.Call) and v.op in ("mma", "mma_wait")):
+                isinstance(v, ir.Call) and v.op in (ir.TileOp.MMA, ir.TileOp.MMA_WAIT)):
             t = self.type_of(v, None, record)
             return None, t, self.converted(t, want)
         t = self.type_of(v, want, record)
@@ -495,7 +495,7 @@ class LayoutInference(LayoutRules):
 
     def sync(self, s: ir.SyncOp):
         obj = self.kernel.sync_object(s.obj)
-        crossing_release = isinstance(obj, ir.Pipe) and s.verb == "release" and self.placement.crosses(obj)
+        crossing_release = isinstance(obj, ir.Pipe) and s.verb is ir.Verb.RELEASE and self.placement.crosses(obj)
         if s.guard is not None and not crossing_release:
             self.type_of(s.guard, None, True)
             self.sync(ir.SyncOp(s.verb, s.obj, s.target, s.loc, note=s.note))
@@ -504,9 +504,9 @@ class LayoutInference(LayoutRules):
                 self.slot_pipe[s.target] = obj
             if not self.placement.crosses(obj):
                 return
-            if s.verb in ("acquire", "wait") and s.target:
+            if s.verb in (ir.Verb.ACQUIRE, ir.Verb.WAIT) and s.target:
                 self.env[s.target] = SCALAR
-            elif s.verb == "release" and s.guard is not None:
+            elif s.verb is ir.Verb.RELEASE and s.guard is not None:
                 try:
                     bool(evaluate(s.guard, self.consts))
                 except (NotConstant, TypeError):
@@ -526,7 +526,7 @@ class LayoutInference(LayoutRules):
             self.env[target] = SCALAR
             return
         prev, want = self.assigned_type(target, v)
-        if isinstance(v, ir.Call) and v.op == "mma_wait":
+        if isinstance(v, ir.Call) and v.op is ir.TileOp.MMA_WAIT:
             self.env[target] = self.type_of(v.args[0], want, True)
             self.cval(v.kwarg("pending", ir.Const(0)), "mma_wait pending", s.loc)
             return

@@ -49,7 +49,8 @@ from xsync.lowering import ir
 from xsync.lowering.passes.dataflow import fresh_name, replace_expr, substitute, writes
 
 MAX_DEPTH = 3
-SCALAR_OPS = ("load_scalar", "program_id", "num_programs", "replica_id", "cdiv", "minimum", "maximum")
+SCALAR_OPS = (ir.TileOp.LOAD_SCALAR, ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS, ir.TileOp.REPLICA_ID,
+              ir.TileOp.CDIV, ir.TileOp.MINIMUM, ir.TileOp.MAXIMUM)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def plan(loop: ir.For, is_scalar, taken: set[str]) -> TileReadsAhead | str:
     whether expression ``e`` is a scalar; ``taken``: names in use (new ones avoid them)."""
     if not loop.tile_loop or loop.single_tile:
         return "rule 1: not the loop of a persistent xs.tile_range"
-    if not (isinstance(loop.step, ir.Call) and loop.step.op == "num_programs") and not (
+    if not (isinstance(loop.step, ir.Call) and loop.step.op is ir.TileOp.NUM_PROGRAMS) and not (
             isinstance(loop.step, ir.Const) and isinstance(loop.step.value, int) and loop.step.value > 0):
         return "rule 1: the step is not the program count or a positive constant"
     prologue = []
@@ -137,7 +138,7 @@ def _reads_inner_first(e) -> list[ir.Call]:
     out = []
     for c in ir.children(e):
         out += _reads_inner_first(c)
-    if isinstance(e, ir.Call) and e.op == "load_scalar":
+    if isinstance(e, ir.Call) and e.op is ir.TileOp.LOAD_SCALAR:
         out.append(e)
     return out
 
@@ -145,7 +146,7 @@ def _reads_inner_first(e) -> list[ir.Call]:
 def _depth(e, depth_of: dict, reads: dict) -> int:
     if isinstance(e, ir.Name):
         return depth_of.get(e.id, 0)
-    if isinstance(e, ir.Call) and e.op == "load_scalar":
+    if isinstance(e, ir.Call) and e.op is ir.TileOp.LOAD_SCALAR:
         return reads[e].depth
     return max((_depth(c, depth_of, reads) for c in ir.children(e)), default=0)
 
@@ -182,7 +183,7 @@ def _schedule(loop, prologue, reads, depth, taken) -> TileReadsAhead:
                for s in reversed(lets)]
         for r in fresh:
             table, index = r.call.args
-            masked = ir.Call("load_scalar", (table, substitute(carried(index, j + 1), rename)),
+            masked = ir.Call(ir.TileOp.LOAD_SCALAR, (table, substitute(carried(index, j + 1), rename)),
                              (("mask", ir.Compare("<", ir.Name(tile), loop.stop)),))
             out.append(ir.Assign((value[(r.call, j)],), masked, loc))
         out += [ir.Assign((value[(r.call, j)],), ir.Name(value[(r.call, j + 1)]), loc)

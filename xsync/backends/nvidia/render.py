@@ -147,7 +147,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
     # ------------------------------------------------------------ analysis
     def _collect_tensors(self):
         for p in self.kernel.params:
-            if p.kind == "tensor":
+            if p.kind is ir.ParamKind.TENSOR:
                 self.tensors[p.name] = TensorUse(p.name, p.dtype)
         tma_pipes = {p.name for p in self.kernel.pipes if self.placement.crosses(p) and is_tma_pipe(self.kernel, p)}
         tma_loads = set()
@@ -181,11 +181,11 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                 exprs = [s.cond]
             for e in exprs:
                 for c in ir.expr_calls(e):
-                    if c.op == "load":
+                    if c.op is ir.TileOp.LOAD:
                         self.read_tensors.add(c.args[0].id)
-                    if c.op == "load" and id(c) not in tma_loads:
+                    if c.op is ir.TileOp.LOAD and id(c) not in tma_loads:
                         self.tensors[c.args[0].id].pointer = True
-                    elif c.op == "load_scalar":
+                    elif c.op is ir.TileOp.LOAD_SCALAR:
                         self.tensors[c.args[0].id].table = True
         for use in self.tensors.values():
             many = len(use.descs) > 1
@@ -331,7 +331,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             o.line(f"{target} = {v.id}  # line {s.loc.line}: the slot of '{self.slot_pipe[v.id].name}' kept")
             return
         prev, want = self.assigned_type(target, v)   # a loop-carried value keeps one layout
-        if isinstance(v, ir.Call) and v.op == "mma_wait":
+        if isinstance(v, ir.Call) and v.op is ir.TileOp.MMA_WAIT:
             c, t = self.tx(v.args[0], want)
             n = int(self.cval(v.kwarg("pending", ir.Const(0)), "mma_wait pending", s.loc))
             reads = self.mma_reads.get(v.args[0].id, []) if isinstance(v.args[0], ir.Name) else []
@@ -344,7 +344,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         self.last_mma_reads = []
         asked, natural, t = self.definition(target, v, prev, want)
         code = self.view(self.spell(v, natural, asked, 0), natural, t)
-        note = f"  # line {s.loc.line}: async wgmma" if isinstance(v, ir.Call) and v.op == "mma" else ""
+        note = f"  # line {s.loc.line}: async wgmma" if isinstance(v, ir.Call) and v.op is ir.TileOp.MMA else ""
         o.line(f"{target} = {code}{note}")
         if self.last_mma_reads:
             self.mma_reads[target] = list(self.last_mma_reads)

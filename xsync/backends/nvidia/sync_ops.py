@@ -19,10 +19,14 @@ class WaitSite:
     id: int
     agent: str
     role: str
-    verb: str        # acquire | wait | event wait
+    verb: ir.Verb    # ACQUIRE (a pipe slot) | WAIT (a full slot, an event)
     obj: str
     line: int
     what: str
+
+
+# the counter a pipe verb advances: <pipe>_acquired, ...
+COUNTED = {ir.Verb.ACQUIRE: "acquired", ir.Verb.COMMIT: "committed", ir.Verb.WAIT: "waited", ir.Verb.RELEASE: "released"}
 
 
 class SyncSpeller:
@@ -36,7 +40,7 @@ class SyncSpeller:
     def bar_index(self, obj, side, slot: str) -> str:
         return f"xs_bars.index({obj.name.upper()}_{side.upper()} + {slot})"
 
-    def bar_wait(self, obj, side: str, index_expr: str, parity: str, verb: str, counter: str, line: int, what: str):
+    def bar_wait(self, obj, side: str, index_expr: str, parity: str, verb: ir.Verb, counter: str, line: int, what: str):
         bar = f"xs_bars.index({obj.name.upper()}_{side.upper()} + {index_expr})"
         if self.debug_hang:
             site = len(self.wait_sites)
@@ -52,7 +56,7 @@ class SyncSpeller:
         if self.role_block is None:
             # a pass-made operation outside any role block acts for its object's role
             self.role = acting_role(self.kernel, s, self.agent.roles) or self.role
-        if s.guard is not None and not (isinstance(obj, ir.Pipe) and s.verb == "release"
+        if s.guard is not None and not (isinstance(obj, ir.Pipe) and s.verb is ir.Verb.RELEASE
                                          and self.placement.crosses(obj)):
             o.line(f"if {self.tx(s.guard)[0]}:  # line {line}")
             o.indent()
@@ -62,16 +66,16 @@ class SyncSpeller:
             self.pipe_op(s, obj)
         elif isinstance(obj, ir.Event):
             if not self.placement.crosses(obj):
-                o.line(f"# line {line}: xs.{'signal' if s.verb == 'signal' else 'wait'}({obj.name}) -- "
+                o.line(f"# line {line}: xs.{'signal' if s.verb is ir.Verb.SIGNAL else 'wait'}({obj.name}) -- "
                        f"same partition: program order")
                 return
             idx = "REPLICA" if self._paired(obj) else "0"
-            if s.verb == "signal":
+            if s.verb is ir.Verb.SIGNAL:
                 o.line(f"mbarrier.arrive(xs_bars.index({obj.name.upper()}_EVENT + {idx}), count=1)"
                        f"  # line {line}: xs.signal({obj.name})")
             else:
                 cnt = f"{obj.name}_waited"
-                self.bar_wait(obj, "event", idx, f"{cnt} & 1", "wait", cnt, line, f"xs.wait({obj.name})")
+                self.bar_wait(obj, "event", idx, f"{cnt} & 1", ir.Verb.WAIT, cnt, line, f"xs.wait({obj.name})")
                 o.line(f"{cnt} += 1")
         else:
             # member roles sharing this partition meet once per meeting (skeleton.points)
@@ -83,7 +87,7 @@ class SyncSpeller:
             bid = self.allocation.barrier_id(obj.name)
             n = self.barrier_threads(obj)
             fn = "xs_named_barrier_sync" if point.waits else "xs_named_barrier_arrive"
-            verb = "sync" if point.waits else "arrive"
+            verb = ir.Verb.SYNC if point.waits else ir.Verb.ARRIVE
             why = f" -- {s.note}" if s.note else ""
             o.line(f"{fn}({bid}, {n})  # line {line}: {obj.name}.{verb}() -- named barrier {bid}, "
                    f"{n} threads{why}")
@@ -97,17 +101,17 @@ class SyncSpeller:
             o.line(f"# line {line}: {name}.{s.verb}() -- '{pipe.src}' and '{pipe.dst}' share this "
                    f"partition: the slot is a register value")
             return
-        if s.verb == "acquire":
+        if s.verb is ir.Verb.ACQUIRE:
             slot = s.target or self.fresh("slot")
             o.line(f"{slot} = {self.ring_slot(pipe, f'{name}_acquired')}")
-            self.bar_wait(pipe, "empty", slot, f"(({name}_acquired // {st}) & 1) ^ 1", "acquire",
+            self.bar_wait(pipe, "empty", slot, f"(({name}_acquired // {st}) & 1) ^ 1", ir.Verb.ACQUIRE,
                           f"{name}_acquired", line, f"{s.target or ''}{' = ' if s.target else ''}{name}.acquire()")
             o.line(f"{name}_acquired += 1")
             if is_tma_pipe(self.kernel, pipe):
                 o.line(f"mbarrier.expect({self.bar_index(pipe, 'full', slot)}, {pipe.slot_bytes})"
                        f"  # TMA completes the slot: {pipe.slot_bytes} bytes")
             self.env[slot] = SCALAR
-        elif s.verb == "commit":
+        elif s.verb is ir.Verb.COMMIT:
             if is_tma_pipe(self.kernel, pipe):
                 o.line(f"# line {line}: {name}.commit() -- the TMA engine completes the full barrier")
                 return
@@ -115,10 +119,10 @@ class SyncSpeller:
             o.line(f"mbarrier.arrive({self.bar_index(pipe, 'full', self.ring_slot(pipe, f'{name}_committed'))}, "
                    f"count=1)  # line {line}: {name}.commit()")
             o.line(f"{name}_committed += 1")
-        elif s.verb == "wait":
+        elif s.verb is ir.Verb.WAIT:
             slot = s.target or self.fresh("slot")
             o.line(f"{slot} = {self.ring_slot(pipe, f'{name}_waited')}")
-            self.bar_wait(pipe, "full", slot, f"({name}_waited // {st}) & 1", "wait", f"{name}_waited", line,
+            self.bar_wait(pipe, "full", slot, f"({name}_waited // {st}) & 1", ir.Verb.WAIT, f"{name}_waited", line,
                           f"{s.target or ''}{' = ' if s.target else ''}{name}.wait()")
             o.line(f"{name}_waited += 1")
             self.env[slot] = SCALAR
@@ -155,11 +159,11 @@ class SyncSpeller:
                 if isinstance(obj, ir.Barrier) or not self.placement.crosses(obj):
                     continue
                 if isinstance(obj, ir.Pipe):
-                    if s.verb == "commit" and is_tma_pipe(self.kernel, obj):
+                    if s.verb is ir.Verb.COMMIT and is_tma_pipe(self.kernel, obj):
                         continue
-                    n = {"acquire": "acquired", "commit": "committed", "wait": "waited", "release": "released"}[s.verb]
+                    n = COUNTED[s.verb]
                     names.append((f"{obj.name}_{n}", f"pipe '{obj.name}': slots {n}"))
-                elif s.verb == "wait":
+                elif s.verb is ir.Verb.WAIT:
                     names.append((f"{obj.name}_waited", f"event '{obj.name}': signals waited"))
         return list(dict.fromkeys(names))
 

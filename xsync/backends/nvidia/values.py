@@ -21,9 +21,9 @@ from xsync.lowering import ir
 GL_DTYPES = {"float16": "gl.float16", "bfloat16": "gl.bfloat16", "float32": "gl.float32",
              "int32": "gl.int32", "int1": "gl.int1"}
 SIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int1": "i1"}
-_GL_OPS = {"exp2": "gl.exp2", "log2": "gl.log2", "maximum": "gl.maximum", "minimum": "gl.minimum",
-           "cdiv": "gl.cdiv", "program_id": "gl.program_id", "num_programs": "gl.num_programs",
-           "where": "gl.where"}
+_GL_OPS = {ir.TileOp.EXP2: "gl.exp2", ir.TileOp.LOG2: "gl.log2", ir.TileOp.MAXIMUM: "gl.maximum",
+           ir.TileOp.MINIMUM: "gl.minimum", ir.TileOp.CDIV: "gl.cdiv", ir.TileOp.PROGRAM_ID: "gl.program_id",
+           ir.TileOp.NUM_PROGRAMS: "gl.num_programs", ir.TileOp.WHERE: "gl.where"}
 
 
 @dataclass
@@ -137,40 +137,40 @@ class ValueSpeller(LayoutRules):
 
     def call(self, e: ir.Call, t: T, want) -> str:
         op = e.op
-        if op in ("program_id", "num_programs", "cdiv"):
+        if op in (ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS, ir.TileOp.CDIV):
             return f"{_GL_OPS[op]}({', '.join(self.tx(a)[0] for a in e.args)})"
-        if op == "replica_id":
+        if op is ir.TileOp.REPLICA_ID:
             return "REPLICA"
-        if op in ("maximum", "minimum", "exp2", "log2", "where"):
+        if op in (ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE):
             args = [self.tx(a, w)[0] for a, w in zip(e.args, self.broadcast(e.args, want)[2])]
             helper = exp2.SHARES.get(self.options.get("exp2_fma"))
-            if op == "exp2" and helper and exp2.applies(t):     # a share on the FMA pipe (exp2.py)
+            if op is ir.TileOp.EXP2 and helper and exp2.applies(t):     # a share on the FMA pipe (exp2.py)
                 self.exp2_fma_used = True
                 return f"{helper}({args[0]}, {t.layout})"
             return f"{_GL_OPS[op]}({', '.join(args)})"
-        if op == "arange":
+        if op is ir.TileOp.ARANGE:
             a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
             return f"gl.arange({a}, {b}, layout={t.layout})"
-        if op in ("zeros", "full"):
+        if op in (ir.TileOp.ZEROS, ir.TileOp.FULL):
             dims = "[" + ", ".join(map(str, t.shape)) + "]"
-            v = "" if op == "zeros" else f"{self.tx(e.args[1])[0]}, "
+            v = "" if op is ir.TileOp.ZEROS else f"{self.tx(e.args[1])[0]}, "
             return f"gl.{op}({dims}, {v}{self.dtype(t.dtype)}, {t.layout})"
-        if op in ("max", "sum"):
+        if op in (ir.TileOp.MAX, ir.TileOp.SUM):
             axis = int(self.cval(e.args[1], "the reduction axis", self.loc))
             c, inner = self.tx(e.args[0])
             natural = T("tile", t.shape, t.dtype, f"gl.SliceLayout({axis}, {inner.layout})")
             return self.view(f"gl.{op}({c}, {axis})", natural, t)
-        if op == "trans":
+        if op is ir.TileOp.TRANS:
             return f"gl.convert_layout(gl.permute({self.tx(e.args[0])[0]}, (1, 0)), {t.layout})"
-        if op == "load":
+        if op is ir.TileOp.LOAD:
             return self.pointer_load(e, t)
-        if op == "load_scalar":
+        if op is ir.TileOp.LOAD_SCALAR:
             at = f"{e.args[0].id} + {self.tx(e.args[1], None, _PRECEDENCE['+'] + 1)[0]}"
             mask = e.kwarg("mask")       # a read ahead of its tile (prefetch.py): 0 past the loop
             return f"gl.load({at})" if mask is None else f"gl.load({at}, mask={self.tx(mask)[0]}, other=0)"
-        if op == "mma":
+        if op is ir.TileOp.MMA:
             return self.mma(e, t)
-        if op == "mma_wait":
+        if op is ir.TileOp.MMA_WAIT:
             n = int(self.cval(e.kwarg("pending", ir.Const(0)), "mma_wait pending", self.loc))
             return f"warpgroup_mma_wait({n}, deps=[{self.tx(e.args[0])[0]}])"
         self.fail(f"xs.{op} has no Hopper lowering yet", loc=self.loc)
