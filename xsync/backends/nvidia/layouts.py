@@ -16,7 +16,7 @@ every expression and definition from the same rules (type_of, broadcast, definit
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
@@ -53,10 +53,17 @@ class LayoutConstant:
 
 @dataclass(frozen=True)
 class AgentLayouts:
+    """One agent program's types. ``stores`` and ``loop_entry`` are keyed by the identity (``id``)
+    of the statement objects of the program the inference walked (``infer``'s ``bodies``): the
+    planning steps before spelling read them for the same objects."""
+
     agent: str
     wants: Mapping[str, str]        # variable -> the layout its definitions take (the fixpoint)
     variables: Mapping[str, T]      # variable -> its type at the end of the program
     walks: int                      # walks until the wants settled
+    # whole-tile xs.store -> its value's type; loop -> the variables' types before it
+    stores: Mapping[int, T] = field(default_factory=lambda: MappingProxyType({}))
+    loop_entry: Mapping[int, Mapping[str, T]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -445,10 +452,13 @@ class LayoutInference(LayoutRules):
             self.slot_pipe: dict[str, ir.Pipe] = {}
             self.usual_cols = None
             self.loc = self.kernel.loc
+            self.stores: dict[int, T] = {}
+            self.loop_entry: dict[int, Mapping[str, T]] = {}
             self.block(stmts)
             if walk >= 2 and self.wants == before:
                 return AgentLayouts(agent.name, MappingProxyType(dict(self.wants)),
-                                    MappingProxyType(dict(self.env)), walk)
+                                    MappingProxyType(dict(self.env)), walk, MappingProxyType(self.stores),
+                                    MappingProxyType(self.loop_entry))
         self.fail(f"the register layouts of agent '{agent.name}' did not settle in {WALKS} walks",
                   fix="report this kernel: the Hopper layout inference needs another rule")
 
@@ -475,6 +485,7 @@ class LayoutInference(LayoutRules):
                 t = self.type_of(s.value)
             else:
                 t = self.type_of(s.value, None, True)
+                self.stores[id(s)] = t
             if t.kind != "tile" or len(t.shape) != 2:
                 self.fail("xs.store writes 2-D tiles", loc=s.loc)
             for x in (*s.offsets[:2], *(s.bounds or ())):
@@ -484,6 +495,7 @@ class LayoutInference(LayoutRules):
         elif isinstance(s, ir.For):
             for x in (s.start, s.stop, s.step):
                 self.type_of(x, None, True)
+            self.loop_entry[id(s)] = MappingProxyType(dict(self.env))
             self.env[s.var] = SCALAR
             self.block(s.body)
         elif isinstance(s, ir.If):
@@ -533,14 +545,39 @@ class LayoutInference(LayoutRules):
         self.define(target, self.definition(target, v, prev, want, True)[2])
 
 
-def infer(kernel: ir.KernelIR, placement, allocation, consts: dict, tensors: dict) -> ModuleLayouts:
+class ScopeTypes(LayoutRules):
+    """Expression types at one point of an agent program, from its variables' types there
+    (``AgentLayouts.loop_entry``); read-only, for the planning steps that run before spelling."""
+
+    def __init__(self, kernel: ir.KernelIR, placement, consts: dict, tensors: dict, agent: AgentLayouts,
+                 variables: Mapping[str, T], warps: int):
+        self.kernel = kernel
+        self.placement = placement
+        self.consts = consts
+        self.tensors = tensors
+        self.wants = agent.wants
+        self.env = dict(variables)
+        self.warps = warps
+        self.slot_pipe: dict[str, ir.Pipe] = {}
+        self.usual_cols = None
+        self.layouts: dict[str, LayoutConstant] = {}     # names a probe would coin are dropped
+        self.loc = kernel.loc
+
+    def fail(self, what, loc=None, objects=(), fix=""):
+        raise BackendError(what, loc=loc or self.kernel.loc, objects=tuple(objects), fix=fix)
+
+
+def infer(kernel: ir.KernelIR, placement, allocation, consts: dict, tensors: dict,
+          bodies: Mapping[str, tuple] | None = None) -> ModuleLayouts:
     """Types and layouts of every agent program, and the module's layout constants: those the
-    agents use (in order of first use), then the shared-memory rings of the entry function."""
+    agents use (in order of first use), then the shared-memory rings of the entry function.
+    ``bodies``: agent -> the statements to walk (default: ``agent_body``)."""
     inf = LayoutInference(kernel, placement, consts, tensors)
     agents = {}
     for agent in placement.agents:
         warps = allocation.partitions_of(agent.name)[0].warps
-        agents[agent.name] = inf.agent(agent, warps, agent_body(kernel, agent))
+        stmts = bodies[agent.name] if bodies is not None else agent_body(kernel, agent)
+        agents[agent.name] = inf.agent(agent, warps, stmts)
     for p in kernel.pipes:
         if placement.crosses(p):
             for f in p.fields:

@@ -37,6 +37,9 @@ consumers: their reads are off the critical path), numbered as :func:`plan` repo
 4. The prologue holds at least one read, and its deepest chain is at most ``MAX_DEPTH`` reads
    (each level holds its values in registers across a tile).
 
+:func:`plan_kernel` plans every such loop of the agent programs before spelling; the renderer
+spells the :class:`ReadsAheadPlan` it is handed.
+
 Renderer option ``prefetch_tile_scalars`` (XSYNC_NV_PREFETCH_TILE_SCALARS=1, or a schedule row's
 ``reads_ahead``); off by default until the H200 A/B of benchmarks/flash_attn_ab.py's ``prefetch``
 candidate has run.
@@ -44,9 +47,13 @@ candidate has run.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
 
+from xsync.backends.nvidia.layouts import ModuleLayouts, ScopeTypes
 from xsync.lowering import ir
-from xsync.lowering.passes.dataflow import fresh_name, replace_expr, substitute, writes
+from xsync.lowering.passes.dataflow import fresh_name, names_in, replace_expr, substitute, writes
+from xsync.lowering.placement import Placement, Unit
 
 MAX_DEPTH = 3
 SCALAR_OPS = (ir.TileOp.LOAD_SCALAR, ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS, ir.TileOp.REPLICA_ID,
@@ -77,6 +84,56 @@ class TileReadsAhead:
     @property
     def rest(self) -> tuple:
         return self.loop.body[len(self.prologue):]
+
+
+@dataclass(frozen=True)
+class ReadsAheadPlan:
+    """The tile loops whose reads go out ahead, keyed by the identity of the ``ir.For`` of the
+    planned programs."""
+
+    loops: Mapping[int, TileReadsAhead]
+
+    def of(self, loop: ir.For) -> TileReadsAhead | None:
+        return self.loops.get(id(loop))
+
+
+def plan_kernel(kernel: ir.KernelIR, placement: Placement, allocation, layouts: ModuleLayouts, consts: dict,
+                tensors: dict, bodies: Mapping[str, tuple], *, enabled: bool) -> ReadsAheadPlan:
+    """:func:`plan` for every persistent tile loop of the consumer warpgroups' programs
+    ``bodies`` (agent -> the statements ``layouts`` typed), where the option
+    ``prefetch_tile_scalars`` (``enabled``) asks for it. New names avoid the kernel's, the
+    variables live at the loop and the names earlier rewrites of the agent took."""
+    loops: dict[int, TileReadsAhead] = {}
+    if enabled:
+        kernel_names = names_in(kernel)
+        for agent in placement.agents:
+            part = allocation.partitions_of(agent.name)[0]
+            if part.unit != Unit.CONSUMER:
+                continue
+            typed = layouts.agents[agent.name]
+            taken_here: set[str] = set()
+
+            def walk(stmts):
+                for s in stmts:
+                    if isinstance(s, ir.RoleBlock):
+                        walk(s.body)
+                    elif isinstance(s, ir.If):
+                        walk(s.body)
+                        walk(s.orelse or ())
+                    elif isinstance(s, ir.For):
+                        if s.tile_loop and not s.single_tile:
+                            entry = typed.loop_entry[id(s)]
+                            scope = ScopeTypes(kernel, placement, consts, tensors, typed, entry, part.warps)
+                            got = plan(s, lambda e: scope.type_of(e).kind == "scalar",
+                                       kernel_names | set(entry) | taken_here)
+                            if not isinstance(got, str):
+                                loops[id(s)] = got
+                                taken_here.update(t for _, group in (*got.warmup, *got.head)
+                                                  for a in group for t in a.targets)
+                        walk(s.body)
+
+            walk(bodies[agent.name])
+    return ReadsAheadPlan(MappingProxyType(loops))
 
 
 def plan(loop: ir.For, is_scalar, taken: set[str]) -> TileReadsAhead | str:

@@ -1,5 +1,5 @@
 """How the Hopper renderer spells values: expressions, shared-memory views, wgmma operands,
-loads (a mixin of :class:`xsync.backends.nvidia.render.NvidiaRenderer`).
+loads (one :class:`ValueSpeller` per agent program, owned by the renderer's agent speller).
 
 Spelling decides no type: an expression's :class:`T` (kind, shape, dtype, layout) and the
 layouts its operands are asked for come from :class:`LayoutRules` (``type_of``, ``broadcast``,
@@ -9,12 +9,12 @@ layouts its operands are asked for come from :class:`LayoutRules` (``type_of``, 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Mapping
 
 from xsync.dtypes import DType
 from xsync.backends.nvidia import exp2
-from xsync.backends.nvidia.layouts import SCALAR, LayoutRules, T
-from xsync.backends.source import _PRECEDENCE, float_literal
+from xsync.backends.nvidia.layouts import SCALAR, AgentLayouts, LayoutConstant, LayoutRules, T
+from xsync.backends.source import PRECEDENCE, Emitter, float_literal
 from xsync.errors import BackendError
 from xsync.lowering import ir
 
@@ -26,21 +26,35 @@ _GL_OPS = {ir.TileOp.EXP2: "gl.exp2", ir.TileOp.LOG2: "gl.log2", ir.TileOp.MAXIM
            ir.TileOp.NUM_PROGRAMS: "gl.num_programs", ir.TileOp.WHERE: "gl.where"}
 
 
-@dataclass
-class TensorUse:
-    """How one tensor parameter reaches the device."""
-
-    name: str
-    dtype: DType
-    descs: dict = field(default_factory=dict)   # (rows, cols) -> descriptor parameter name
-    pointer: bool = False                       # masked 2-D gl.load/gl.store through a pointer
-    table: bool = False                         # 1-D int32 table read with xs.load_scalar
-
-
 class ValueSpeller(LayoutRules):
-    """Expressions in Gluon (state: ``env``, ``layouts``, ``consts``, ``tensors`` of the
-    renderer); the layout requests on earlier definitions (``wants``) and the layout constants
-    come settled from :func:`xsync.backends.nvidia.layouts.infer`."""
+    """Expressions of one agent program in Gluon, written to ``out``. It owns the program's
+    variable types (``env``), the slots bound to pipes (``slot_pipe``), the fresh-name counter
+    and the shared-memory reads of the last wgmma; the layout requests on earlier definitions
+    (``wants``) and the layout constants come settled from
+    :func:`xsync.backends.nvidia.layouts.infer`."""
+
+    def __init__(self, *, kernel: ir.KernelIR, placement, consts: dict, tensors: dict,
+                 layouts: Mapping[str, LayoutConstant], typed: AgentLayouts, warps: int, out: Emitter,
+                 exp2_share: str | None):
+        self.kernel = kernel
+        self.placement = placement
+        self.consts = consts
+        self.tensors = tensors
+        self.layouts = layouts
+        self.wants = typed.wants
+        self.warps = warps
+        self.out = out
+        self.exp2_share = exp2_share             # option exp2_fma (exp2.py)
+        self.exp2_used = False                   # a share of a tile's exp2 went to the FMA pipe
+        self.env: dict[str, T] = {}
+        self.slot_pipe: dict[str, ir.Pipe] = {}
+        self.tmp = 0
+        self.loc = kernel.loc
+        self.usual_cols = None
+        self.last_mma_reads: list[str] = []
+
+    def fail(self, what, loc=None, objects=(), fix=""):
+        raise BackendError(what, loc=loc or self.kernel.loc, objects=tuple(objects), fix=fix)
 
     # ------------------------------------------------------------ layouts
     def layout_const(self, name: str, ctor: str, note: str) -> str:
@@ -85,19 +99,19 @@ class ValueSpeller(LayoutRules):
                 return e.id
             return self.view(e.id, self.env.get(e.id, SCALAR), t)
         if isinstance(e, (ir.BinOp, ir.Compare)):
-            p = _PRECEDENCE["cmp" if isinstance(e, ir.Compare) else e.op]
+            p = PRECEDENCE["cmp" if isinstance(e, ir.Compare) else e.op]
             lw, rw = self.broadcast((e.left, e.right), want)[2]
             code = f"{self.tx(e.left, lw, p + isinstance(e, ir.Compare))[0]} {e.op} {self.tx(e.right, rw, p + 1)[0]}"
             return f"({code})" if p < parent else code
         if isinstance(e, ir.BoolOp):
-            p = _PRECEDENCE[e.op]
+            p = PRECEDENCE[e.op]
             parts = [self.tx(v, w, p + 1)[0] for v, w in zip(e.values, self.broadcast(e.values, want)[2])]
             if t.kind == "scalar":
                 code = f" {e.op} ".join(parts)
                 return f"({code})" if p < parent else code
             return "(" + (" & " if e.op == "and" else " | ").join(f"({x})" for x in parts) + ")"
         if isinstance(e, ir.UnaryOp):
-            c = self.tx(e.operand, want, _PRECEDENCE["unary"])[0]
+            c = self.tx(e.operand, want, PRECEDENCE["unary"])[0]
             if e.op == "not":
                 return f"not {c}" if t.kind == "scalar" else f"~({c})"
             return f"{e.op}{c}"
@@ -143,9 +157,9 @@ class ValueSpeller(LayoutRules):
             return "REPLICA"
         if op in (ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE):
             args = [self.tx(a, w)[0] for a, w in zip(e.args, self.broadcast(e.args, want)[2])]
-            helper = exp2.SHARES.get(self.options.get("exp2_fma"))
+            helper = exp2.SHARES.get(self.exp2_share)
             if op is ir.TileOp.EXP2 and helper and exp2.applies(t):     # a share on the FMA pipe (exp2.py)
-                self.exp2_fma_used = True
+                self.exp2_used = True
                 return f"{helper}({args[0]}, {t.layout})"
             return f"{_GL_OPS[op]}({', '.join(args)})"
         if op is ir.TileOp.ARANGE:
@@ -165,7 +179,7 @@ class ValueSpeller(LayoutRules):
         if op is ir.TileOp.LOAD:
             return self.pointer_load(e, t)
         if op is ir.TileOp.LOAD_SCALAR:
-            at = f"{e.args[0].id} + {self.tx(e.args[1], None, _PRECEDENCE['+'] + 1)[0]}"
+            at = f"{e.args[0].id} + {self.tx(e.args[1], None, PRECEDENCE['+'] + 1)[0]}"
             mask = e.kwarg("mask")       # a read ahead of its tile (prefetch.py): 0 past the loop
             return f"gl.load({at})" if mask is None else f"gl.load({at}, mask={self.tx(mask)[0]}, other=0)"
         if op is ir.TileOp.MMA:
