@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from xsync.backends.nvidia.layouts import ModuleLayouts, ScopeTypes
+from xsync.backends.nvidia.layouts import ModuleLayouts, ScopeTypes, ValueKind
 from xsync.lowering import ir
 from xsync.lowering.passes.dataflow import fresh_name, names_in, replace_expr, substitute, writes
 from xsync.lowering.placement import Placement, Unit
@@ -124,7 +124,7 @@ def plan_kernel(kernel: ir.KernelIR, placement: Placement, allocation, layouts: 
                         if s.tile_loop and not s.single_tile:
                             entry = typed.loop_entry[id(s)]
                             scope = ScopeTypes(kernel, placement, consts, tensors, typed, entry, part.warps)
-                            got = plan(s, lambda e: scope.type_of(e).kind == "scalar",
+                            got = plan(s, lambda e: scope.type_of(e).kind is ValueKind.SCALAR,
                                        kernel_names | set(entry) | taken_here)
                             if not isinstance(got, str):
                                 loops[id(s)] = got

@@ -61,7 +61,7 @@ from xsync.lowering import ir
 from xsync.backends.nvidia.alloc import HopperAllocation, is_tma_pipe
 from xsync.backends.nvidia import exp2, planning
 from xsync.backends.nvidia.abi import ArgKind, KernelArg
-from xsync.backends.nvidia.layouts import ModuleLayouts, nvmma_shared_repr
+from xsync.backends.nvidia.layouts import ModuleLayouts, ValueKind, nvmma_shared_repr
 from xsync.backends.nvidia.planning import RenderPlan
 from xsync.backends.nvidia.sync_ops import HangDebug, SyncSpeller, WaitSite, counters, emit_helpers, paired
 from xsync.backends.nvidia.values import SCALAR, GL_DTYPES, ValueSpeller
@@ -125,7 +125,7 @@ class AgentSpeller:
         # the types come from LayoutRules, but the renderer's walk (values, sync_ops) keeps its
         # own variables: they must end as the inference's walk ended
         inferred = self.typed.variables
-        drift = sorted(n for n, t in self.values.env.items() if inferred.get(n, t if t.kind == "scalar" else None) != t)
+        drift = sorted(n for n, t in self.values.env.items() if inferred.get(n, t if t.kind is ValueKind.SCALAR else None) != t)
         if drift:
             self.fail(f"internal: the rendered types of {drift} in agent '{self.agent.name}' differ from the inferred ones",
                       fix="report this kernel")
@@ -244,7 +244,7 @@ class AgentSpeller:
             return self.row_store(s)
         o = self.out
         c, t = values.tx(s.value)
-        if t.kind != "tile" or len(t.shape) != 2:
+        if t.kind is not ValueKind.TILE or len(t.shape) != 2:
             self.fail("xs.store writes 2-D tiles", loc=s.loc)
         lay = t.layout
         tn = s.tensor
@@ -324,7 +324,7 @@ class AgentSpeller:
                    f"  # line {s.loc.line}: {s.slot}.{s.field} = xs.load(...)")
             return
         c, t = values.tx(s.value)
-        if t.kind == "tile" and t.dtype is not None and t.dtype != spec.dtype:
+        if t.kind is ValueKind.TILE and t.dtype is not None and t.dtype != spec.dtype:
             c = f"({c}).to({values.dtype(spec.dtype)})"
         o.line(f"{pipe.name}_{s.field}.index({s.slot}).store({c})  # line {s.loc.line}: {s.slot}.{s.field} = ...")
 

@@ -13,7 +13,7 @@ from typing import Mapping
 
 from xsync.dtypes import DType
 from xsync.backends.nvidia import exp2
-from xsync.backends.nvidia.layouts import SCALAR, AgentLayouts, LayoutConstant, LayoutRules, T
+from xsync.backends.nvidia.layouts import SCALAR, AgentLayouts, LayoutConstant, LayoutRules, T, ValueKind
 from xsync.backends.source import PRECEDENCE, Emitter, float_literal
 from xsync.errors import BackendError
 from xsync.lowering import ir
@@ -79,9 +79,9 @@ class ValueSpeller(LayoutRules):
     def view(self, code: str, held: T, t: T) -> str:
         """``code`` (a value of type ``held`` where it lives) read as type ``t``: a shared-memory
         load, or a layout conversion where the layouts differ."""
-        if held.kind == "smem":
+        if held.kind is ValueKind.SMEM:
             return f"{code}.load({t.layout})"
-        if held.kind == "tile" and t.layout != held.layout:
+        if held.kind is ValueKind.TILE and t.layout != held.layout:
             return f"gl.convert_layout({code}, {t.layout})"
         return code
 
@@ -106,14 +106,14 @@ class ValueSpeller(LayoutRules):
         if isinstance(e, ir.BoolOp):
             p = PRECEDENCE[e.op]
             parts = [self.tx(v, w, p + 1)[0] for v, w in zip(e.values, self.broadcast(e.values, want)[2])]
-            if t.kind == "scalar":
+            if t.kind is ValueKind.SCALAR:
                 code = f" {e.op} ".join(parts)
                 return f"({code})" if p < parent else code
             return "(" + (" & " if e.op == "and" else " | ").join(f"({x})" for x in parts) + ")"
         if isinstance(e, ir.UnaryOp):
             c = self.tx(e.operand, want, PRECEDENCE["unary"])[0]
             if e.op == "not":
-                return f"not {c}" if t.kind == "scalar" else f"~({c})"
+                return f"not {c}" if t.kind is ValueKind.SCALAR else f"~({c})"
             return f"{e.op}{c}"
         if isinstance(e, ir.TupleExpr):
             return "[" + ", ".join(self.tx(i)[0] for i in e.items) + "]"
@@ -123,7 +123,7 @@ class ValueSpeller(LayoutRules):
         if isinstance(e, ir.Cast):
             if self.cast_first(want):
                 code, inner = self.tx(e.value, None, 99)
-                held = T("tile", inner.shape, e.dtype, inner.layout) if inner.kind == "tile" else inner
+                held = T(ValueKind.TILE, inner.shape, e.dtype, inner.layout) if inner.kind is ValueKind.TILE else inner
                 return self.view(f"{code}.to({self.dtype(e.dtype)})", held, t)
             return f"{self.tx(e.value, want, 99)[0]}.to({self.dtype(e.dtype)})"
         if isinstance(e, ir.Attr):
@@ -139,7 +139,7 @@ class ValueSpeller(LayoutRules):
         if pipe is None:
             self.fail(f"`{slot}.{e.attr}` is not a slot field here")
         t = self.field_type(e)
-        return (f"{pipe.name}_{e.attr}" if t.kind != "smem" else f"{pipe.name}_{e.attr}.index({slot})"), t
+        return (f"{pipe.name}_{e.attr}" if t.kind is not ValueKind.SMEM else f"{pipe.name}_{e.attr}.index({slot})"), t
 
     def smem_operand(self, e):
         """Shared-memory view for an mma operand, or None if it lives in registers."""
@@ -172,7 +172,7 @@ class ValueSpeller(LayoutRules):
         if op in (ir.TileOp.MAX, ir.TileOp.SUM):
             axis = int(self.cval(e.args[1], "the reduction axis", self.loc))
             c, inner = self.tx(e.args[0])
-            natural = T("tile", t.shape, t.dtype, f"gl.SliceLayout({axis}, {inner.layout})")
+            natural = T(ValueKind.TILE, t.shape, t.dtype, f"gl.SliceLayout({axis}, {inner.layout})")
             return self.view(f"gl.{op}({c}, {axis})", natural, t)
         if op is ir.TileOp.TRANS:
             return f"gl.convert_layout(gl.permute({self.tx(e.args[0])[0]}, (1, 0)), {t.layout})"
