@@ -1,8 +1,11 @@
 """Shared Python-source emitter for the renderers.
 
-All three targets (torch threads, Gluon, triton-ascend) are Python, so one emitter
-walks the IR and each renderer overrides how tile ops, sync verbs and dtypes are
-spelled. Generated code keeps the kernel's own names and cites the kernel's lines.
+All three targets (torch threads, Gluon, triton-ascend) are Python: every renderer writes
+through an :class:`Emitter` and parenthesizes by :data:`PRECEDENCE`; the CPU and Ascend
+renderers subclass :class:`PythonRenderer`, which walks the IR while they spell the tile ops,
+sync verbs and dtypes (the Hopper renderer's value speller spells typed expressions itself,
+xsync/backends/nvidia/values.py). Generated code keeps the kernel's own names and cites the
+kernel's lines.
 """
 from __future__ import annotations
 
