@@ -646,7 +646,7 @@ def test_tma_store_epilogue_where_shared_memory_has_room():
     partition ends), guarded by the tile lying inside its bounds and the tensor suiting TMA;
     the masked store stays for the rest. d128's 224 KB of K/V/Q rings at three stages leave no room;
     tma_store=False (XSYNC_NV_TMA_STORE=0) turns it off."""
-    from xsync.backends.nvidia.render import STAGING_SMEM_LIMIT
+    from xsync.backends.nvidia.staging import STAGING_SMEM_LIMIT
     from xsync.kernels.flash_attn import attention_fwd, schedule
 
     def build(d, length=1024, **options):
@@ -672,7 +672,7 @@ def test_two_warpgroup_gemm_stages_bf16_c_beside_three_ring_slots():
     (192 KB) leave no room and C leaves through masked stores; so do three under the 200 KB the
     limit was before (the renderer option ``staging_smem_limit``, benchmarks/gemm.py's _smem<KB>)."""
     import xsync as xs
-    from xsync.backends.nvidia.render import STAGING_SMEM_LIMIT
+    from xsync.backends.nvidia.staging import STAGING_SMEM_LIMIT
     from xsync.kernels.gemm import gemm_persistent_2wg
 
     def build(stages, **options):

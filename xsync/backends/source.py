@@ -1,14 +1,17 @@
 """Shared Python-source emitter for the renderers.
 
-All three targets (torch threads, Gluon, triton-ascend) are Python, so one emitter
-walks the IR and each renderer overrides how tile ops, sync verbs and dtypes are
-spelled. Generated code keeps the kernel's own names and cites the kernel's lines.
+All three targets (torch threads, Gluon, triton-ascend) are Python: every renderer writes
+through an :class:`Emitter` and parenthesizes by :data:`PRECEDENCE`; the CPU and Ascend
+renderers subclass :class:`PythonRenderer`, which walks the IR while they spell the tile ops,
+sync verbs and dtypes (the Hopper renderer's value speller spells typed expressions itself,
+xsync/backends/nvidia/values.py). Generated code keeps the kernel's own names and cites the
+kernel's lines.
 """
 from __future__ import annotations
 
 from xsync.lowering import ir
 
-_PRECEDENCE = {"or": 1, "and": 2, "not": 3, "cmp": 4, "|": 5, "^": 6, "&": 7, "<<": 8, ">>": 8,
+PRECEDENCE = {"or": 1, "and": 2, "not": 3, "cmp": 4, "|": 5, "^": 6, "&": 7, "<<": 8, ">>": 8,
                "+": 9, "-": 9, "*": 10, "/": 10, "//": 10, "%": 10, "unary": 11}
 
 
@@ -83,19 +86,19 @@ class PythonRenderer:
         if isinstance(e, ir.Name):
             return self.name(e.id)
         if isinstance(e, ir.BinOp):
-            p = _PRECEDENCE[e.op]
+            p = PRECEDENCE[e.op]
             out = f"{self.expr(e.left, p)} {e.op} {self.expr(e.right, p + 1)}"
             return f"({out})" if p < parent else out
         if isinstance(e, ir.Compare):
-            p = _PRECEDENCE["cmp"]
+            p = PRECEDENCE["cmp"]
             out = f"{self.expr(e.left, p + 1)} {e.op} {self.expr(e.right, p + 1)}"
             return f"({out})" if p < parent else out
         if isinstance(e, ir.BoolOp):
-            p = _PRECEDENCE[e.op]
+            p = PRECEDENCE[e.op]
             out = f" {self.bool_op(e.op)} ".join(self.expr(v, p + 1) for v in e.values)
             return f"({out})" if p < parent else out
         if isinstance(e, ir.UnaryOp):
-            p = _PRECEDENCE["unary"] if e.op != "not" else _PRECEDENCE["not"]
+            p = PRECEDENCE["unary"] if e.op != "not" else PRECEDENCE["not"]
             op = "not " if e.op == "not" else e.op
             out = f"{op}{self.expr(e.operand, p)}"
             return f"({out})" if p < parent else out

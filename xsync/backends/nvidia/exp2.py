@@ -29,7 +29,7 @@ round trip.
 """
 from __future__ import annotations
 
-from xsync.backends.nvidia.layouts import T
+from xsync.backends.nvidia.layouts import T, ValueKind
 
 MAGIC = 12582912.0            # 1.5 * 2**23: x + MAGIC rounds x to an integer in the low bits
 # 2^f ~ 1 + f * (C1 + f * (C2 + f * C3)) on [-0.5, 0.5], relative error 1.01e-4 (a minimax
@@ -42,7 +42,7 @@ SHARES = {"1/4": "xs_exp2_quarter_fma", "1/2": "xs_exp2_half_fma"}
 
 def applies(t: T) -> bool:
     """A 2-D fp32 tile in a wgmma accumulator layout whose splits stay in registers."""
-    return (t.kind == "tile" and len(t.shape) == 2 and t.dtype is not None and t.dtype.name == "float32"
+    return (t.kind is ValueKind.TILE and len(t.shape) == 2 and t.dtype is not None and t.dtype.name == "float32"
             and bool(t.layout) and t.layout.startswith("ACC_N") and t.shape[0] % 16 == 0 and t.shape[1] % 8 == 0)
 
 

@@ -16,7 +16,8 @@ every expression and definition from the same rules (type_of, broadcast, definit
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
@@ -31,15 +32,23 @@ DEFAULT_LAYOUTS = ("ROW_", "BLOCKED_")     # prefixes of the layouts a tile gets
 WALKS = 4                                  # a fixpoint takes two walks in every kernel so far
 
 
+class ValueKind(StrEnum):
+    """Where a value lives."""
+
+    SCALAR = "scalar"               # a scalar (a Python or Gluon scalar, a constexpr)
+    TILE = "tile"                   # a register tile, in a distributed layout
+    SMEM = "smem"                   # a shared-memory tile (a pipe slot's field)
+
+
 @dataclass(frozen=True)
 class T:
-    kind: str                       # scalar | tile | smem
+    kind: ValueKind
     shape: tuple = ()
     dtype: DType | None = None
     layout: str | None = None       # Gluon layout expression (tiles, smem)
 
 
-SCALAR = T("scalar")
+SCALAR = T(ValueKind.SCALAR)
 
 
 @dataclass(frozen=True)
@@ -53,10 +62,17 @@ class LayoutConstant:
 
 @dataclass(frozen=True)
 class AgentLayouts:
+    """One agent program's types. ``stores`` and ``loop_entry`` are keyed by the identity (``id``)
+    of the statement objects of the program the inference walked (``infer``'s ``bodies``): the
+    planning steps before spelling read them for the same objects."""
+
     agent: str
     wants: Mapping[str, str]        # variable -> the layout its definitions take (the fixpoint)
     variables: Mapping[str, T]      # variable -> its type at the end of the program
     walks: int                      # walks until the wants settled
+    # whole-tile xs.store -> its value's type; loop -> the variables' types before it
+    stores: Mapping[int, T] = field(default_factory=lambda: MappingProxyType({}))
+    loop_entry: Mapping[int, Mapping[str, T]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -139,7 +155,7 @@ class LayoutRules:
                                  f"shared-memory tile [{shape[0]}, {shape[1]}] {dtype.name}")
 
     def bshape(self, ts, want):
-        tiles = [t for t in ts if t.kind == "tile"]
+        tiles = [t for t in ts if t.kind is ValueKind.TILE]
         if not tiles:
             return None, None
         rank = max(len(t.shape) for t in tiles)
@@ -165,11 +181,11 @@ class LayoutRules:
         None: a scalar op."""
         ts = [self.type_of(a) for a in args]
         shape, lay = self.bshape(ts, want)
-        return shape, lay, [lay if shape is not None and t.kind == "tile" else None for t in ts]
+        return shape, lay, [lay if shape is not None and t.kind is ValueKind.TILE else None for t in ts]
 
     @staticmethod
     def promote(*ts):
-        dts = [t.dtype for t in ts if t.kind == "tile" and t.dtype is not None]
+        dts = [t.dtype for t in ts if t.kind is ValueKind.TILE and t.dtype is not None]
         for name in ("float32", "bfloat16", "float16"):
             for d in dts:
                 if d.name == name:
@@ -190,10 +206,10 @@ class LayoutRules:
     def converted(self, t: T, want, name=None, record=False) -> T:
         """``t`` in layout ``want`` (a gl.convert_layout where it differs). A 1-D variable
         converted at a use asks its definition for that layout."""
-        if t.kind == "tile" and want is not None and t.layout != want:
+        if t.kind is ValueKind.TILE and want is not None and t.layout != want:
             if record and name is not None and len(t.shape) == 1 and not want.startswith(DEFAULT_LAYOUTS):
                 self.wants.setdefault(name, want)
-            return T("tile", t.shape, t.dtype, want)
+            return T(ValueKind.TILE, t.shape, t.dtype, want)
         return t
 
     def type_of(self, e, want=None, record=False) -> T:
@@ -203,8 +219,8 @@ class LayoutRules:
             if e.id in self.consts:
                 return SCALAR
             t = self.env.get(e.id, SCALAR)
-            if t.kind == "smem":
-                return T("tile", t.shape, t.dtype, want or self.layout2d(t.shape))
+            if t.kind is ValueKind.SMEM:
+                return T(ValueKind.TILE, t.shape, t.dtype, want or self.layout2d(t.shape))
             return self.converted(t, want, e.id, record)
         if isinstance(e, (ir.BinOp, ir.Compare)):
             return self.elementwise_type(e, (e.left, e.right), want, record)
@@ -221,13 +237,13 @@ class LayoutRules:
         if isinstance(e, ir.Cast):
             if self.cast_first(want):
                 t = self.type_of(e.value, None, record)
-                return SCALAR if t.kind == "scalar" else self.converted(T("tile", t.shape, e.dtype, t.layout), want)
+                return SCALAR if t.kind is ValueKind.SCALAR else self.converted(T(ValueKind.TILE, t.shape, e.dtype, t.layout), want)
             t = self.type_of(e.value, want, record)
-            return SCALAR if t.kind == "scalar" else T("tile", t.shape, e.dtype, t.layout)
+            return SCALAR if t.kind is ValueKind.SCALAR else T(ValueKind.TILE, t.shape, e.dtype, t.layout)
         if isinstance(e, ir.Attr):
             t = self.field_type(e)
-            if t.kind == "smem":
-                return T("tile", t.shape, t.dtype, want or self.layout2d(t.shape))
+            if t.kind is ValueKind.SMEM:
+                return T(ValueKind.TILE, t.shape, t.dtype, want or self.layout2d(t.shape))
             return self.converted(t, want)
         if isinstance(e, ir.Call):
             return self.call_type(e, want, record)
@@ -240,8 +256,8 @@ class LayoutRules:
         if shape is None:
             return SCALAR
         if isinstance(e, (ir.Compare, ir.BoolOp)):
-            return T("tile", shape, DType("int1", 8), lay)
-        return T("tile", shape, self.promote(*(ts[1:] if isinstance(e, ir.Call) and e.op == "where" else ts)), lay)
+            return T(ValueKind.TILE, shape, DType("int1", 8), lay)
+        return T(ValueKind.TILE, shape, self.promote(*(ts[1:] if isinstance(e, ir.Call) and e.op is ir.TileOp.WHERE else ts)), lay)
 
     def subscript_axis(self, e: ir.Subscript, inner: T, want):
         """(expanded axis, 2-D parent layout) of ``v[None, :]`` / ``v[:, None]`` on a 1-D tile."""
@@ -258,7 +274,7 @@ class LayoutRules:
     @staticmethod
     def expands(e: ir.Subscript, inner: T) -> bool:
         """Whether ``e`` is ``v[None, :]`` / ``v[:, None]`` on a 1-D tile ``v``."""
-        return inner.kind == "tile" and len(inner.shape) == 1 and len(e.index) == 2
+        return inner.kind is ValueKind.TILE and len(inner.shape) == 1 and len(e.index) == 2
 
     def row_vector(self, e) -> bool:
         """Whether ``e`` is ``v[None, :]`` on a 1-D tile ``v``: an ``xs.store`` of one row
@@ -278,7 +294,7 @@ class LayoutRules:
         dim, parent = self.subscript_axis(e, inner, want)
         shape = (1, inner.shape[0]) if dim == 0 else (inner.shape[0], 1)
         self.type_of(e.value, f"gl.SliceLayout({dim}, {parent})", record)
-        return T("tile", shape, inner.dtype, parent)
+        return T(ValueKind.TILE, shape, inner.dtype, parent)
 
     def field_type(self, e: ir.Attr) -> T:
         slot = e.value.id
@@ -287,64 +303,64 @@ class LayoutRules:
             self.fail(f"`{slot}.{e.attr}` is not a slot field here")
         spec = pipe.field(e.attr)
         if not self.placement.crosses(pipe):
-            return self.env.get(f"{pipe.name}_{e.attr}", T("tile", spec.shape, spec.dtype, None))
-        return T("smem", spec.shape, spec.dtype, self.smem_layout(spec.shape, spec.dtype))
+            return self.env.get(f"{pipe.name}_{e.attr}", T(ValueKind.TILE, spec.shape, spec.dtype, None))
+        return T(ValueKind.SMEM, spec.shape, spec.dtype, self.smem_layout(spec.shape, spec.dtype))
 
     def smem_operand_type(self, e):
         """Type of a shared-memory mma operand, or None if it lives in registers."""
         if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name) and e.value.id in self.slot_pipe \
                 and self.placement.crosses(self.slot_pipe[e.value.id]):
             return self.field_type(e)
-        if isinstance(e, ir.Call) and e.op == "trans":
+        if isinstance(e, ir.Call) and e.op is ir.TileOp.TRANS:
             t = self.smem_operand_type(e.args[0])
             if t is not None:
-                return T("smem", tuple(reversed(t.shape)), t.dtype, t.layout)
+                return T(ValueKind.SMEM, tuple(reversed(t.shape)), t.dtype, t.layout)
         return None
 
     def call_type(self, e: ir.Call, want, record):
         op = e.op
-        if op in ("program_id", "num_programs", "cdiv"):
+        if op in (ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS, ir.TileOp.CDIV):
             for a in e.args:
                 self.type_of(a, None, record)
             return SCALAR
-        if op == "replica_id":
+        if op is ir.TileOp.REPLICA_ID:
             return SCALAR
-        if op in ("maximum", "minimum", "exp2", "log2", "where"):
+        if op in (ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE):
             return self.elementwise_type(e, e.args, want, record)
-        if op == "arange":
+        if op is ir.TileOp.ARANGE:
             a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
             if not _pow2(b - a):
                 self.fail(f"xs.arange({a}, {b}): the length must be a power of two", loc=self.loc)
-            return T("tile", (b - a,), DType("int32", 32), want or self.layout1d())
-        if op in ("zeros", "full"):
+            return T(ValueKind.TILE, (b - a,), DType("int32", 32), want or self.layout1d())
+        if op in (ir.TileOp.ZEROS, ir.TileOp.FULL):
             shape = self.shape_of(e.args[0], self.loc)
             lay = want or (self.layout2d(shape) if len(shape) == 2 else self.layout1d())
-            if op == "full":
+            if op is ir.TileOp.FULL:
                 self.type_of(e.args[1], None, record)
-            return T("tile", shape, e.args[-1].value, lay)
-        if op in ("max", "sum"):
+            return T(ValueKind.TILE, shape, e.args[-1].value, lay)
+        if op in (ir.TileOp.MAX, ir.TileOp.SUM):
             axis = int(self.cval(e.args[1], "the reduction axis", self.loc))
             t = self.type_of(e.args[0], None, record)
             shape = tuple(d for i, d in enumerate(t.shape) if i != axis)
-            return self.converted(T("tile", shape, t.dtype, f"gl.SliceLayout({axis}, {t.layout})"), want)
-        if op == "trans":
+            return self.converted(T(ValueKind.TILE, shape, t.dtype, f"gl.SliceLayout({axis}, {t.layout})"), want)
+        if op is ir.TileOp.TRANS:
             t = self.type_of(e.args[0], None, record)
             shape = tuple(reversed(t.shape))
-            return T("tile", shape, t.dtype, want or self.layout2d(shape))
-        if op == "load":
+            return T(ValueKind.TILE, shape, t.dtype, want or self.layout2d(shape))
+        if op is ir.TileOp.LOAD:
             shape = self.shape_of(e.args[2], self.loc)
             if len(shape) != 2:
                 self.fail("xs.load reads 2-D tiles", loc=self.loc)
             lay = want or self.layout2d(shape)
             for x in e.args[1].items[:2]:
                 self.type_of(x, None, record)
-            return T("tile", shape, self.tensors[e.args[0].id].dtype, lay)
-        if op == "load_scalar":
+            return T(ValueKind.TILE, shape, self.tensors[e.args[0].id].dtype, lay)
+        if op is ir.TileOp.LOAD_SCALAR:
             self.type_of(e.args[1], None, record)
             return SCALAR
-        if op == "mma":
+        if op is ir.TileOp.MMA:
             return self.mma_type(e, want, record)
-        if op == "mma_wait":
+        if op is ir.TileOp.MMA_WAIT:
             t = self.type_of(e.args[0], None, record)
             self.cval(e.kwarg("pending", ir.Const(0)), "mma_wait pending", self.loc)
             return t
@@ -372,7 +388,7 @@ class LayoutRules:
         a = e.args[0]
         if self.smem_operand_type(a) is None:
             dot_l = self.dot_operand_layout(acc_l, at)
-            if record and isinstance(a, ir.Name) and a.id not in self.consts and at.kind == "tile" \
+            if record and isinstance(a, ir.Name) and a.id not in self.consts and at.kind is ValueKind.TILE \
                     and at.layout != dot_l:
                 # a register A operand held in a variable (Q in attention): its definition
                 # takes the operand layout, so a loop does not convert it every iteration
@@ -380,7 +396,7 @@ class LayoutRules:
             self.type_of(a, dot_l, record)
         if len(e.args) > 2 and not (isinstance(e.args[2], ir.Const) and e.args[2].value is None):
             self.type_of(e.args[2], acc_l, record)
-        return T("tile", (at.shape[0], bt.shape[1]), DType("float32", 32), acc_l)
+        return T(ValueKind.TILE, (at.shape[0], bt.shape[1]), DType("float32", 32), acc_l)
 
     # ------------------------------------------------------------ definitions
     def assigned_type(self, target: str, v) -> tuple[T | None, str | None]:
@@ -388,12 +404,12 @@ class LayoutRules:
         the wants ask for, else the layout of the variable's previous definition."""
         want = self.wants.get(target)
         prev = self.env.get(target)
-        if want is None and prev is not None and prev.kind == "tile":
+        if want is None and prev is not None and prev.kind is ValueKind.TILE:
             if self.recording:
                 # a loop-carried value keeps one layout: if this value's natural layout is a
                 # derived one, the first definition takes it (next walk)
                 natural = self.type_of(v)
-                if natural.kind == "tile" and natural.layout and natural.layout != prev.layout \
+                if natural.kind is ValueKind.TILE and natural.layout and natural.layout != prev.layout \
                         and not natural.layout.startswith(DEFAULT_LAYOUTS):
                     self.wants.setdefault(target, natural.layout)
             want = prev.layout
@@ -404,17 +420,17 @@ class LayoutRules:
         a value defined again (loop-carried, or a peeled copy of a loop body) keeps one
         layout; an mma operand is computed in its natural layout and converted once."""
         if want is not None and want.startswith("gl.DotOperandLayout(") and not (
-                isinstance(v, ir.Call) and v.op in ("mma", "mma_wait")):
+                isinstance(v, ir.Call) and v.op in (ir.TileOp.MMA, ir.TileOp.MMA_WAIT)):
             t = self.type_of(v, None, record)
             return None, t, self.converted(t, want)
         t = self.type_of(v, want, record)
-        if t.kind == "tile" and want is not None and t.layout != want and (
-                target in self.wants or (prev is not None and prev.kind == "tile" and t.shape == prev.shape)):
+        if t.kind is ValueKind.TILE and want is not None and t.layout != want and (
+                target in self.wants or (prev is not None and prev.kind is ValueKind.TILE and t.shape == prev.shape)):
             return want, t, self.converted(t, want)
         return want, t, t
 
     def define(self, target: str, t: T):
-        if t.kind == "tile" and len(t.shape) == 2 and t.shape[1] > 1 and self.usual_cols is None:
+        if t.kind is ValueKind.TILE and len(t.shape) == 2 and t.shape[1] > 1 and self.usual_cols is None:
             self.usual_cols = t.shape[1]
         self.env[target] = t
 
@@ -445,10 +461,13 @@ class LayoutInference(LayoutRules):
             self.slot_pipe: dict[str, ir.Pipe] = {}
             self.usual_cols = None
             self.loc = self.kernel.loc
+            self.stores: dict[int, T] = {}
+            self.loop_entry: dict[int, Mapping[str, T]] = {}
             self.block(stmts)
             if walk >= 2 and self.wants == before:
                 return AgentLayouts(agent.name, MappingProxyType(dict(self.wants)),
-                                    MappingProxyType(dict(self.env)), walk)
+                                    MappingProxyType(dict(self.env)), walk, MappingProxyType(self.stores),
+                                    MappingProxyType(self.loop_entry))
         self.fail(f"the register layouts of agent '{agent.name}' did not settle in {WALKS} walks",
                   fix="report this kernel: the Hopper layout inference needs another rule")
 
@@ -475,7 +494,8 @@ class LayoutInference(LayoutRules):
                 t = self.type_of(s.value)
             else:
                 t = self.type_of(s.value, None, True)
-            if t.kind != "tile" or len(t.shape) != 2:
+                self.stores[id(s)] = t
+            if t.kind is not ValueKind.TILE or len(t.shape) != 2:
                 self.fail("xs.store writes 2-D tiles", loc=s.loc)
             for x in (*s.offsets[:2], *(s.bounds or ())):
                 self.type_of(x, None, True)
@@ -484,6 +504,7 @@ class LayoutInference(LayoutRules):
         elif isinstance(s, ir.For):
             for x in (s.start, s.stop, s.step):
                 self.type_of(x, None, True)
+            self.loop_entry[id(s)] = MappingProxyType(dict(self.env))
             self.env[s.var] = SCALAR
             self.block(s.body)
         elif isinstance(s, ir.If):
@@ -495,7 +516,7 @@ class LayoutInference(LayoutRules):
 
     def sync(self, s: ir.SyncOp):
         obj = self.kernel.sync_object(s.obj)
-        crossing_release = isinstance(obj, ir.Pipe) and s.verb == "release" and self.placement.crosses(obj)
+        crossing_release = isinstance(obj, ir.Pipe) and s.verb is ir.Verb.RELEASE and self.placement.crosses(obj)
         if s.guard is not None and not crossing_release:
             self.type_of(s.guard, None, True)
             self.sync(ir.SyncOp(s.verb, s.obj, s.target, s.loc, note=s.note))
@@ -504,9 +525,9 @@ class LayoutInference(LayoutRules):
                 self.slot_pipe[s.target] = obj
             if not self.placement.crosses(obj):
                 return
-            if s.verb in ("acquire", "wait") and s.target:
+            if s.verb in (ir.Verb.ACQUIRE, ir.Verb.WAIT) and s.target:
                 self.env[s.target] = SCALAR
-            elif s.verb == "release" and s.guard is not None:
+            elif s.verb is ir.Verb.RELEASE and s.guard is not None:
                 try:
                     bool(evaluate(s.guard, self.consts))
                 except (NotConstant, TypeError):
@@ -526,21 +547,46 @@ class LayoutInference(LayoutRules):
             self.env[target] = SCALAR
             return
         prev, want = self.assigned_type(target, v)
-        if isinstance(v, ir.Call) and v.op == "mma_wait":
+        if isinstance(v, ir.Call) and v.op is ir.TileOp.MMA_WAIT:
             self.env[target] = self.type_of(v.args[0], want, True)
             self.cval(v.kwarg("pending", ir.Const(0)), "mma_wait pending", s.loc)
             return
         self.define(target, self.definition(target, v, prev, want, True)[2])
 
 
-def infer(kernel: ir.KernelIR, placement, allocation, consts: dict, tensors: dict) -> ModuleLayouts:
+class ScopeTypes(LayoutRules):
+    """Expression types at one point of an agent program, from its variables' types there
+    (``AgentLayouts.loop_entry``); read-only, for the planning steps that run before spelling."""
+
+    def __init__(self, kernel: ir.KernelIR, placement, consts: dict, tensors: dict, agent: AgentLayouts,
+                 variables: Mapping[str, T], warps: int):
+        self.kernel = kernel
+        self.placement = placement
+        self.consts = consts
+        self.tensors = tensors
+        self.wants = agent.wants
+        self.env = dict(variables)
+        self.warps = warps
+        self.slot_pipe: dict[str, ir.Pipe] = {}
+        self.usual_cols = None
+        self.layouts: dict[str, LayoutConstant] = {}     # names a probe would coin are dropped
+        self.loc = kernel.loc
+
+    def fail(self, what, loc=None, objects=(), fix=""):
+        raise BackendError(what, loc=loc or self.kernel.loc, objects=tuple(objects), fix=fix)
+
+
+def infer(kernel: ir.KernelIR, placement, allocation, consts: dict, tensors: dict,
+          bodies: Mapping[str, tuple] | None = None) -> ModuleLayouts:
     """Types and layouts of every agent program, and the module's layout constants: those the
-    agents use (in order of first use), then the shared-memory rings of the entry function."""
+    agents use (in order of first use), then the shared-memory rings of the entry function.
+    ``bodies``: agent -> the statements to walk (default: ``agent_body``)."""
     inf = LayoutInference(kernel, placement, consts, tensors)
     agents = {}
     for agent in placement.agents:
         warps = allocation.partitions_of(agent.name)[0].warps
-        agents[agent.name] = inf.agent(agent, warps, agent_body(kernel, agent))
+        stmts = bodies[agent.name] if bodies is not None else agent_body(kernel, agent)
+        agents[agent.name] = inf.agent(agent, warps, stmts)
     for p in kernel.pipes:
         if placement.crosses(p):
             for f in p.fields:

@@ -37,6 +37,9 @@ consumers: their reads are off the critical path), numbered as :func:`plan` repo
 4. The prologue holds at least one read, and its deepest chain is at most ``MAX_DEPTH`` reads
    (each level holds its values in registers across a tile).
 
+:func:`plan_kernel` plans every such loop of the agent programs before spelling; the renderer
+spells the :class:`ReadsAheadPlan` it is handed.
+
 Renderer option ``prefetch_tile_scalars`` (XSYNC_NV_PREFETCH_TILE_SCALARS=1, or a schedule row's
 ``reads_ahead``); off by default until the H200 A/B of benchmarks/flash_attn_ab.py's ``prefetch``
 candidate has run.
@@ -44,12 +47,17 @@ candidate has run.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
 
+from xsync.backends.nvidia.layouts import ModuleLayouts, ScopeTypes, ValueKind
 from xsync.lowering import ir
-from xsync.lowering.passes.dataflow import fresh_name, replace_expr, substitute, writes
+from xsync.lowering.passes.dataflow import fresh_name, names_in, replace_expr, substitute, writes
+from xsync.lowering.placement import Placement, Unit
 
 MAX_DEPTH = 3
-SCALAR_OPS = ("load_scalar", "program_id", "num_programs", "replica_id", "cdiv", "minimum", "maximum")
+SCALAR_OPS = (ir.TileOp.LOAD_SCALAR, ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS, ir.TileOp.REPLICA_ID,
+              ir.TileOp.CDIV, ir.TileOp.MINIMUM, ir.TileOp.MAXIMUM)
 
 
 @dataclass(frozen=True)
@@ -78,12 +86,62 @@ class TileReadsAhead:
         return self.loop.body[len(self.prologue):]
 
 
+@dataclass(frozen=True)
+class ReadsAheadPlan:
+    """The tile loops whose reads go out ahead, keyed by the identity of the ``ir.For`` of the
+    planned programs."""
+
+    loops: Mapping[int, TileReadsAhead]
+
+    def of(self, loop: ir.For) -> TileReadsAhead | None:
+        return self.loops.get(id(loop))
+
+
+def plan_kernel(kernel: ir.KernelIR, placement: Placement, allocation, layouts: ModuleLayouts, consts: dict,
+                tensors: dict, bodies: Mapping[str, tuple], *, enabled: bool) -> ReadsAheadPlan:
+    """:func:`plan` for every persistent tile loop of the consumer warpgroups' programs
+    ``bodies`` (agent -> the statements ``layouts`` typed), where the option
+    ``prefetch_tile_scalars`` (``enabled``) asks for it. New names avoid the kernel's, the
+    variables live at the loop and the names earlier rewrites of the agent took."""
+    loops: dict[int, TileReadsAhead] = {}
+    if enabled:
+        kernel_names = names_in(kernel)
+        for agent in placement.agents:
+            part = allocation.partitions_of(agent.name)[0]
+            if part.unit != Unit.CONSUMER:
+                continue
+            typed = layouts.agents[agent.name]
+            taken_here: set[str] = set()
+
+            def walk(stmts):
+                for s in stmts:
+                    if isinstance(s, ir.RoleBlock):
+                        walk(s.body)
+                    elif isinstance(s, ir.If):
+                        walk(s.body)
+                        walk(s.orelse or ())
+                    elif isinstance(s, ir.For):
+                        if s.tile_loop and not s.single_tile:
+                            entry = typed.loop_entry[id(s)]
+                            scope = ScopeTypes(kernel, placement, consts, tensors, typed, entry, part.warps)
+                            got = plan(s, lambda e: scope.type_of(e).kind is ValueKind.SCALAR,
+                                       kernel_names | set(entry) | taken_here)
+                            if not isinstance(got, str):
+                                loops[id(s)] = got
+                                taken_here.update(t for _, group in (*got.warmup, *got.head)
+                                                  for a in group for t in a.targets)
+                        walk(s.body)
+
+            walk(bodies[agent.name])
+    return ReadsAheadPlan(MappingProxyType(loops))
+
+
 def plan(loop: ir.For, is_scalar, taken: set[str]) -> TileReadsAhead | str:
     """The rewrite of ``loop``, or why it does not apply (``"rule n: ..."``). ``is_scalar(e)``:
     whether expression ``e`` is a scalar; ``taken``: names in use (new ones avoid them)."""
     if not loop.tile_loop or loop.single_tile:
         return "rule 1: not the loop of a persistent xs.tile_range"
-    if not (isinstance(loop.step, ir.Call) and loop.step.op == "num_programs") and not (
+    if not (isinstance(loop.step, ir.Call) and loop.step.op is ir.TileOp.NUM_PROGRAMS) and not (
             isinstance(loop.step, ir.Const) and isinstance(loop.step.value, int) and loop.step.value > 0):
         return "rule 1: the step is not the program count or a positive constant"
     prologue = []
@@ -137,7 +195,7 @@ def _reads_inner_first(e) -> list[ir.Call]:
     out = []
     for c in ir.children(e):
         out += _reads_inner_first(c)
-    if isinstance(e, ir.Call) and e.op == "load_scalar":
+    if isinstance(e, ir.Call) and e.op is ir.TileOp.LOAD_SCALAR:
         out.append(e)
     return out
 
@@ -145,7 +203,7 @@ def _reads_inner_first(e) -> list[ir.Call]:
 def _depth(e, depth_of: dict, reads: dict) -> int:
     if isinstance(e, ir.Name):
         return depth_of.get(e.id, 0)
-    if isinstance(e, ir.Call) and e.op == "load_scalar":
+    if isinstance(e, ir.Call) and e.op is ir.TileOp.LOAD_SCALAR:
         return reads[e].depth
     return max((_depth(c, depth_of, reads) for c in ir.children(e)), default=0)
 
@@ -182,7 +240,7 @@ def _schedule(loop, prologue, reads, depth, taken) -> TileReadsAhead:
                for s in reversed(lets)]
         for r in fresh:
             table, index = r.call.args
-            masked = ir.Call("load_scalar", (table, substitute(carried(index, j + 1), rename)),
+            masked = ir.Call(ir.TileOp.LOAD_SCALAR, (table, substitute(carried(index, j + 1), rename)),
                              (("mask", ir.Compare("<", ir.Name(tile), loop.stop)),))
             out.append(ir.Assign((value[(r.call, j)],), masked, loc))
         out += [ir.Assign((value[(r.call, j)],), ir.Name(value[(r.call, j + 1)]), loc)

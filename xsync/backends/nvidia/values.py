@@ -1,5 +1,5 @@
 """How the Hopper renderer spells values: expressions, shared-memory views, wgmma operands,
-loads (a mixin of :class:`xsync.backends.nvidia.render.NvidiaRenderer`).
+loads (one :class:`ValueSpeller` per agent program, owned by the renderer's agent speller).
 
 Spelling decides no type: an expression's :class:`T` (kind, shape, dtype, layout) and the
 layouts its operands are asked for come from :class:`LayoutRules` (``type_of``, ``broadcast``,
@@ -9,38 +9,52 @@ layouts its operands are asked for come from :class:`LayoutRules` (``type_of``, 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Mapping
 
 from xsync.dtypes import DType
 from xsync.backends.nvidia import exp2
-from xsync.backends.nvidia.layouts import SCALAR, LayoutRules, T
-from xsync.backends.source import _PRECEDENCE, float_literal
+from xsync.backends.nvidia.layouts import SCALAR, AgentLayouts, LayoutConstant, LayoutRules, T, ValueKind
+from xsync.backends.source import PRECEDENCE, Emitter, float_literal
 from xsync.errors import BackendError
 from xsync.lowering import ir
 
 GL_DTYPES = {"float16": "gl.float16", "bfloat16": "gl.bfloat16", "float32": "gl.float32",
              "int32": "gl.int32", "int1": "gl.int1"}
 SIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int1": "i1"}
-_GL_OPS = {"exp2": "gl.exp2", "log2": "gl.log2", "maximum": "gl.maximum", "minimum": "gl.minimum",
-           "cdiv": "gl.cdiv", "program_id": "gl.program_id", "num_programs": "gl.num_programs",
-           "where": "gl.where"}
-
-
-@dataclass
-class TensorUse:
-    """How one tensor parameter reaches the device."""
-
-    name: str
-    dtype: DType
-    descs: dict = field(default_factory=dict)   # (rows, cols) -> descriptor parameter name
-    pointer: bool = False                       # masked 2-D gl.load/gl.store through a pointer
-    table: bool = False                         # 1-D int32 table read with xs.load_scalar
+_GL_OPS = {ir.TileOp.EXP2: "gl.exp2", ir.TileOp.LOG2: "gl.log2", ir.TileOp.MAXIMUM: "gl.maximum",
+           ir.TileOp.MINIMUM: "gl.minimum", ir.TileOp.CDIV: "gl.cdiv", ir.TileOp.PROGRAM_ID: "gl.program_id",
+           ir.TileOp.NUM_PROGRAMS: "gl.num_programs", ir.TileOp.WHERE: "gl.where"}
 
 
 class ValueSpeller(LayoutRules):
-    """Expressions in Gluon (state: ``env``, ``layouts``, ``consts``, ``tensors`` of the
-    renderer); the layout requests on earlier definitions (``wants``) and the layout constants
-    come settled from :func:`xsync.backends.nvidia.layouts.infer`."""
+    """Expressions of one agent program in Gluon, written to ``out``. It owns the program's
+    variable types (``env``), the slots bound to pipes (``slot_pipe``), the fresh-name counter
+    and the shared-memory reads of the last wgmma; the layout requests on earlier definitions
+    (``wants``) and the layout constants come settled from
+    :func:`xsync.backends.nvidia.layouts.infer`."""
+
+    def __init__(self, *, kernel: ir.KernelIR, placement, consts: dict, tensors: dict,
+                 layouts: Mapping[str, LayoutConstant], typed: AgentLayouts, warps: int, out: Emitter,
+                 exp2_share: str | None):
+        self.kernel = kernel
+        self.placement = placement
+        self.consts = consts
+        self.tensors = tensors
+        self.layouts = layouts
+        self.wants = typed.wants
+        self.warps = warps
+        self.out = out
+        self.exp2_share = exp2_share             # option exp2_fma (exp2.py)
+        self.exp2_used = False                   # a share of a tile's exp2 went to the FMA pipe
+        self.env: dict[str, T] = {}
+        self.slot_pipe: dict[str, ir.Pipe] = {}
+        self.tmp = 0
+        self.loc = kernel.loc
+        self.usual_cols = None
+        self.last_mma_reads: list[str] = []
+
+    def fail(self, what, loc=None, objects=(), fix=""):
+        raise BackendError(what, loc=loc or self.kernel.loc, objects=tuple(objects), fix=fix)
 
     # ------------------------------------------------------------ layouts
     def layout_const(self, name: str, ctor: str, note: str) -> str:
@@ -65,9 +79,9 @@ class ValueSpeller(LayoutRules):
     def view(self, code: str, held: T, t: T) -> str:
         """``code`` (a value of type ``held`` where it lives) read as type ``t``: a shared-memory
         load, or a layout conversion where the layouts differ."""
-        if held.kind == "smem":
+        if held.kind is ValueKind.SMEM:
             return f"{code}.load({t.layout})"
-        if held.kind == "tile" and t.layout != held.layout:
+        if held.kind is ValueKind.TILE and t.layout != held.layout:
             return f"gl.convert_layout({code}, {t.layout})"
         return code
 
@@ -85,21 +99,21 @@ class ValueSpeller(LayoutRules):
                 return e.id
             return self.view(e.id, self.env.get(e.id, SCALAR), t)
         if isinstance(e, (ir.BinOp, ir.Compare)):
-            p = _PRECEDENCE["cmp" if isinstance(e, ir.Compare) else e.op]
+            p = PRECEDENCE["cmp" if isinstance(e, ir.Compare) else e.op]
             lw, rw = self.broadcast((e.left, e.right), want)[2]
             code = f"{self.tx(e.left, lw, p + isinstance(e, ir.Compare))[0]} {e.op} {self.tx(e.right, rw, p + 1)[0]}"
             return f"({code})" if p < parent else code
         if isinstance(e, ir.BoolOp):
-            p = _PRECEDENCE[e.op]
+            p = PRECEDENCE[e.op]
             parts = [self.tx(v, w, p + 1)[0] for v, w in zip(e.values, self.broadcast(e.values, want)[2])]
-            if t.kind == "scalar":
+            if t.kind is ValueKind.SCALAR:
                 code = f" {e.op} ".join(parts)
                 return f"({code})" if p < parent else code
             return "(" + (" & " if e.op == "and" else " | ").join(f"({x})" for x in parts) + ")"
         if isinstance(e, ir.UnaryOp):
-            c = self.tx(e.operand, want, _PRECEDENCE["unary"])[0]
+            c = self.tx(e.operand, want, PRECEDENCE["unary"])[0]
             if e.op == "not":
-                return f"not {c}" if t.kind == "scalar" else f"~({c})"
+                return f"not {c}" if t.kind is ValueKind.SCALAR else f"~({c})"
             return f"{e.op}{c}"
         if isinstance(e, ir.TupleExpr):
             return "[" + ", ".join(self.tx(i)[0] for i in e.items) + "]"
@@ -109,7 +123,7 @@ class ValueSpeller(LayoutRules):
         if isinstance(e, ir.Cast):
             if self.cast_first(want):
                 code, inner = self.tx(e.value, None, 99)
-                held = T("tile", inner.shape, e.dtype, inner.layout) if inner.kind == "tile" else inner
+                held = T(ValueKind.TILE, inner.shape, e.dtype, inner.layout) if inner.kind is ValueKind.TILE else inner
                 return self.view(f"{code}.to({self.dtype(e.dtype)})", held, t)
             return f"{self.tx(e.value, want, 99)[0]}.to({self.dtype(e.dtype)})"
         if isinstance(e, ir.Attr):
@@ -125,7 +139,7 @@ class ValueSpeller(LayoutRules):
         if pipe is None:
             self.fail(f"`{slot}.{e.attr}` is not a slot field here")
         t = self.field_type(e)
-        return (f"{pipe.name}_{e.attr}" if t.kind != "smem" else f"{pipe.name}_{e.attr}.index({slot})"), t
+        return (f"{pipe.name}_{e.attr}" if t.kind is not ValueKind.SMEM else f"{pipe.name}_{e.attr}.index({slot})"), t
 
     def smem_operand(self, e):
         """Shared-memory view for an mma operand, or None if it lives in registers."""
@@ -137,40 +151,40 @@ class ValueSpeller(LayoutRules):
 
     def call(self, e: ir.Call, t: T, want) -> str:
         op = e.op
-        if op in ("program_id", "num_programs", "cdiv"):
+        if op in (ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS, ir.TileOp.CDIV):
             return f"{_GL_OPS[op]}({', '.join(self.tx(a)[0] for a in e.args)})"
-        if op == "replica_id":
+        if op is ir.TileOp.REPLICA_ID:
             return "REPLICA"
-        if op in ("maximum", "minimum", "exp2", "log2", "where"):
+        if op in (ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE):
             args = [self.tx(a, w)[0] for a, w in zip(e.args, self.broadcast(e.args, want)[2])]
-            helper = exp2.SHARES.get(self.options.get("exp2_fma"))
-            if op == "exp2" and helper and exp2.applies(t):     # a share on the FMA pipe (exp2.py)
-                self.exp2_fma_used = True
+            helper = exp2.SHARES.get(self.exp2_share)
+            if op is ir.TileOp.EXP2 and helper and exp2.applies(t):     # a share on the FMA pipe (exp2.py)
+                self.exp2_used = True
                 return f"{helper}({args[0]}, {t.layout})"
             return f"{_GL_OPS[op]}({', '.join(args)})"
-        if op == "arange":
+        if op is ir.TileOp.ARANGE:
             a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
             return f"gl.arange({a}, {b}, layout={t.layout})"
-        if op in ("zeros", "full"):
+        if op in (ir.TileOp.ZEROS, ir.TileOp.FULL):
             dims = "[" + ", ".join(map(str, t.shape)) + "]"
-            v = "" if op == "zeros" else f"{self.tx(e.args[1])[0]}, "
+            v = "" if op is ir.TileOp.ZEROS else f"{self.tx(e.args[1])[0]}, "
             return f"gl.{op}({dims}, {v}{self.dtype(t.dtype)}, {t.layout})"
-        if op in ("max", "sum"):
+        if op in (ir.TileOp.MAX, ir.TileOp.SUM):
             axis = int(self.cval(e.args[1], "the reduction axis", self.loc))
             c, inner = self.tx(e.args[0])
-            natural = T("tile", t.shape, t.dtype, f"gl.SliceLayout({axis}, {inner.layout})")
+            natural = T(ValueKind.TILE, t.shape, t.dtype, f"gl.SliceLayout({axis}, {inner.layout})")
             return self.view(f"gl.{op}({c}, {axis})", natural, t)
-        if op == "trans":
+        if op is ir.TileOp.TRANS:
             return f"gl.convert_layout(gl.permute({self.tx(e.args[0])[0]}, (1, 0)), {t.layout})"
-        if op == "load":
+        if op is ir.TileOp.LOAD:
             return self.pointer_load(e, t)
-        if op == "load_scalar":
-            at = f"{e.args[0].id} + {self.tx(e.args[1], None, _PRECEDENCE['+'] + 1)[0]}"
+        if op is ir.TileOp.LOAD_SCALAR:
+            at = f"{e.args[0].id} + {self.tx(e.args[1], None, PRECEDENCE['+'] + 1)[0]}"
             mask = e.kwarg("mask")       # a read ahead of its tile (prefetch.py): 0 past the loop
             return f"gl.load({at})" if mask is None else f"gl.load({at}, mask={self.tx(mask)[0]}, other=0)"
-        if op == "mma":
+        if op is ir.TileOp.MMA:
             return self.mma(e, t)
-        if op == "mma_wait":
+        if op is ir.TileOp.MMA_WAIT:
             n = int(self.cval(e.kwarg("pending", ir.Const(0)), "mma_wait pending", self.loc))
             return f"warpgroup_mma_wait({n}, deps=[{self.tx(e.args[0])[0]}])"
         self.fail(f"xs.{op} has no Hopper lowering yet", loc=self.loc)

@@ -98,12 +98,12 @@ def _plan(loop: ir.For, kernel, placement):
     """(wait J, chain variable c, released pipes, their releases), or why not ('' = no mma:
     nothing to say)."""
     calls = mma_calls(loop.body)
-    if not any(c.op == "mma" for c in calls):
+    if not any(c.op is ir.TileOp.MMA for c in calls):
         return ""
     items = list(leaves(loop.body))
     # rule 2
     mmas = [s for s in items if is_mma(s)]
-    if len(mmas) != 1 or sorted(c.op for c in calls) != ["mma", "mma_wait"]:
+    if len(mmas) != 1 or sorted(c.op for c in calls) != [ir.TileOp.MMA, ir.TileOp.MMA_WAIT]:
         return "rule 2: the body does not hold exactly one mma and one mma_wait at its top level"
     m = mmas[0]
     acc = mma_accumulator(m.value)
@@ -147,7 +147,7 @@ def _plan(loop: ir.For, kernel, placement):
                 return (f"rule 4: register operand {sorted(names & body_writes)} of the mma at line "
                         f"{m.loc.line} changes in the loop")
             continue
-        w = next((x for x in items[:mi] if isinstance(x, ir.SyncOp) and x.verb == "wait" and x.target == slot), None)
+        w = next((x for x in items[:mi] if isinstance(x, ir.SyncOp) and x.verb is ir.Verb.WAIT and x.target == slot), None)
         pipe = kernel.sync_object(w.obj) if w is not None else None
         if not isinstance(pipe, ir.Pipe) or not placement.crosses(pipe):
             return f"rule 4: operand `{slot}` of the mma at line {m.loc.line} is not a slot of a pipe from another agent"
@@ -158,8 +158,8 @@ def _plan(loop: ir.For, kernel, placement):
         return f"rule 4: the mma at line {m.loc.line} reads no pipe slot"
     releases = {}
     for name, w in waits.items():
-        ws = [x for x in ir.walk(loop.body) if isinstance(x, ir.SyncOp) and x.obj == name and x.verb == "wait"]
-        rs = [x for x in ir.walk(loop.body) if isinstance(x, ir.SyncOp) and x.obj == name and x.verb == "release"]
+        ws = [x for x in ir.walk(loop.body) if isinstance(x, ir.SyncOp) and x.obj == name and x.verb is ir.Verb.WAIT]
+        rs = [x for x in ir.walk(loop.body) if isinstance(x, ir.SyncOp) and x.obj == name and x.verb is ir.Verb.RELEASE]
         after = [x for x in items[ji + 1:] if any(x is r for r in rs)]
         if len(ws) != 1 or len(rs) != 1 or not after:
             return f"rule 4: pipe '{name}' is not waited once before the mma and released once after its wait"
@@ -186,7 +186,7 @@ def _apply(loop: ir.For, j, c, pipes, releases):
     releases act for their pipe's consumer role)."""
     later = ir.Compare(">", ir.Name(loop.var), loop.start)
     ran = ir.Compare("<", loop.start, loop.stop)
-    repl = {id(j): ir.Assign(j.targets, ir.Call("mma_wait", j.value.args, (("pending", ir.Const(1)),)), j.loc)}
+    repl = {id(j): ir.Assign(j.targets, ir.Call(ir.TileOp.MMA_WAIT, j.value.args, (("pending", ir.Const(1)),)), j.loc)}
     for r in releases:
         repl[id(r)] = ir.SyncOp(r.verb, r.obj, r.target, r.loc, guard=later,
                                 note="of the previous iteration's slot (held back: its wgmma has completed)")

@@ -96,14 +96,14 @@ def _fuse_block(stmts, kernel, placement, agent, log):
         log.note(NAME, True, common.where(kernel, agent, s),
                  f"its product is added to an accumulator at line {use.loc.line}: the wgmma "
                  f"accumulates into it (the add becomes a copy)")
-        stmts = replace(stmts, {id(s): ir.Assign(s.targets, ir.Call("mma", (call.args[0], call.args[1], other),
+        stmts = replace(stmts, {id(s): ir.Assign(s.targets, ir.Call(ir.TileOp.MMA, (call.args[0], call.args[1], other),
                                                                     call.kwargs), s.loc),
                                 id(use): ir.Assign(use.targets, value, use.loc)})
 
 
 def _candidate(s) -> bool:
     return (isinstance(s, ir.Assign) and len(s.targets) == 1 and isinstance(s.value, ir.Call)
-            and s.value.op == "mma" and mma_accumulator(s.value) is None)
+            and s.value.op is ir.TileOp.MMA and mma_accumulator(s.value) is None)
 
 
 def _plan(items, i, kernel, placement):
@@ -117,7 +117,7 @@ def _plan(items, i, kernel, placement):
     for j in range(i + 1, len(items)):
         x = items[j]
         if isinstance(x, ir.Assign) and x.targets == (t,) and isinstance(x.value, ir.Call) \
-                and x.value.op == "mma_wait" and x.value.args[0] == ir.Name(t):
+                and x.value.op is ir.TileOp.MMA_WAIT and x.value.args[0] == ir.Name(t):
             continue
         if isinstance(x, ir.SlotWrite) and x.value in alias:
             pipe = kernel.sync_object(x.pipe)
@@ -126,7 +126,7 @@ def _plan(items, i, kernel, placement):
                         f"(line {x.loc.line})")
             handoff.add((x.pipe, x.field))
             continue
-        if isinstance(x, ir.SyncOp) and x.verb == "wait" and x.target:
+        if isinstance(x, ir.SyncOp) and x.verb is ir.Verb.WAIT and x.target:
             for p, f in handoff:
                 if p == x.obj:
                     alias.add(ir.Attr(ir.Name(x.target), f))

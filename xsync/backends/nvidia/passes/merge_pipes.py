@@ -115,7 +115,7 @@ def _check(kernel, a, b) -> str | None:
         if others:
             return f"rule 4: role '{others[0][2]}' acts on '{others[0][1].obj}' (line {others[0][1].loc.line})"
         prod = [(i, s) for i, s, r in ops if r == a.src]
-        want = [("acquire", a.name), ("commit", a.name), ("acquire", b.name), ("commit", b.name)]
+        want = [(ir.Verb.ACQUIRE, a.name), (ir.Verb.COMMIT, a.name), (ir.Verb.ACQUIRE, b.name), (ir.Verb.COMMIT, b.name)]
         if [(s.verb, s.obj) for _, s in prod] != want:
             return (f"rule 2: '{a.src}' does not acquire and commit {a.name}, then {b.name}, back to back "
                     f"in the block at line {line}")
@@ -127,20 +127,20 @@ def _check(kernel, a, b) -> str | None:
                     f"committing {b.name} (line {getattr(between[0], 'loc', kernel.loc).line})")
         cons = {(s.verb, s.obj): (i, s) for i, s, r in ops if r == a.dst}
         if len([1 for _, s, r in ops if r == a.dst]) != 4 or set(cons) != {
-                ("wait", a.name), ("wait", b.name), ("release", a.name), ("release", b.name)}:
+                (ir.Verb.WAIT, a.name), (ir.Verb.WAIT, b.name), (ir.Verb.RELEASE, a.name), (ir.Verb.RELEASE, b.name)}:
             return (f"rule 3: '{a.dst}' does not wait for and release each of {a.name} and {b.name} once "
                     f"in the block at line {line}")
         binds = {(s.verb, s.obj): s.target for _, s in prod}
         binds.update({key: s.target for key, (_, s) in cons.items()})
-        for verb in ("acquire", "wait"):
+        for verb in (ir.Verb.ACQUIRE, ir.Verb.WAIT):
             if binds[verb, b.name] and not binds[verb, a.name]:
                 return (f"rule 3: {b.name}'s slot is bound by its {verb} but {a.name}'s is not (block at "
                         f"line {line}): no slot variable would carry both tiles")
         if any(s.guard is not None for _, s in cons.values()) or any(s.guard is not None for _, s in prod):
             return f"rule 3: a guarded operation on {a.name} or {b.name} (block at line {line})"
         at = {k: i for k, (i, _) in cons.items()}
-        if not (at["wait", a.name] < at["wait", b.name] and at["release", a.name] < at["release", b.name]
-                and at["wait", a.name] < at["release", a.name] and at["wait", b.name] < at["release", b.name]):
+        if not (at[ir.Verb.WAIT, a.name] < at[ir.Verb.WAIT, b.name] and at[ir.Verb.RELEASE, a.name] < at[ir.Verb.RELEASE, b.name]
+                and at[ir.Verb.WAIT, a.name] < at[ir.Verb.RELEASE, a.name] and at[ir.Verb.WAIT, b.name] < at[ir.Verb.RELEASE, b.name]):
             return (f"rule 3: '{a.dst}' does not wait for {a.name} before {b.name} and release them in the "
                     f"same order (block at line {line})")
     every = sum(1 for s in ir.walk(kernel.all_statements()) if isinstance(s, ir.SyncOp) and s.obj in names)
@@ -160,11 +160,11 @@ def _merge(kernel: ir.KernelIR, a: ir.Pipe, b: ir.Pipe):
         by = {(s.verb, s.obj): s for _, s, _ in ops}
         drop, keep, rename = set(), set(), {}
         if by:
-            drop = {id(by[k]) for k in (("commit", a.name), ("acquire", b.name), ("wait", b.name),
-                                         ("release", a.name))}
-            keep = {id(by[k]) for k in (("acquire", a.name), ("wait", a.name), ("commit", b.name),
-                                         ("release", b.name))}
-            for verb in ("acquire", "wait"):     # B's slot variable is A's now
+            drop = {id(by[k]) for k in ((ir.Verb.COMMIT, a.name), (ir.Verb.ACQUIRE, b.name), (ir.Verb.WAIT, b.name),
+                                         (ir.Verb.RELEASE, a.name))}
+            keep = {id(by[k]) for k in ((ir.Verb.ACQUIRE, a.name), (ir.Verb.WAIT, a.name), (ir.Verb.COMMIT, b.name),
+                                         (ir.Verb.RELEASE, b.name))}
+            for verb in (ir.Verb.ACQUIRE, ir.Verb.WAIT):     # B's slot variable is A's now
                 old, new = by[verb, b.name].target, by[verb, a.name].target
                 if old and new:
                     rename[old] = ir.Name(new)

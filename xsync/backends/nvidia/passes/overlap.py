@@ -153,12 +153,12 @@ def _issue(items, wait, mma, kernel):
 def _plan(loop: ir.For, kernel, placement):
     """(A issue, J_S, R_K, B, C issue, J_PV, D, R_V), or why not ('' = nothing to say)."""
     calls = mma_calls(loop.body)
-    if sum(c.op == "mma" for c in calls) < 2:
+    if sum(c.op is ir.TileOp.MMA for c in calls) < 2:
         return ""
     items = list(leaves(loop.body))
     # rule 2
     tops = [s for s in items if isinstance(s, ir.Assign) and isinstance(s.value, ir.Call)
-            and s.value.op in ("mma", "mma_wait")]
+            and s.value.op in (ir.TileOp.MMA, ir.TileOp.MMA_WAIT)]
     if len(calls) != 4 or len(tops) != 4:
         return "rule 2: the body does not hold exactly two mmas and their two waits at its top level"
     fresh = [s for s in items if is_mma(s) and mma_accumulator(s.value) is None]
@@ -201,9 +201,9 @@ def _plan(loop: ir.For, kernel, placement):
     pv_slots = {e.id for a in m_pv.value.args for e in ir.subexprs(a) if isinstance(e, ir.Name)}
     taken = []
     for x in items:
-        if isinstance(x, ir.SyncOp) and x.verb == "release":
+        if isinstance(x, ir.SyncOp) and x.verb is ir.Verb.RELEASE:
             obj = kernel.sync_object(x.obj)
-            w = next((y for y in items if isinstance(y, ir.SyncOp) and y.obj == x.obj and y.verb == "wait"), None)
+            w = next((y for y in items if isinstance(y, ir.SyncOp) and y.obj == x.obj and y.verb is ir.Verb.WAIT), None)
             if isinstance(obj, ir.Pipe) and not placement.crosses(obj) and w is not None and w.target in pv_slots:
                 later = items[items.index(m_pv) + 1:]
                 if any(w.target in ir.expr_names(e) for y in later for e in own_exprs(y)):
@@ -222,7 +222,7 @@ def _plan(loop: ir.For, kernel, placement):
             obj = kernel.sync_object(st.obj)
             if not isinstance(obj, ir.Pipe) or placement.crosses(obj):
                 return f"rule 4: after the PV wait the body synchronizes on '{st.obj}' (line {st.loc.line})"
-            if st.verb == "wait" and st.target:
+            if st.verb is ir.Verb.WAIT and st.target:
                 alias |= {ir.Attr(ir.Name(st.target), f) for p, f in handoff if p == st.obj}
         elif isinstance(st, ir.SlotWrite) and st.value in alias:
             if placement.crosses(kernel.sync_object(st.pipe)):
@@ -275,15 +275,15 @@ def _operand_pipe(items, m, j, kernel, placement):
     """(pipe name, its wait, its release) behind the mma's B operand, or (why not, None, None)."""
     slot = slot_of(m.value.args[1]) if len(m.value.args) > 1 else None
     k = items.index(m)
-    w = next((x for x in items[:k] if isinstance(x, ir.SyncOp) and x.verb == "wait" and slot and x.target == slot), None)
+    w = next((x for x in items[:k] if isinstance(x, ir.SyncOp) and x.verb is ir.Verb.WAIT and slot and x.target == slot), None)
     pipe = kernel.sync_object(w.obj) if w is not None else None
     if not isinstance(pipe, ir.Pipe) or not placement.crosses(pipe) or pipe.stages < 2:
         return (f"rule 3: the mma at line {m.loc.line} does not read B from a pipe from another agent "
                 f"with at least 2 stages", None, None)
     ops = [x for x in items if isinstance(x, ir.SyncOp) and x.obj == pipe.name]
     nested = [x for x in ir.walk(tuple(items)) if isinstance(x, ir.SyncOp) and x.obj == pipe.name]
-    rels = [x for x in ops if x.verb == "release"]
-    if len(nested) != len(ops) or [x.verb for x in ops].count("wait") != 1 or len(rels) != 1 \
+    rels = [x for x in ops if x.verb is ir.Verb.RELEASE]
+    if len(nested) != len(ops) or [x.verb for x in ops].count(ir.Verb.WAIT) != 1 or len(rels) != 1 \
             or items.index(rels[0]) < items.index(j):
         return (f"rule 3: pipe '{pipe.name}' is not waited once and released once after the mma's wait",
                 None, None)

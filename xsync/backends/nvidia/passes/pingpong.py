@@ -74,7 +74,7 @@ def run(kernel: ir.KernelIR, placement, log) -> ir.KernelIR:
         return kernel
     for agent in common.consumers(placement):
         body = common.program(kernel, agent)
-        if not any(c.op == "mma" for c in mma_calls(body)):
+        if not any(c.op is ir.TileOp.MMA for c in mma_calls(body)):
             continue
         if agent.replicas != 2:
             log.note(NAME, False, f"agent '{agent.name}'",
@@ -133,7 +133,7 @@ class _Rewriter:
         """The rewritten statements, or None (inner loops are tried next)."""
         items = list(leaves(loop.body))
         mmas = [s for s in items if is_mma(s)]
-        nested = [c for c in mma_calls(loop.body) if c.op == "mma"]
+        nested = [c for c in mma_calls(loop.body) if c.op is ir.TileOp.MMA]
         if not mmas or len(nested) != len(mmas):
             if nested and not mmas:
                 return None      # the mmas are in an inner loop: try it
@@ -158,10 +158,10 @@ class _Rewriter:
         def op(verb, bar, note):
             return ir.SyncOp(verb, bar, None, loc, note=f"pingpong: {note}")
 
-        sync = ir.If(mine0, (op("sync", t0, "wait for this replica's turn"),),
-                     (op("sync", t1, "wait for this replica's turn"),), loc)
-        arrive = ir.If(mine0, (op("arrive", t1, "hand the turn to the other replica"),),
-                       (op("arrive", t0, "hand the turn to the other replica"),), loc)
+        sync = ir.If(mine0, (op(ir.Verb.SYNC, t0, "wait for this replica's turn"),),
+                     (op(ir.Verb.SYNC, t1, "wait for this replica's turn"),), loc)
+        arrive = ir.If(mine0, (op(ir.Verb.ARRIVE, t1, "hand the turn to the other replica"),),
+                       (op(ir.Verb.ARRIVE, t0, "hand the turn to the other replica"),), loc)
         if self.where == "each":
             repl = {id(m): [sync, m, arrive] for m in mmas}
         elif self.where == "first" or len(mmas) == 1:
@@ -171,8 +171,8 @@ class _Rewriter:
         self.log.note(NAME, True, where,
                       f"the two replicas take turns issuing its {len(mmas)} wgmma(s) (placement "
                       f"{self.where!r}) on barriers '{t0}' and '{t1}'")
-        first = ir.If(_replica_is(1), (op("arrive", t0, "replica 0 issues first"),), (), loc)
-        last = ir.If(_replica_is(0), (op("sync", t0, "take replica 1's last hand-over"),
-                                      op("arrive", t1, "this loop's turns are over")),
-                     (op("sync", t1, "wait until replica 0 took the last hand-over"),), loc)
+        first = ir.If(_replica_is(1), (op(ir.Verb.ARRIVE, t0, "replica 0 issues first"),), (), loc)
+        last = ir.If(_replica_is(0), (op(ir.Verb.SYNC, t0, "take replica 1's last hand-over"),
+                                      op(ir.Verb.ARRIVE, t1, "this loop's turns are over")),
+                     (op(ir.Verb.SYNC, t1, "wait until replica 0 took the last hand-over"),), loc)
         return [first, dataclasses.replace(loop, body=splice(loop.body, repl)), last]
