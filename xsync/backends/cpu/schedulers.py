@@ -13,6 +13,7 @@ from xsync.backends.cpu.channels import Aborted, Monitor, Program, leftover_erro
 from xsync.backends.cpu.recording import (ProgramTrace, RecordingAgent, RecordingMonitor, active_trace,
                                           link_pairs, object_infos)
 from xsync.errors import LaunchError
+from xsync.lowering.ir import ParamKind
 
 
 class CoopScheduler:
@@ -42,7 +43,7 @@ def run_grid(compiled, grid: tuple[int, ...], args: dict, join_timeout: float):
 
 
 def _scalar_note(k, args) -> str:
-    shown = [f"{p.name} = {args[p.name]}" for p in k.params if p.kind == "scalar" and p.name in args]
+    shown = [f"{p.name} = {args[p.name]}" for p in k.params if p.kind is ParamKind.SCALAR and p.name in args]
     return ("with " + ", ".join(shown) + "\n") if shown else ""
 
 
