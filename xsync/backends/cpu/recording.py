@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from xsync.backends.cpu.agents import Agent
 from xsync.backends.cpu.channels import Monitor
+from xsync.trace.timeline import OpKind
 
 
 
@@ -17,14 +18,17 @@ from xsync.backends.cpu.channels import Monitor
 # with the commit/signal that satisfied it. Off by default: without an active recorder
 # the launcher builds the plain Agent/Monitor and no per-op code runs.
 _RECORDING = threading.local()
+_ARRIVAL = "arrival"     # the pairing class of a barrier arrival, whether sync or arrive
+_BARRIER_KINDS = (OpKind.SYNC, OpKind.ARRIVE)
+_SATISFIED_KINDS = (OpKind.WAIT, OpKind.EVENT_WAIT, OpKind.ACQUIRE, OpKind.SYNC)  # ops let through
 
 
 @dataclass
 class Op:
     """One recorded span of one agent instance (times in ns since the trace started).
 
-    kind: acquire commit wait release (pipes), signal evwait (events), sync arrive
-    (barriers), or "work" for the computation between two sync ops. ``seq`` is this
+    kind: ACQUIRE COMMIT WAIT RELEASE (pipes), SIGNAL EVENT_WAIT (events), SYNC ARRIVE
+    (barriers), or WORK for the computation between two sync ops. ``seq`` is this
     instance's k-th such op on ``obj`` (for barriers: its k-th arrival, sync or arrive).
     ``blocked_ns`` is when the op found it could not proceed (None: it never blocked);
     ``waits_on`` the runtime's account of what it waited for; ``stuck`` marks an op that
@@ -32,7 +36,7 @@ class Op:
     """
 
     label: str
-    kind: str
+    kind: OpKind
     obj: str | None
     line: int | None
     iteration: dict
@@ -103,29 +107,29 @@ def _partners(objects: dict, op: Op) -> list[tuple]:
     producer follows release j - stages of each consumer of its channel; barrier meeting m
     of one member follows arrival m of every other member."""
     info = objects[op.obj]
-    if op.kind == "sync":
+    if op.kind is OpKind.SYNC:
         return [(op.obj, "arrival", m, op.seq) for m in info.src if m != op.label]
     for prods, cons in info.channels:
-        if op.kind == "wait" and op.label in cons:
-            return [(op.obj, "commit", prods[0], op.seq)]
-        if op.kind == "evwait" and op.label in cons:
-            return [(op.obj, "signal", q, op.seq) for q in prods]
-        if op.kind == "acquire" and op.label in prods:
+        if op.kind is OpKind.WAIT and op.label in cons:
+            return [(op.obj, OpKind.COMMIT, prods[0], op.seq)]
+        if op.kind is OpKind.EVENT_WAIT and op.label in cons:
+            return [(op.obj, OpKind.SIGNAL, q, op.seq) for q in prods]
+        if op.kind is OpKind.ACQUIRE and op.label in prods:
             if op.seq < info.stages:
                 return []
-            return [(op.obj, "release", d, op.seq - info.stages) for d in cons]
+            return [(op.obj, OpKind.RELEASE, d, op.seq - info.stages) for d in cons]
     return []
 
 
 def link_pairs(prog: ProgramTrace):
     index = {}
     for i, op in enumerate(prog.ops):
-        if op.obj is None or op.kind == "work":
+        if op.obj is None or op.kind is OpKind.WORK:
             continue
-        cls = "arrival" if op.kind in ("sync", "arrive") else op.kind
+        cls = _ARRIVAL if op.kind in _BARRIER_KINDS else op.kind
         index[(op.obj, cls, op.label, op.seq)] = i
     for i, op in enumerate(prog.ops):
-        if op.obj is None or op.kind not in ("wait", "evwait", "acquire", "sync") or op.stuck:
+        if op.obj is None or op.kind not in _SATISFIED_KINDS or op.stuck:
             continue
         for key in _partners(prog.objects, op):
             j = index.get(key)
@@ -167,7 +171,7 @@ class RecordingAgent(Agent):
     def _work(self, t, line):
         if t > self.t_last:
             lines = {k: v for k, v in (("from", self.line_last), ("to", line)) if v is not None}
-            self.ops.append(Op(self.label, "work", None, None, lines, self.t_last, t,
+            self.ops.append(Op(self.label, OpKind.WORK, None, None, lines, self.t_last, t,
                                program=self.program_index))
 
     def _op(self, kind, obj, line, at, call):
@@ -175,7 +179,7 @@ class RecordingAgent(Agent):
         iteration = dict(at or {})
         t0 = self.trace.now()
         self._work(t0, kline)
-        cls = "arrival" if kind in ("sync", "arrive") else kind
+        cls = _ARRIVAL if kind in _BARRIER_KINDS else kind
         seq = self.counts.get((obj, cls), 0)
         self.counts[(obj, cls)] = seq + 1
         op = Op(self.label, kind, obj, kline, iteration, t0, t0, seq, program=self.program_index)
@@ -199,28 +203,28 @@ class RecordingAgent(Agent):
         return result
 
     def acquire(self, pipe, line=0, at=None):
-        return self._op("acquire", pipe, line, at, lambda: Agent.acquire(self, pipe, line, at))
+        return self._op(OpKind.ACQUIRE, pipe, line, at, lambda: Agent.acquire(self, pipe, line, at))
 
     def commit(self, pipe, line=0, at=None):
-        return self._op("commit", pipe, line, at, lambda: Agent.commit(self, pipe, line, at))
+        return self._op(OpKind.COMMIT, pipe, line, at, lambda: Agent.commit(self, pipe, line, at))
 
     def wait(self, pipe, line=0, at=None):
-        return self._op("wait", pipe, line, at, lambda: Agent.wait(self, pipe, line, at))
+        return self._op(OpKind.WAIT, pipe, line, at, lambda: Agent.wait(self, pipe, line, at))
 
     def release(self, pipe, line=0, at=None):
-        return self._op("release", pipe, line, at, lambda: Agent.release(self, pipe, line, at))
+        return self._op(OpKind.RELEASE, pipe, line, at, lambda: Agent.release(self, pipe, line, at))
 
     def signal(self, event, line=0, at=None):
-        return self._op("signal", event, line, at, lambda: Agent.signal(self, event, line, at))
+        return self._op(OpKind.SIGNAL, event, line, at, lambda: Agent.signal(self, event, line, at))
 
     def wait_event(self, event, line=0, at=None):
-        return self._op("evwait", event, line, at, lambda: Agent.wait_event(self, event, line, at))
+        return self._op(OpKind.EVENT_WAIT, event, line, at, lambda: Agent.wait_event(self, event, line, at))
 
     def sync(self, barrier, line=0, at=None):
-        return self._op("sync", barrier, line, at, lambda: Agent.sync(self, barrier, line, at))
+        return self._op(OpKind.SYNC, barrier, line, at, lambda: Agent.sync(self, barrier, line, at))
 
     def arrive(self, barrier, line=0, at=None):
-        return self._op("arrive", barrier, line, at, lambda: Agent.arrive(self, barrier, line, at))
+        return self._op(OpKind.ARRIVE, barrier, line, at, lambda: Agent.arrive(self, barrier, line, at))
 
 
 def object_infos(skel) -> dict[str, SyncObjectInfo]:
