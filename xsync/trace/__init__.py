@@ -37,5 +37,5 @@ from xsync.trace.drawing import (  # noqa: F401
 from xsync.trace.layout import Geometry, geometry, layout, write  # noqa: F401
 from xsync.trace.run import TraceResult, counterexample, trace_kernel  # noqa: F401
 from xsync.trace.timeline import (  # noqa: F401
-    VERB_LETTER, VERB_NAME, Link, Mark, OpKind, Span, Timeline, TraceSetupError, from_counterexample,
-    from_recording, verb_text)
+    VERB_LETTER, VERB_NAME, Link, LinkKind, Mark, OpKind, Span, Timeline, TraceSetupError,
+    from_counterexample, from_recording, verb_text)

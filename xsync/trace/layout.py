@@ -12,7 +12,7 @@ from typing import Callable
 
 from xsync.trace.drawing import (LANE_BG, PALETTE, STALL_EDGE, STALL_FILL, STUCK_FILL, WORK_FILL, Line,
                                  Rect, Scene, Text, mix, text_width, write_scene)
-from xsync.trace.timeline import VERB_LETTER, VERB_NAME, Timeline, fmt_us
+from xsync.trace.timeline import VERB_LETTER, VERB_NAME, LinkKind, Timeline, fmt_us
 
 
 def _nice_step(span: float, target: int = 10) -> float:
@@ -307,14 +307,15 @@ def _links(tl: Timeline, g: Geometry) -> list:
     for ln in tl.links:
         src = tl.marks[ln.src]
         sx0, sx1, _ = pos[ln.src]
-        if ln.kind == "waits-on":
+        if ln.kind is LinkKind.WAITS_ON:
             lane = -1 - ln.dst
             if lane == src.lane:
                 continue
             down = lane > src.lane
             if abs(lane - src.lane) > 1:
                 # skip over the lanes in between: out to the left of the column and back in
-                far = [l2 for l2 in tl.links if l2.kind == "waits-on" and abs(-1 - l2.dst - tl.marks[l2.src].lane) > 1]
+                far = [l2 for l2 in tl.links if l2.kind is LinkKind.WAITS_ON
+                       and abs(-1 - l2.dst - tl.marks[l2.src].lane) > 1]
                 xo = sx0 - 10 - 9 * far.index(ln)
                 ya, yb = lane_y(src.lane) - 6, lane_y(lane) + 6
                 link_items.append(Line(sx0, ya, xo, ya, STALL_EDGE, 2.0, dash=True))
@@ -322,7 +323,7 @@ def _links(tl: Timeline, g: Geometry) -> list:
                 link_items.append(Line(xo, yb, sx0 - 1, yb, STALL_EDGE, 2.0, dash=True, arrow=True))
                 continue
             # every waits-on arrow gets its own column so that opposite ones do not overlap
-            others = [l2 for l2 in tl.links if l2.kind == "waits-on"]
+            others = [l2 for l2 in tl.links if l2.kind is LinkKind.WAITS_ON]
             off = (others.index(ln) - (len(others) - 1) / 2) * 16
             x = (sx0 + sx1) / 2 + off
             y1 = lane_y(src.lane) + (mark_h / 2 if down else -mark_h / 2)
@@ -426,7 +427,7 @@ def _legend(tl: Timeline, g: Geometry) -> tuple:
         entries = [("box", "#ffffff", "#555555", "one step of the interleaving (colour = sync object)"),
                    ("arrow", "#555555", None, "commit/signal/release/arrival -> the op it enabled"),
                    ("box", STALL_FILL, STALL_EDGE, "stuck op (waits forever)")]
-        if any(ln.kind == "waits-on" for ln in tl.links):
+        if any(ln.kind is LinkKind.WAITS_ON for ln in tl.links):
             entries.append(("dash", STALL_EDGE, None, "stuck op -> the agent it waits on"))
         if tl.finished:
             entries.append(("box", "#e6e8eb", "#9aa0a8", "agent finished"))

@@ -80,12 +80,19 @@ class Span:
     tip: str = ""
 
 
+class LinkKind(StrEnum):
+    """What a :class:`Link` draws."""
+
+    PAIR = "pair"            # a commit/signal/release/arrival -> the op it let through
+    WAITS_ON = "waits-on"    # a stuck op -> the lane it needs
+
+
 @dataclass
 class Link:
     src: int                      # index into marks: the commit/signal/release/arrival
     dst: int                      # the wait/acquire/sync it let through
     ended_stall: bool = False
-    kind: str = "pair"            # "pair" or "waits-on" (a stuck op -> the lane it needs)
+    kind: LinkKind = LinkKind.PAIR
 
 
 @dataclass
@@ -222,7 +229,7 @@ def from_counterexample(kir, found, err: DeadlockError, constexprs) -> Timeline:
         tl.marks.append(Mark(st.lane, stuck_slot, stuck_slot, OpKind(st.verb), st.obj, text, stuck=True,
                              waits_on=st.why))
         for lane in st.waits_on:
-            tl.links.append(Link(mi, -1 - lane, kind="waits-on"))
+            tl.links.append(Link(mi, -1 - lane, kind=LinkKind.WAITS_ON))
     tl.footer = [f"{err.loc}: {err.what}"] + ([f"fix: {err.fix}"] if err.fix else [])
     return tl
 

@@ -112,6 +112,7 @@ rejected too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from xsync.backends.ascend.replicas import (  # noqa: F401  (FORMS, core_of_kind: public here too)
     FORMS, Core, ReplicaAnalysis, analyze, core_of_kind, has_sync)
@@ -138,6 +139,22 @@ class AscendModule:
     source: str
     form: str
     parts: tuple[CorePart, ...]
+class FlagOp(StrEnum):
+    """A cross-core flag operation: ``sync_block_set`` or ``sync_block_wait``."""
+
+    SET = "set"
+    WAIT = "wait"
+
+
+class HandOff(StrEnum):
+    """What a flag operation orders (see :meth:`AscendRenderer.flag_op`)."""
+
+    FULL = "full"     # the producer's GM write before the consumer's read
+    EMPTY = "empty"   # the consumer's GM read before the producer's next write into the slot
+    DRAIN = "drain"   # the producer's final EMPTY waits: nothing is written after them
+    ANY = "any"       # events: everything before the set before everything after the wait
+
+
 # Which pipe of a core issues a set and which pipe blocks on a wait. A hand-off orders a GM
 # write before a GM read (FULL) or a GM read before the next GM write into the slot (EMPTY):
 #   FULL:  set on the producer's write pipe (cube FIX, vector MTE3); the consumer's read (MTE2)
@@ -283,13 +300,13 @@ class AscendRenderer(PythonRenderer):
         return f"{_TL_OPS[e.op]}({self.args(e)})"
 
     # ------------------------------------------------------------ sync spelling
-    def flag_op(self, verb: str, sender: str, receiver: str, flag: int, hand_off: str,
+    def flag_op(self, verb: FlagOp, sender: Core, receiver: Core, flag: int, hand_off: HandOff,
                 why: str) -> list[str]:
         """One cross-core set or wait, with the ordering its hand-off needs.
 
-        hand_off: "full" (orders the producer's GM write before the consumer's read), "empty"
+        hand_off: FULL (orders the producer's GM write before the consumer's read), EMPTY
         (orders the consumer's GM read before the producer's next write into the slot),
-        "drain" (the producer's final EMPTY waits: nothing is written after them) or "any"
+        DRAIN (the producer's final EMPTY waits: nothing is written after them) or ANY
         (events: order everything before the set against everything after the wait).
 
         The scope form names the pipes (al.sync_block_*(..., sender_pipe, receiver_pipe)). The
@@ -299,18 +316,18 @@ class AscendRenderer(PythonRenderer):
         back the FIX / MTE3 write, so the release form adds ``tl.debug_barrier()`` (HIVM
         ``pipe_barrier[<PIPE_ALL>]``) before such a set and after such a wait.
         """
-        op = "sync_block_set" if verb == "set" else "sync_block_wait"
-        fence_before = verb == "set" and hand_off in ("empty", "any")
-        fence_after = verb == "wait" and hand_off in ("empty", "any")
+        op = "sync_block_set" if verb is FlagOp.SET else "sync_block_wait"
+        fence_before = verb is FlagOp.SET and hand_off in (HandOff.EMPTY, HandOff.ANY)
+        fence_after = verb is FlagOp.WAIT and hand_off in (HandOff.EMPTY, HandOff.ANY)
         if self.form == "scope":
-            if hand_off in ("empty", "drain"):
+            if hand_off in (HandOff.EMPTY, HandOff.DRAIN):
                 pipes = (READ_PIPE, WRITE_PIPE[receiver])
             else:
                 pipes = (WRITE_PIPE[sender], READ_PIPE)
             call = (f"al.{op}(\"{sender}\", \"{receiver}\", {flag}, al.PIPE.{pipes[0]}, "
                     f"al.PIPE.{pipes[1]})  # {why}")
-            fence_before = fence_before and hand_off == "any"
-            fence_after = fence_after and hand_off == "any"
+            fence_before = fence_before and hand_off is HandOff.ANY
+            fence_after = fence_after and hand_off is HandOff.ANY
         else:
             call = f"tl.{op}(\"{sender}\", \"{receiver}\", {flag})  # {why}"
         fence = "tl.debug_barrier()  # pipe_barrier(PIPE_ALL): see flag_op in xsync/backends/ascend/render.py"
@@ -453,7 +470,7 @@ class AscendRenderer(PythonRenderer):
                 o.indent()
                 o.line(f"if xs_d < xs_{p.name}_acq:")
                 o.indent()
-                o.line(self.flag_op("wait", d, s, self.ids[f"{p.name}:empty"], "drain",
+                o.line(self.flag_op(FlagOp.WAIT, d, s, self.ids[f"{p.name}:empty"], HandOff.DRAIN,
                                     f"{p.name} EMPTY: drain, pipe declared at line {p.loc.line}")[0])
                 o.dedent()
                 o.dedent()
@@ -612,17 +629,17 @@ class AscendRenderer(PythonRenderer):
                 o.line(f"# {obj.name}.acquire() (line {line})")
                 o.line(f"if xs_{obj.name}_acq >= {obj.stages}:")
                 o.indent()
-                self.emit(self.flag_op("wait", dst, src, empty, "empty",
+                self.emit(self.flag_op(FlagOp.WAIT, dst, src, empty, HandOff.EMPTY,
                                        f"{obj.name} EMPTY: a free slot, {obj.name}.acquire() line {line}"))
                 o.dedent()
                 if s.target:
                     o.line(f"{s.target}_i = xs_{obj.name}_acq % {self.slots(obj)}")
                 o.line(f"xs_{obj.name}_acq += 1")
             elif s.verb is ir.Verb.COMMIT:
-                self.emit(self.flag_op("set", src, dst, full, "full",
+                self.emit(self.flag_op(FlagOp.SET, src, dst, full, HandOff.FULL,
                                        f"{obj.name} FULL: {obj.name}.commit() line {line}"))
             elif s.verb is ir.Verb.WAIT:
-                self.emit(self.flag_op("wait", src, dst, full, "full",
+                self.emit(self.flag_op(FlagOp.WAIT, src, dst, full, HandOff.FULL,
                                        f"{obj.name} FULL: {obj.name}.wait() line {line}"))
                 target = s.target or f"xs_{obj.name}_slot"
                 o.line(f"{target}_i = xs_{obj.name}_got % {self.slots(obj)}")
@@ -636,7 +653,7 @@ class AscendRenderer(PythonRenderer):
                                f"tl.load({self.field_ptr(obj, f.name, f'{target}_i', ring)})")
                 self.rep = saved
             else:
-                self.emit(self.flag_op("set", dst, src, empty, "empty",
+                self.emit(self.flag_op(FlagOp.SET, dst, src, empty, HandOff.EMPTY,
                                        f"{obj.name} EMPTY: {obj.name}.release() line {line}"))
         elif isinstance(obj, ir.Event):
             if not self.crossing(obj):
@@ -645,9 +662,11 @@ class AscendRenderer(PythonRenderer):
             src, dst = self.core(obj.src), self.core(obj.dst)
             flag = self.ids[obj.name]
             if s.verb is ir.Verb.SIGNAL:
-                self.emit(self.flag_op("set", src, dst, flag, "any", f"xs.signal({obj.name}) line {line}"))
+                self.emit(self.flag_op(FlagOp.SET, src, dst, flag, HandOff.ANY,
+                                       f"xs.signal({obj.name}) line {line}"))
             else:
-                self.emit(self.flag_op("wait", src, dst, flag, "any", f"xs.wait({obj.name}) line {line}"))
+                self.emit(self.flag_op(FlagOp.WAIT, src, dst, flag, HandOff.ANY,
+                                       f"xs.wait({obj.name}) line {line}"))
         else:
             # member roles sharing this core meet once per meeting (skeleton.points)
             if self.alloc.skeleton.renders(self.agent.name, s) is None:
