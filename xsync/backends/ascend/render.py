@@ -114,8 +114,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from xsync.backends.ascend.replicas import (  # noqa: F401  (FORMS, core_of_kind: public here too)
-    FORMS, Core, ReplicaAnalysis, analyze, core_of_kind, has_sync)
+# FORMS: the launcher reads it here
+from xsync.backends.ascend.replicas import FORMS, Core, ReplicaAnalysis, analyze, has_sync  # noqa: F401
 from xsync.backends.source import Emitter, PythonRenderer
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation
