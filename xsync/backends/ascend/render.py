@@ -497,7 +497,7 @@ class AscendRenderer(PythonRenderer):
 
     def reps_for(self, role: str) -> list:
         """Replicas of ``role`` this core emits in lockstep ([None]: one instance, not unrolled)."""
-        return self.plan.reps(role, self.kernel.role(role).replicas, self.agent.replicas)
+        return self.plan.reps(role, self.kernel.role(role).replicas)
 
     def role_body(self, stmts):
         """Statements of a role: lockstep over the unrolled replicas."""

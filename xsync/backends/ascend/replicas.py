@@ -57,16 +57,18 @@ class AgentPlan:
 
     agent: str
     core: Core
+    replicas: int
     unroll: bool
     serial: tuple[str, ...]
     sub_vec_id: bool
 
-    def reps(self, role: str, replicas: int, agent_replicas: int) -> list:
-        """Replicas of ``role`` this core emits in lockstep ([None]: one instance, not unrolled)."""
-        if role in self.serial and replicas > 1:
-            return list(range(replicas))        # the one cube core computes for every replica
+    def reps(self, role: str, role_replicas: int) -> list:
+        """Replicas of ``role`` (which has ``role_replicas``) this core emits in lockstep
+        ([None]: one instance, not unrolled)."""
+        if role in self.serial and role_replicas > 1:
+            return list(range(role_replicas))   # the one cube core computes for every replica
         if self.unroll:
-            return list(range(agent_replicas))
+            return list(range(self.replicas))
         return [None]
 
 
@@ -123,7 +125,7 @@ def plan_agent(kernel: ir.KernelIR, agent: Agent, cores: dict[str, Core], form: 
     unroll = agent.replicas > 1 and not (form == "scope" and core == Core.VECTOR
                                           and agent.replicas == 2)
     serial = tuple(r for r in getattr(agent, "serial", ()) if kernel.role(r).replicas > 1)
-    return AgentPlan(agent.name, core, unroll, serial, agent.replicas == 2 and not unroll)
+    return AgentPlan(agent.name, core, agent.replicas, unroll, serial, agent.replicas == 2 and not unroll)
 
 
 # ---------------------------------------------------------------- dataflow
@@ -241,7 +243,7 @@ def check_lockstep(k: ir.KernelIR, agent: Agent, a: ReplicaAnalysis) -> None:
     def block(stmts):
         for s in stmts:
             if isinstance(s, ir.RoleBlock):
-                if plan.reps(s.role, k.role(s.role).replicas, agent.replicas) != [None]:
+                if plan.reps(s.role, k.role(s.role).replicas) != [None]:
                     lockstep(s.body)
             elif isinstance(s, ir.For):
                 block(s.body)
