@@ -13,7 +13,7 @@ from xsync.kernels.gemm import gemm
 from xsync.kernels.gemm_softmax import gemm_softmax
 from tests.core import broken_kernels as bk
 from xsync import trace as tr
-from xsync.backends.cpu import runtime
+from xsync.backends.cpu import runtime, schedulers
 from xsync.errors import StallError
 from xsync.compiler import Kernel
 
@@ -126,7 +126,7 @@ def test_recorder_pairs_each_wait_with_its_commit():
 def test_recorder_is_off_by_default(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("recording agent built without record()")
-    monkeypatch.setattr(runtime, "_RecordingAgent", boom)
+    monkeypatch.setattr(schedulers, "RecordingAgent", boom)
     a, b, c = torch.randn(16, 32).bfloat16(), torch.randn(32, 16).bfloat16(), torch.zeros(16, 16)
     gemm[(1, 1)](a, b, c, 16, 16, 32, BM=16, BN=16, BK=16, STAGES=2, backend="cpu")
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-4, atol=1e-4)

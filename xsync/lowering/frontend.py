@@ -149,11 +149,11 @@ class _Frontend:
                 if a.arg not in self.constexprs:
                     self.error(a, f"constexpr parameter `{a.arg}` has no value",
                                fix=f"pass {a.arg}=... when launching or compiling")
-                kind = "constexpr"
+                kind = ir.ParamKind.CONSTEXPR
             elif a.arg in self.tensor_dtypes:
-                kind = "tensor"
+                kind = ir.ParamKind.TENSOR
             else:
-                kind = "scalar"
+                kind = ir.ParamKind.SCALAR
             self.params.append(ir.Param(a.arg, kind, self.tensor_dtypes.get(a.arg)))
             self.home[a.arg] = (None, self.loc(a).line)
 
@@ -321,8 +321,8 @@ class _Frontend:
         if not isinstance(persistent, (bool, int)):
             self.error(s, f"xs.tile_range's `persistent` is {persistent!r}, not a flag",
                        fix="pass True/False, 1/0 or a constexpr holding one")
-        return self.loop(s, ir.Call("program_id", (ir.Const(0),), ()), self.expr(it.args[0]),
-                         ir.Call("num_programs", (ir.Const(0),), ()), single_tile=not persistent,
+        return self.loop(s, ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),), ()), self.expr(it.args[0]),
+                         ir.Call(ir.TileOp.NUM_PROGRAMS, (ir.Const(0),), ()), single_tile=not persistent,
                          tile_loop=True)
 
     def method_verb(self, call: ast.Call):
@@ -385,7 +385,7 @@ class _Frontend:
                 self.bind([target], ir.Const(None), s)
                 self.slots[target] = (obj_var, "producer" if side == "src" else "consumer")
             self.used_verbs.add((obj_var, verb))
-            return ir.SyncOp(verb, obj.name, target, self.loc(s))
+            return ir.SyncOp(ir.Verb(verb), obj.name, target, self.loc(s))
         if isinstance(obj, ir.Event):
             if verb not in ("signal", "evwait"):
                 self.error(s, f"event '{obj.name}' is used with xs.signal(ev) / xs.wait(ev), "
@@ -399,7 +399,7 @@ class _Frontend:
                                 f"'{obj.dst}'; move the call or declare another event"),
                            objects=(obj.name, here.name))
             self.used_verbs.add((obj_var, verb))
-            return ir.SyncOp("signal" if verb == "signal" else "wait", obj.name, None, self.loc(s))
+            return ir.SyncOp(ir.Verb.SIGNAL if verb == "signal" else ir.Verb.WAIT, obj.name, None, self.loc(s))
         # barrier
         if verb not in _BARRIER_VERBS:
             self.error(s, f"barrier '{obj.name}' has verbs sync() and arrive(), not {verb}()",
@@ -409,7 +409,7 @@ class _Frontend:
                           f"'{obj.name}' (members: {', '.join(obj.members)})",
                        fix=f"add the role to xs.barrier(...) or move the call", objects=(obj.name,))
         self.used_verbs.add((obj_var, verb))
-        return ir.SyncOp(verb, obj.name, None, self.loc(s))
+        return ir.SyncOp(ir.Verb(verb), obj.name, None, self.loc(s))
 
     def var_of_role(self, role_name):
         return next((v for v, r in self.roles.items() if r.name == role_name), role_name)
@@ -478,7 +478,7 @@ class _Frontend:
             if not isinstance(replicas, int) or not 1 <= replicas <= 4:
                 self.error(s, f"role '{name}' has replicas={replicas!r}",
                            fix="replicas is an integer from 1 to 4", objects=(name,))
-            self.roles[var] = ir.Role(name, kind, replicas, loc)
+            self.roles[var] = ir.Role(name, ir.RoleKind(kind), replicas, loc)
             return
         if decl == "pipe":
             src, dst = self.role_args(call, s, "pipe", 2)
@@ -680,7 +680,7 @@ class _Frontend:
         if name in ("mma", "mma_wait") and self.role_ctx is None:
             self.error(node, f"xs.{name} outside any role block",
                        fix="matrix work belongs to a role of kind 'matrix'")
-        if name == "mma" and self.roles[self.role_ctx].kind != "matrix":
+        if name == "mma" and self.roles[self.role_ctx].kind is not ir.RoleKind.MATRIX:
             r = self.roles[self.role_ctx]
             self.error(node, f"xs.mma in role '{r.name}' of kind '{r.kind}'",
                        fix="matrix multiplies run in a role of kind 'matrix' (the wgmma warpgroup / "
@@ -690,7 +690,7 @@ class _Frontend:
             self.error(node, f"xs.{name} source `{ast.unparse(node.args[0])}` is not a tensor parameter")
         args = tuple(self.expr(a) for a in node.args)
         kwargs = tuple((k.arg, self.expr(k.value)) for k in node.keywords)
-        return ir.Call(name, args, kwargs)
+        return ir.Call(ir.TileOp(name), args, kwargs)
 
     def attribute(self, node: ast.Attribute):
         dtype = self.dtype_of(node)

@@ -55,7 +55,7 @@ def _host_computable(e: ir.Expr, known: set[str]) -> str | None:
 def single_tile_counts(kernel: ir.KernelIR) -> tuple[TileCount, ...]:
     """The tile count of every top-level single-tile loop, or KernelSourceError naming the
     part of the count that the host cannot compute."""
-    known = {p.name for p in kernel.params if p.kind in ("scalar", "constexpr")}
+    known = {p.name for p in kernel.params if p.kind in (ir.ParamKind.SCALAR, ir.ParamKind.CONSTEXPR)}
     defs: dict[str, ir.Assign] = {}
     counts = []
     for s in kernel.body:

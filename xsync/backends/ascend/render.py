@@ -3,7 +3,9 @@
 The generated module holds one ``@triton.jit`` kernel. Placement (``placement.py``)
 puts copy and matrix roles on the cube core (AIC) and vector roles on the vector cores
 (AIV); ``xsync.lowering.alloc`` has already chosen every flag (event ID), every
-``sync_block_all`` mode and the GM workspace layout — this module only spells them.
+``sync_block_all`` mode and the GM workspace layout, and ``replicas.py`` has decided each role's
+core, which agents run their replicas in lockstep, and checked what a source form cannot
+express (its numbered rules) — this module only spells them.
 
 Two source forms
 ----------------
@@ -110,15 +112,15 @@ rejected too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
+# FORMS: the launcher reads it here
+from xsync.backends.ascend.replicas import FORMS, Core, ReplicaAnalysis, analyze, has_sync  # noqa: F401
 from xsync.backends.source import Emitter, PythonRenderer
-from xsync.errors import BackendError
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation
 from xsync.lowering.placement import Agent, Placement
 from xsync.lowering.slicing import slice_agent
-
-FORMS = ("release", "scope")
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ class CorePart:
     """Lines first..last (1-based, inclusive) of the kernel body hold one core's statements:
     the release form's cube or vector half, or one ``with al.scope(...)`` block."""
 
-    core: str          # "cube" | "vector"
+    core: Core
     agent: str
     first: int
     last: int
@@ -137,28 +139,39 @@ class AscendModule:
     source: str
     form: str
     parts: tuple[CorePart, ...]
+class FlagOp(StrEnum):
+    """A cross-core flag operation: ``sync_block_set`` or ``sync_block_wait``."""
+
+    SET = "set"
+    WAIT = "wait"
+
+
+class HandOff(StrEnum):
+    """What a flag operation orders (see :meth:`AscendRenderer.flag_op`)."""
+
+    FULL = "full"     # the producer's GM write before the consumer's read
+    EMPTY = "empty"   # the consumer's GM read before the producer's next write into the slot
+    DRAIN = "drain"   # the producer's final EMPTY waits: nothing is written after them
+    ANY = "any"       # events: everything before the set before everything after the wait
+
+
 # Which pipe of a core issues a set and which pipe blocks on a wait. A hand-off orders a GM
 # write before a GM read (FULL) or a GM read before the next GM write into the slot (EMPTY):
 #   FULL:  set on the producer's write pipe (cube FIX, vector MTE3); the consumer's read (MTE2)
 #          waits.
 #   EMPTY: set on the consumer's read pipe (MTE2), so it follows the read; the producer's write
 #          pipe waits.
-WRITE_PIPE = {"cube": "PIPE_FIX", "vector": "PIPE_MTE3"}
+WRITE_PIPE = {Core.CUBE: "PIPE_FIX", Core.VECTOR: "PIPE_MTE3"}
 READ_PIPE = "PIPE_MTE2"
 TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
              "int32": "tl.int32", "int1": "tl.int1"}
 SIG_DTYPES = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32",
               "int1": "*i1"}
 WS_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int1": "i8"}
-_TL_OPS = {"cdiv": "tl.cdiv", "arange": "tl.arange", "zeros": "tl.zeros", "full": "tl.full",
-           "trans": "tl.trans", "max": "tl.max", "sum": "tl.sum", "exp2": "tl.exp2",
-           "log2": "tl.log2", "where": "tl.where", "maximum": "tl.maximum",
-           "minimum": "tl.minimum", "program_id": "tl.program_id",
-           "num_programs": "tl.num_programs"}
-
-
-def core_of_kind(kind: str) -> str:
-    return "cube" if kind in ("copy", "matrix") else "vector"
+_TL_OPS = {op: f"tl.{op}" for op in (
+    ir.TileOp.CDIV, ir.TileOp.ARANGE, ir.TileOp.ZEROS, ir.TileOp.FULL, ir.TileOp.TRANS,
+    ir.TileOp.MAX, ir.TileOp.SUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE,
+    ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS)}
 
 
 def tensor_args(name: str) -> list[str]:
@@ -188,9 +201,9 @@ def signature(kernel: ir.KernelIR, allocation: Allocation, scalars: dict | None 
     scalars = dict(scalars or {})
     sig = {}
     for p in kernel.params:
-        if p.kind == "constexpr":
+        if p.kind is ir.ParamKind.CONSTEXPR:
             continue
-        if p.kind == "tensor":
+        if p.kind is ir.ParamKind.TENSOR:
             sig[p.name] = SIG_DTYPES[p.dtype.name]
             for a in tensor_args(p.name):
                 sig[a] = "i32"
@@ -202,12 +215,13 @@ def signature(kernel: ir.KernelIR, allocation: Allocation, scalars: dict | None 
 
 
 class AscendRenderer(PythonRenderer):
+    """Spells the kernel for one source form; every decision comes from the
+    :class:`~xsync.backends.ascend.replicas.ReplicaAnalysis` (rules there)."""
+
     def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
-                 form: str = "release"):
-        if form not in FORMS:
-            raise BackendError(f"unknown Ascend source form {form!r}",
-                               fix=f"use one of: {', '.join(FORMS)} (or XSYNC_ASCEND_FORM)")
-        self.kernel, self.placement, self.alloc, self.form = kernel, placement, allocation, form
+                 analysis: ReplicaAnalysis):
+        self.kernel, self.placement, self.alloc = kernel, placement, allocation
+        self.analysis, self.form = analysis, analysis.form
         self.ids = dict(allocation.event_ids)
         self.rings = {r.pipe: r for r in allocation.workspace}
         self.ws_dtypes = workspace_dtypes(kernel, allocation)
@@ -219,11 +233,10 @@ class AscendRenderer(PythonRenderer):
         self.rid_expr = "0"                # replica_id when not unrolled
         self.slot_pipe: dict[str, str] = {}
         self.parts: list[CorePart] = []
-        self.check()
 
-    # ------------------------------------------------------------ analysis
-    def core(self, role: str) -> str:
-        return core_of_kind(self.kernel.role(role).kind)
+    # ------------------------------------------------------------ decided facts
+    def core(self, role: str) -> Core:
+        return self.analysis.core(role)
 
     def agent_core(self, agent: Agent) -> str:
         return self.core(agent.roles[0])
@@ -231,81 +244,13 @@ class AscendRenderer(PythonRenderer):
     def crossing(self, obj) -> bool:
         return self.placement.crosses(obj)
 
-    def barrier_mode(self, name: str) -> str:
-        mode = self.alloc.block_barrier(name).mode
-        # A barrier's members are roles of one program: among vector roles that is the two
-        # vector cores of one AI core, which the scope form can say; 3.2.0 has only the
-        # grid-wide all_vector (hence the residency check at launch).
-        return "all_sub_vector" if mode == "all_vector" and self.form == "scope" else mode
-
     def slots(self, pipe: ir.Pipe) -> int:
         """GM slots of a cross-core pipe's ring (the slot of the i-th hand-off is i % slots)."""
         ring = self.rings.get(pipe.name)
         return ring.slots if ring is not None else pipe.stages
 
-    def check(self):
-        k = self.kernel
-        crossing = [o for o in k.pipes + k.events if self.crossing(o)]
-        for o in crossing:
-            if self.core(o.src) == self.core(o.dst):
-                raise BackendError(
-                    f"{type(o).__name__.lower()} '{o.name}' links roles '{o.src}' and '{o.dst}', which "
-                    f"sit on different {self.core(o.src)} agents (different replica counts); Ascend "
-                    f"flags only run cube -> vector or vector -> cube",
-                    loc=o.loc, objects=(o.name, o.src, o.dst),
-                    fix="give both roles the same replicas so they share one agent (program order)")
-        has_mma = any(c.op == "mma" for e in _all_exprs(k.body) for c in ir.expr_calls(e))
-        cube_barriers = [b for b in k.barriers if self.barrier_mode(b.name) in ("all", "all_cube")]
-        if (crossing or cube_barriers) and not has_mma:
-            objs = crossing + cube_barriers
-            listing = ", ".join(
-                f"{o.name} ({self.core(o.src)} -> {self.core(o.dst)})" if not isinstance(o, ir.Barrier)
-                else f"{o.name} (sync_block_all {self.barrier_mode(o.name)})" for o in objs)
-            raise BackendError(
-                f"kernel '{k.name}' synchronizes cube and vector cores but does no matrix work: "
-                f"triton-ascend compiles a kernel without tl.dot as vector-only (mix_mode \"aiv\"), "
-                f"so no cube core runs the cube side and the vector side would wait forever",
-                loc=objs[0].loc, objects=tuple(o.name for o in objs),
-                details=f"cross-core sync: {listing}",
-                fix=("give roles that only move data kind='vector' so the whole kernel sits on the "
-                     "vector cores (their pipes become program order), or do the matrix work "
-                     "(xs.mma) in a role of kind 'matrix'"))
-        if self.form == "release":
-            self.check_cube_producers()
-
-    def check_cube_producers(self):
-        """3.2.0 places non-dot work on the vector core: cube->vector payloads must come from mma."""
-        k = self.kernel
-        tainted: set[str] = set()
-        assigns = [s for s in ir.walk(k.body) if isinstance(s, ir.Assign)]
-        changed = True
-        while changed:
-            changed = False
-            for s in assigns:
-                if set(s.targets) <= tainted:
-                    continue
-                if any(c.op in ("mma", "mma_wait") for c in ir.expr_calls(s.value)) or \
-                        ir.expr_names(s.value) & tainted:
-                    tainted |= set(s.targets)
-                    changed = True
-        for s in ir.walk(k.body):
-            if not isinstance(s, ir.SlotWrite):
-                continue
-            p = k.sync_object(s.pipe)
-            if not self.crossing(p) or self.core(p.src) != "cube":
-                continue
-            v = s.value
-            if any(c.op in ("mma", "mma_wait") for c in ir.expr_calls(v)) or ir.expr_names(v) & tainted:
-                continue
-            raise BackendError(
-                f"pipe '{p.name}' carries field '{s.field}' from cube role '{p.src}' to vector role "
-                f"'{p.dst}', but the value is not computed by xs.mma: triton-ascend 3.2.0 (no core "
-                f"scopes) runs such loads/elementwise work on the vector core while the pipe's flag is "
-                f"set by the cube, a race",
-                loc=s.loc, objects=(p.name, p.src, p.dst),
-                fix=("load the tile in the vector role itself (xs.load there), or make the producer a "
-                     "role of kind 'vector'; triton-ascend >= 3.2.1 (al.scope, XSYNC_ASCEND_FORM=scope) "
-                     "pins code to a core and lifts this limit"))
+    def barrier_mode(self, name: str) -> str:
+        return self.analysis.barrier_modes[name]
 
     # ------------------------------------------------------------ expressions
     def dtype(self, d) -> str:
@@ -334,14 +279,14 @@ class AscendRenderer(PythonRenderer):
         return super().attr(e)
 
     def call(self, e: ir.Call) -> str:
-        if e.op == "replica_id":
+        if e.op is ir.TileOp.REPLICA_ID:
             return str(self.rep) if self.rep is not None else self.rid_expr
-        if e.op == "mma":
+        if e.op is ir.TileOp.MMA:
             return f"tl.dot({self.args(e)}, out_dtype=tl.float32)" if len(e.args) == 2 else \
                 f"tl.dot({self.args(e)})"
-        if e.op == "mma_wait":
+        if e.op is ir.TileOp.MMA_WAIT:
             return self.expr(e.args[0])   # tl.dot is synchronous on the cube: no-op
-        if e.op == "load":
+        if e.op is ir.TileOp.LOAD:
             t = e.args[0].id
             rows, cols, s0 = tensor_args(t)
             off = ", ".join(self.expr(x) for x in e.args[1].items)
@@ -349,19 +294,19 @@ class AscendRenderer(PythonRenderer):
             return (f"tl.load(tl.make_block_ptr({t}, shape=({rows}, {cols}), strides=({s0}, 1), "
                     f"offsets=({off}), block_shape=({shape}), order=(1, 0)), "
                     f"boundary_check=(0, 1), padding_option=\"zero\")")
-        if e.op == "load_scalar":
+        if e.op is ir.TileOp.LOAD_SCALAR:
             t = e.args[0].id
             return f"tl.load({t} + ({self.expr(e.args[1])}) * {tensor_args(t)[2]})"
         return f"{_TL_OPS[e.op]}({self.args(e)})"
 
     # ------------------------------------------------------------ sync spelling
-    def flag_op(self, verb: str, sender: str, receiver: str, flag: int, hand_off: str,
+    def flag_op(self, verb: FlagOp, sender: Core, receiver: Core, flag: int, hand_off: HandOff,
                 why: str) -> list[str]:
         """One cross-core set or wait, with the ordering its hand-off needs.
 
-        hand_off: "full" (orders the producer's GM write before the consumer's read), "empty"
+        hand_off: FULL (orders the producer's GM write before the consumer's read), EMPTY
         (orders the consumer's GM read before the producer's next write into the slot),
-        "drain" (the producer's final EMPTY waits: nothing is written after them) or "any"
+        DRAIN (the producer's final EMPTY waits: nothing is written after them) or ANY
         (events: order everything before the set against everything after the wait).
 
         The scope form names the pipes (al.sync_block_*(..., sender_pipe, receiver_pipe)). The
@@ -371,18 +316,18 @@ class AscendRenderer(PythonRenderer):
         back the FIX / MTE3 write, so the release form adds ``tl.debug_barrier()`` (HIVM
         ``pipe_barrier[<PIPE_ALL>]``) before such a set and after such a wait.
         """
-        op = "sync_block_set" if verb == "set" else "sync_block_wait"
-        fence_before = verb == "set" and hand_off in ("empty", "any")
-        fence_after = verb == "wait" and hand_off in ("empty", "any")
+        op = "sync_block_set" if verb is FlagOp.SET else "sync_block_wait"
+        fence_before = verb is FlagOp.SET and hand_off in (HandOff.EMPTY, HandOff.ANY)
+        fence_after = verb is FlagOp.WAIT and hand_off in (HandOff.EMPTY, HandOff.ANY)
         if self.form == "scope":
-            if hand_off in ("empty", "drain"):
+            if hand_off in (HandOff.EMPTY, HandOff.DRAIN):
                 pipes = (READ_PIPE, WRITE_PIPE[receiver])
             else:
                 pipes = (WRITE_PIPE[sender], READ_PIPE)
             call = (f"al.{op}(\"{sender}\", \"{receiver}\", {flag}, al.PIPE.{pipes[0]}, "
                     f"al.PIPE.{pipes[1]})  # {why}")
-            fence_before = fence_before and hand_off == "any"
-            fence_after = fence_after and hand_off == "any"
+            fence_before = fence_before and hand_off is HandOff.ANY
+            fence_after = fence_after and hand_off is HandOff.ANY
         else:
             call = f"tl.{op}(\"{sender}\", \"{receiver}\", {flag})  # {why}"
         fence = "tl.debug_barrier()  # pipe_barrier(PIPE_ALL): see flag_op in xsync/backends/ascend/render.py"
@@ -413,15 +358,8 @@ class AscendRenderer(PythonRenderer):
             tile = f"tl.arange(0, {rows})[:, None] * {cols} + tl.arange(0, {cols})[None, :]"
         elif len(spec.shape) == 1:
             tile = f"tl.arange(0, {spec.shape[0]})"
-        else:
-            raise BackendError(f"pipe '{pipe.name}' field '{field}' has shape {list(spec.shape)}; the "
-                               f"Ascend workspace ring holds 1-D or 2-D tiles", loc=pipe.loc,
-                               objects=(pipe.name,))
-        for d in spec.shape:
-            if d & (d - 1):
-                raise BackendError(f"pipe '{pipe.name}' field '{field}' has shape {list(spec.shape)}; "
-                                   f"tile dimensions must be powers of two (tl.arange)",
-                                   loc=pipe.loc, objects=(pipe.name,))
+        else:   # 1-D or 2-D power-of-two tiles only (replicas.py, rule 5)
+            raise TypeError(f"cannot address field {field!r} of shape {spec.shape}")
         return f"{workspace_arg(spec.dtype)} + ({base // eb} + {slot_index} * {stride // eb}) + {tile}"
 
     # ------------------------------------------------------------ module
@@ -451,16 +389,16 @@ class AscendRenderer(PythonRenderer):
         o.line()
         params = []
         for p in k.params:
-            if p.kind == "constexpr":
+            if p.kind is ir.ParamKind.CONSTEXPR:
                 continue
             params.append(p.name)
-            if p.kind == "tensor":
+            if p.kind is ir.ParamKind.TENSOR:
                 params += tensor_args(p.name)
         params += [workspace_arg(d) for d in self.ws_dtypes]
         o.line("@triton.jit")
         o.line(f"def {k.name}({', '.join(params)}):")
         o.indent()
-        agents = sorted(self.placement.agents, key=lambda a: self.agent_core(a) != "cube")
+        agents = sorted(self.placement.agents, key=lambda a: self.agent_core(a) is not Core.CUBE)
         for agent in agents:
             self.agent_part(agent)
         o.dedent()
@@ -474,14 +412,14 @@ class AscendRenderer(PythonRenderer):
     def _agent_part(self, agent: Agent):
         o, k = self.out, self.kernel
         core = self.agent_core(agent)
-        hw = "cube core (AIC)" if core == "cube" else "vector cores (AIV)"
+        hw = "cube core (AIC)" if core is Core.CUBE else "vector cores (AIV)"
         body = slice_agent(k.body, agent.roles)
-        unroll = agent.replicas > 1 and not (self.form == "scope" and core == "vector"
-                                              and agent.replicas == 2)
-        self.agent, self.unroll = agent, unroll
+        plan = self.analysis.agents[agent.name]
+        unroll = plan.unroll
+        self.agent, self.plan = agent, plan
         o.line(f"# {'=' * 8} {hw}: role(s) {', '.join(agent.roles)}"
                + (f" x {agent.replicas} replicas" if agent.replicas > 1 else "") + f" {'=' * 8}")
-        serial = [r for r in getattr(agent, "serial", ()) if self.kernel.role(r).replicas > 1]
+        serial = plan.serial
         if unroll or serial:
             who = f"{agent.replicas} replicas" if unroll else \
                 "replicas of " + ", ".join(f"'{r}'" for r in serial)
@@ -494,7 +432,7 @@ class AscendRenderer(PythonRenderer):
             o.indent()
         self.local = _role_locals(body)
         self.shared, self.rep, self.slot_pipe = [], None, {}
-        self.rid_expr = "xs_rid" if (agent.replicas == 2 and not unroll) else "0"
+        self.rid_expr = "xs_rid" if plan.sub_vec_id else "0"
         if self.rid_expr == "xs_rid":
             o.line("xs_rid = al.sub_vec_id()")
         self.preamble(agent)
@@ -532,7 +470,7 @@ class AscendRenderer(PythonRenderer):
                 o.indent()
                 o.line(f"if xs_d < xs_{p.name}_acq:")
                 o.indent()
-                o.line(self.flag_op("wait", d, s, self.ids[f"{p.name}:empty"], "drain",
+                o.line(self.flag_op(FlagOp.WAIT, d, s, self.ids[f"{p.name}:empty"], HandOff.DRAIN,
                                     f"{p.name} EMPTY: drain, pipe declared at line {p.loc.line}")[0])
                 o.dedent()
                 o.dedent()
@@ -559,12 +497,7 @@ class AscendRenderer(PythonRenderer):
 
     def reps_for(self, role: str) -> list:
         """Replicas of ``role`` this core emits in lockstep ([None]: one instance, not unrolled)."""
-        n = self.kernel.role(role).replicas
-        if role in getattr(self.agent, "serial", ()) and n > 1:
-            return list(range(n))        # the one cube core computes for every replica
-        if self.unroll:
-            return list(range(self.agent.replicas))
-        return [None]
+        return self.plan.reps(role, self.kernel.role(role).replicas)
 
     def role_body(self, stmts):
         """Statements of a role: lockstep over the unrolled replicas."""
@@ -577,7 +510,7 @@ class AscendRenderer(PythonRenderer):
         else:
             segment = []
             for s in list(stmts) + [None]:
-                if s is not None and not _has_sync(s):
+                if s is not None and not has_sync(s):
                     segment.append(s)
                     continue
                 for r in reps:
@@ -598,15 +531,7 @@ class AscendRenderer(PythonRenderer):
         if isinstance(s, ir.SyncOp):
             self.sync(s)
             return
-        dep = self.replica_dependent(s)
-        if dep:
-            raise BackendError(
-                f"a sync verb sits under a {'loop' if isinstance(s, ir.For) else 'branch'} that depends "
-                f"on xs.replica_id(); without sub_vec_id (triton-ascend 3.2.0) the replicas of one "
-                f"core run in lockstep and must reach every sync point together",
-                loc=s.loc, objects=tuple(sorted(dep)),
-                fix="move the sync verb out of the replica-dependent branch (branch only the work), "
-                    "or use triton-ascend >= 3.2.1 (XSYNC_ASCEND_FORM=scope)")
+        # replicas reach every sync point together (replicas.py, rule 4)
         self.rep = self.reps[0]
         if isinstance(s, ir.For):
             head = (f"for {s.var} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
@@ -632,30 +557,6 @@ class AscendRenderer(PythonRenderer):
                 o.dedent()
         else:
             raise TypeError(f"cannot render {s!r}")
-
-    def replica_dependent(self, s) -> set[str]:
-        exprs = [s.start, s.stop, s.step] if isinstance(s, ir.For) else [s.cond]
-        dep = set()
-        for e in exprs:
-            if any(c.op == "replica_id" for c in ir.expr_calls(e)):
-                dep.add("xs.replica_id()")
-            dep |= ir.expr_names(e) & self.replica_tainted()
-        return dep
-
-    def replica_tainted(self) -> set[str]:
-        tainted: set[str] = set()
-        assigns = [s for s in ir.walk(self.kernel.body) if isinstance(s, ir.Assign)]
-        changed = True
-        while changed:
-            changed = False
-            for s in assigns:
-                if set(s.targets) <= tainted:
-                    continue
-                if any(c.op == "replica_id" for c in ir.expr_calls(s.value)) or \
-                        ir.expr_names(s.value) & tainted:
-                    tainted |= set(s.targets)
-                    changed = True
-        return tainted
 
     def role_stmt(self, s):
         o = self.out
@@ -724,21 +625,21 @@ class AscendRenderer(PythonRenderer):
             src, dst = self.core(obj.src), self.core(obj.dst)
             full, empty = self.ids[f"{obj.name}:full"], self.ids[f"{obj.name}:empty"]
             reps = self.reps if self.rep is None else [self.rep]
-            if s.verb == "acquire":
+            if s.verb is ir.Verb.ACQUIRE:
                 o.line(f"# {obj.name}.acquire() (line {line})")
                 o.line(f"if xs_{obj.name}_acq >= {obj.stages}:")
                 o.indent()
-                self.emit(self.flag_op("wait", dst, src, empty, "empty",
+                self.emit(self.flag_op(FlagOp.WAIT, dst, src, empty, HandOff.EMPTY,
                                        f"{obj.name} EMPTY: a free slot, {obj.name}.acquire() line {line}"))
                 o.dedent()
                 if s.target:
                     o.line(f"{s.target}_i = xs_{obj.name}_acq % {self.slots(obj)}")
                 o.line(f"xs_{obj.name}_acq += 1")
-            elif s.verb == "commit":
-                self.emit(self.flag_op("set", src, dst, full, "full",
+            elif s.verb is ir.Verb.COMMIT:
+                self.emit(self.flag_op(FlagOp.SET, src, dst, full, HandOff.FULL,
                                        f"{obj.name} FULL: {obj.name}.commit() line {line}"))
-            elif s.verb == "wait":
-                self.emit(self.flag_op("wait", src, dst, full, "full",
+            elif s.verb is ir.Verb.WAIT:
+                self.emit(self.flag_op(FlagOp.WAIT, src, dst, full, HandOff.FULL,
                                        f"{obj.name} FULL: {obj.name}.wait() line {line}"))
                 target = s.target or f"xs_{obj.name}_slot"
                 o.line(f"{target}_i = xs_{obj.name}_got % {self.slots(obj)}")
@@ -752,7 +653,7 @@ class AscendRenderer(PythonRenderer):
                                f"tl.load({self.field_ptr(obj, f.name, f'{target}_i', ring)})")
                 self.rep = saved
             else:
-                self.emit(self.flag_op("set", dst, src, empty, "empty",
+                self.emit(self.flag_op(FlagOp.SET, dst, src, empty, HandOff.EMPTY,
                                        f"{obj.name} EMPTY: {obj.name}.release() line {line}"))
         elif isinstance(obj, ir.Event):
             if not self.crossing(obj):
@@ -760,10 +661,12 @@ class AscendRenderer(PythonRenderer):
                 return
             src, dst = self.core(obj.src), self.core(obj.dst)
             flag = self.ids[obj.name]
-            if s.verb == "signal":
-                self.emit(self.flag_op("set", src, dst, flag, "any", f"xs.signal({obj.name}) line {line}"))
+            if s.verb is ir.Verb.SIGNAL:
+                self.emit(self.flag_op(FlagOp.SET, src, dst, flag, HandOff.ANY,
+                                       f"xs.signal({obj.name}) line {line}"))
             else:
-                self.emit(self.flag_op("wait", src, dst, flag, "any", f"xs.wait({obj.name}) line {line}"))
+                self.emit(self.flag_op(FlagOp.WAIT, src, dst, flag, HandOff.ANY,
+                                       f"xs.wait({obj.name}) line {line}"))
         else:
             # member roles sharing this core meet once per meeting (skeleton.points)
             if self.alloc.skeleton.renders(self.agent.name, s) is None:
@@ -771,16 +674,10 @@ class AscendRenderer(PythonRenderer):
                 o.line(f"# {obj.name}.{s.verb}() (line {line}): met once for this core at line {at}")
                 return
             mode = self.barrier_mode(obj.name)
-            note = "" if s.verb == "sync" else " (arrive: no arrive-only form, full barrier)"
+            note = "" if s.verb is ir.Verb.SYNC else " (arrive: no arrive-only form, full barrier)"
             self.emit(self.barrier_op(mode, self.ids[obj.name], f"{obj.name}.{s.verb}() line {line}{note}"))
 
 # ---------------------------------------------------------------- helpers
-def _has_sync(s) -> bool:
-    if isinstance(s, ir.SyncOp):
-        return True
-    return any(isinstance(x, ir.SyncOp) for x in ir.walk([s]))
-
-
 def _role_locals(body) -> set[str]:
     out: set[str] = set()
     for s in ir.walk(body):
@@ -795,19 +692,6 @@ def _role_locals(body) -> set[str]:
     return out
 
 
-def _all_exprs(stmts):
-    for s in ir.walk(stmts):
-        if isinstance(s, (ir.Assign, ir.SlotWrite)):
-            yield s.value
-        elif isinstance(s, ir.Store):
-            yield s.value
-            yield from s.offsets + (getattr(s, "bounds", None) or ())
-        elif isinstance(s, ir.For):
-            yield from (s.start, s.stop, s.step)
-        elif isinstance(s, ir.If):
-            yield s.cond
-
-
 def render(kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
            form: str = "release") -> str:
     return render_module(kernel, placement, allocation, form).source
@@ -816,7 +700,8 @@ def render(kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
 def render_module(kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
                   form: str = "release") -> "AscendModule":
     """The generated source and where each core's part of the kernel body lies in it."""
-    r = AscendRenderer(kernel, placement, allocation, form)
+    analysis = analyze(kernel, placement, allocation, form)
+    r = AscendRenderer(kernel, placement, allocation, analysis)
     source = r.render()
     return AscendModule(source, form, tuple(r.parts))
 

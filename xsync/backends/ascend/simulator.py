@@ -49,6 +49,7 @@ import types
 from dataclasses import dataclass, field
 
 from xsync import config, files
+from xsync.backends.ascend.replicas import Core as CoreKind
 from xsync.errors import SimulationError, StallError
 
 MAX_PENDING = 15      # sets one flag counter can hold
@@ -71,7 +72,7 @@ def availability() -> tuple[bool, str]:
 
 
 # ---------------------------------------------------------------- splitting
-def split_source(module, core: str) -> str:
+def split_source(module, core: CoreKind) -> str:
     """The generated module with the other cores' parts blanked out (line numbers kept, so
     reports and tracebacks point at the generated file's own lines)."""
     lines = module.source.split("\n")
@@ -110,7 +111,7 @@ class Core:
 
     ai_core: int               # index of the program in its wave (the AI core it occupies)
     program: tuple[int, int, int]
-    kind: str                  # "cube" | "vector"
+    kind: CoreKind
     sub: int                   # vector core 0 / 1 (0 for the cube)
     path: str                  # the split source it runs
     state: str = "ready"       # ready | blocked | done
@@ -120,7 +121,7 @@ class Core:
 
     @property
     def label(self) -> str:
-        name = "cube" if self.kind == "cube" else f"vector {self.sub}"
+        name = "cube" if self.kind is CoreKind.CUBE else f"vector {self.sub}"
         return f"AI core {self.ai_core} (program {self.program}) {name}"
 
 
@@ -190,11 +191,11 @@ class Machine:
                 turn.set()
 
     # ------------------------------------------------------------ cross-core ops
-    def receivers(self, core: Core, receiver: str) -> list[tuple]:
+    def receivers(self, core: Core, receiver: CoreKind) -> list[tuple]:
         """Counter keys a set by ``core`` adds to: (ai core, flag ID, receiving core, from)."""
-        if receiver == "vector":
-            return [("vector", 0), ("vector", 1)]
-        return [("cube", core.sub)]
+        if receiver is CoreKind.VECTOR:
+            return [(CoreKind.VECTOR, 0), (CoreKind.VECTOR, 1)]
+        return [(CoreKind.CUBE, core.sub)]
 
     def op(self, core: Core, name: str, sender_or_mode: str, flag: int):
         site = self.sim.site(core)
@@ -225,7 +226,7 @@ class Machine:
 
     def _set(self, core: Core, sender: str, flag: int):
         self._owner_check(core, sender, flag, "set")
-        receiver = "vector" if core.kind == "cube" else "cube"
+        receiver = CoreKind.VECTOR if core.kind is CoreKind.CUBE else CoreKind.CUBE
         keys = [(core.ai_core, flag) + r for r in self.receivers(core, receiver)]
         for key in keys:
             if self.counters.get(key, 0) >= MAX_PENDING:
@@ -243,10 +244,10 @@ class Machine:
 
     def _wait(self, core: Core, sender: str, flag: int):
         self._owner_check(core, sender, flag, "wait")
-        if core.kind == "vector":
-            keys = ((core.ai_core, flag, "vector", core.sub),)
+        if core.kind is CoreKind.VECTOR:
+            keys = ((core.ai_core, flag, CoreKind.VECTOR, core.sub),)
         else:
-            keys = ((core.ai_core, flag, "cube", 0), (core.ai_core, flag, "cube", 1))
+            keys = ((core.ai_core, flag, CoreKind.CUBE, 0), (core.ai_core, flag, CoreKind.CUBE, 1))
         core.waiting = Wait("flag", flag, keys)
         self._try_wait(core)
 
@@ -275,8 +276,9 @@ class Machine:
     def barrier_members(self, key, core: Core) -> set:
         mode, _flag, ai = key
         if mode == "all_sub_vector":
-            return {id(c) for c in self.cores if c.kind == "vector" and c.ai_core == ai}
-        kinds = {"all_cube": ("cube",), "all_vector": ("vector",), "all": ("cube", "vector")}[mode]
+            return {id(c) for c in self.cores if c.kind is CoreKind.VECTOR and c.ai_core == ai}
+        kinds = {"all_cube": (CoreKind.CUBE,), "all_vector": (CoreKind.VECTOR,),
+                 "all": (CoreKind.CUBE, CoreKind.VECTOR)}[mode]
         return {id(c) for c in self.cores if c.kind in kinds}
 
     def _barrier(self, core: Core, mode: str, flag: int):
@@ -284,8 +286,8 @@ class Machine:
             self.stop(SimulationError(f"sync_block_all with unknown mode {mode!r}",
                                       details=self.sim.where_text(core)))
             raise _Abort()
-        if (mode == "all_cube" and core.kind != "cube") or \
-                (mode in ("all_vector", "all_sub_vector") and core.kind != "vector"):
+        if (mode == "all_cube" and core.kind is not CoreKind.CUBE) or \
+                (mode in ("all_vector", "all_sub_vector") and core.kind is not CoreKind.VECTOR):
             return  # the compiler drops the barrier from cores outside its mode
         meeting = self.sim.meeting(core, mode, flag)
         key = (mode, (flag, meeting), core.ai_core if mode == "all_sub_vector" else None)
@@ -347,7 +349,7 @@ class Simulation:
 
     def receiver_text(self, key) -> str:
         _ai, _flag, kind, sub = key
-        return f"the cube (sets from vector {sub})" if kind == "cube" else f"vector {sub}"
+        return f"the cube (sets from vector {sub})" if kind is CoreKind.CUBE else f"vector {sub}"
 
     def site(self, core: Core) -> tuple:
         path = core.path
@@ -411,7 +413,7 @@ class Simulation:
             groups.setdefault((c.kind, c.sub, self.core_state(machine, c)), []).append(c)
         lines = []
         for (kind, sub, state), cs in groups.items():
-            name = "cube" if kind == "cube" else f"vector {sub}"
+            name = "cube" if kind is CoreKind.CUBE else f"vector {sub}"
             ais = ", ".join(str(c.ai_core) for c in cs)
             progs = ", ".join(str(c.program) for c in cs)
             who = f"{name} of AI core {ais} (program {progs})" if len(cs) == 1 else \
@@ -456,10 +458,10 @@ class Simulation:
     def _run_wave(self, programs, rewritten, kwargs, deadline, timeout):
         cores: list[Core] = []
         for ai, prog in enumerate(programs):
-            if "cube" in rewritten:
-                cores.append(Core(ai, prog, "cube", 0, self.paths["cube"]))
-            if "vector" in rewritten:
-                cores += [Core(ai, prog, "vector", s, self.paths["vector"]) for s in (0, 1)]
+            if CoreKind.CUBE in rewritten:
+                cores.append(Core(ai, prog, CoreKind.CUBE, 0, self.paths[CoreKind.CUBE]))
+            if CoreKind.VECTOR in rewritten:
+                cores += [Core(ai, prog, CoreKind.VECTOR, s, self.paths[CoreKind.VECTOR]) for s in (0, 1)]
         machine = Machine(self, cores, len(programs))
         self.machine = machine
         threads = []

@@ -14,10 +14,13 @@ from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 from xsync.lowering.slicing import slice_agent
 
-_RT_OPS = {"cdiv": "rt.cdiv", "arange": "rt.arange", "zeros": "rt.zeros", "full": "rt.full",
-           "load": "rt.load", "load_scalar": "rt.load_scalar", "trans": "rt.trans", "max": "rt.reduce_max", "sum": "rt.reduce_sum",
-           "exp2": "rt.exp2", "log2": "rt.log2", "where": "rt.where", "maximum": "rt.maximum",
-           "minimum": "rt.minimum"}
+_RT_OPS = {
+    ir.TileOp.CDIV: "rt.cdiv", ir.TileOp.ARANGE: "rt.arange", ir.TileOp.ZEROS: "rt.zeros",
+    ir.TileOp.FULL: "rt.full", ir.TileOp.LOAD: "rt.load", ir.TileOp.LOAD_SCALAR: "rt.load_scalar",
+    ir.TileOp.TRANS: "rt.trans", ir.TileOp.MAX: "rt.reduce_max", ir.TileOp.SUM: "rt.reduce_sum",
+    ir.TileOp.EXP2: "rt.exp2", ir.TileOp.LOG2: "rt.log2", ir.TileOp.WHERE: "rt.where",
+    ir.TileOp.MAXIMUM: "rt.maximum", ir.TileOp.MINIMUM: "rt.minimum"
+}
 
 
 class CpuRenderer(PythonRenderer):
@@ -41,18 +44,18 @@ class CpuRenderer(PythonRenderer):
         return f"{self.expr(e.value, 99)}[{e.attr!r}]"
 
     def call(self, e: ir.Call) -> str:
-        if e.op == "program_id":
+        if e.op is ir.TileOp.PROGRAM_ID:
             return f"ag.program_id({self.args(e)})"
-        if e.op == "num_programs":
+        if e.op is ir.TileOp.NUM_PROGRAMS:
             return f"ag.num_programs({self.args(e)})"
-        if e.op == "replica_id":
+        if e.op is ir.TileOp.REPLICA_ID:
             return "ag.replica"
-        if e.op == "mma":
+        if e.op is ir.TileOp.MMA:
             slots = sorted({x.value.id for operand in e.args[:2] for x in ir.subexprs(operand)
                             if isinstance(x, ir.Attr) and isinstance(x.value, ir.Name)})
             reads = f", reads=({''.join(s + ', ' for s in slots)})" if slots else ""
             return f"ag.mma({self.args(e)}{reads})"
-        if e.op == "mma_wait":
+        if e.op is ir.TileOp.MMA_WAIT:
             return f"ag.mma_wait({self.args(e)})"
         return f"{_RT_OPS[e.op]}({self.args(e)})"
 
@@ -67,7 +70,7 @@ class CpuRenderer(PythonRenderer):
         o.line()
         for name, value in k.constexprs:
             o.line(f"{name} = {self.const(value)}  # constexpr")
-        params = ", ".join(p.name for p in k.params if p.kind != "constexpr")
+        params = ", ".join(p.name for p in k.params if p.kind is not ir.ParamKind.CONSTEXPR)
         for agent in self.placement.agents:
             o.line()
             o.line()
@@ -130,7 +133,7 @@ class CpuRenderer(PythonRenderer):
         if isinstance(obj, ir.Pipe):
             o.line(f"{bind}{ag}{s.verb}({s.obj!r}, {where})")
         elif isinstance(obj, ir.Event):
-            verb = "signal" if s.verb == "signal" else "wait_event"
+            verb = "signal" if s.verb is ir.Verb.SIGNAL else "wait_event"
             o.line(f"{ag}{verb}({s.obj!r}, {where})")
         else:
             point = self.skeleton.renders(self.agent.name, s)

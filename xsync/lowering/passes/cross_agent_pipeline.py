@@ -107,9 +107,9 @@ def _plan(kernel, placement, loop, agent, blocks):
     # A's top-level statements of one iteration, in order
     items = [(b.role, s) for b in blocks for s in b.body]
     commits = [(k, s) for k, (_, s) in enumerate(items) if isinstance(s, ir.SyncOp)
-               and s.verb == "commit" and _crossing_out(kernel, placement, s.obj, roles)]
+               and s.verb is ir.Verb.COMMIT and _crossing_out(kernel, placement, s.obj, roles)]
     waits = [(k, s) for k, (_, s) in enumerate(items) if isinstance(s, ir.SyncOp)
-             and s.verb == "wait" and _crossing_in(kernel, placement, s.obj, roles)]
+             and s.verb is ir.Verb.WAIT and _crossing_in(kernel, placement, s.obj, roles)]
     if not commits or not waits:
         return ""
     k_commit, commit = commits[0]
@@ -156,7 +156,7 @@ def _plan(kernel, placement, loop, agent, blocks):
     for k in stage_a:
         for op in _sync_ops(items[k][1]):
             obj = kernel.sync_object(op.obj)
-            if op.verb in ("wait",) and not isinstance(obj, ir.Barrier) and placement.crosses(obj) \
+            if op.verb is ir.Verb.WAIT and not isinstance(obj, ir.Barrier) and placement.crosses(obj) \
                     and obj.dst in roles:
                 return f"rule 4: the stage to rotate waits on '{op.obj}' from another agent"
             if isinstance(obj, ir.Barrier):

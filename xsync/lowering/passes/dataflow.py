@@ -191,7 +191,7 @@ def names_in(kernel: ir.KernelIR) -> set[str]:
 def is_mma(s) -> bool:
     """``t = xs.mma(...)``."""
     return isinstance(s, ir.Assign) and len(s.targets) == 1 and isinstance(s.value, ir.Call) \
-        and s.value.op == "mma"
+        and s.value.op is ir.TileOp.MMA
 
 
 def mma_accumulator(call: ir.Call):
@@ -204,7 +204,7 @@ def mma_accumulator(call: ir.Call):
 def is_full_wait(s, name: str | None = None) -> bool:
     """``t = xs.mma_wait(t, pending=0)`` (for ``t == name`` when given)."""
     if not (isinstance(s, ir.Assign) and len(s.targets) == 1 and isinstance(s.value, ir.Call)
-            and s.value.op == "mma_wait" and s.value.args[:1] == (ir.Name(s.targets[0]),)):
+            and s.value.op is ir.TileOp.MMA_WAIT and s.value.args[:1] == (ir.Name(s.targets[0]),)):
         return False
     if s.value.kwarg("pending", ir.Const(0)) != ir.Const(0):
         return False
@@ -213,13 +213,13 @@ def is_full_wait(s, name: str | None = None) -> bool:
 
 def mma_calls(stmts) -> list[ir.Call]:
     return [c for s in ir.walk(list(stmts)) for c in stmt_exprs(s)
-            if isinstance(c, ir.Call) and c.op in ("mma", "mma_wait")]
+            if isinstance(c, ir.Call) and c.op in (ir.TileOp.MMA, ir.TileOp.MMA_WAIT)]
 
 
 def slot_of(e) -> str | None:
     """The slot variable an mma operand reads in shared memory (``slot.f`` or
     ``trans(slot.f)``), else None."""
-    if isinstance(e, ir.Call) and e.op == "trans" and len(e.args) == 1:
+    if isinstance(e, ir.Call) and e.op is ir.TileOp.TRANS and len(e.args) == 1:
         e = e.args[0]
     if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name):
         return e.value.id
@@ -235,7 +235,7 @@ def replica_tainted(stmts) -> set[str]:
     tainted = set(slots)
 
     def dirty(e):
-        return any(isinstance(x, ir.Call) and x.op == "replica_id" for x in ir.subexprs(e)) \
+        return any(isinstance(x, ir.Call) and x.op is ir.TileOp.REPLICA_ID for x in ir.subexprs(e)) \
             or bool(ir.expr_names(e) & tainted)
 
     def visit(block, ctrl):
@@ -265,5 +265,5 @@ def replica_tainted(stmts) -> set[str]:
 
 def replica_dirty(e, tainted: set[str]) -> bool:
     """Whether expression ``e`` may differ between replicas (see :func:`replica_tainted`)."""
-    return any(isinstance(x, ir.Call) and x.op == "replica_id" for x in ir.subexprs(e)) \
+    return any(isinstance(x, ir.Call) and x.op is ir.TileOp.REPLICA_ID for x in ir.subexprs(e)) \
         or bool(ir.expr_names(e) & tainted)

@@ -1,0 +1,243 @@
+"""CPU emulator sync objects of one program: the channels of pipes and events, barrier counts,
+the monitor that blocks agents under one condition variable (the stall watchdog), and the
+errors they report (stall, leftover).
+
+The objects are built from the protocol's skeleton (``xsync.lowering.protocol``): each pipe
+and event is a set of channels (1 -> N broadcast, N -> N paired, N -> 1 gather), each barrier a
+count over its member instances -- the same objects the verifier reasons about, never
+re-derived here.
+"""
+from __future__ import annotations
+
+import threading
+
+from xsync.errors import LeftoverError, SourceLoc, StallError
+
+
+class Aborted(Exception):
+    """Raised in agents when another agent failed or the program stalled."""
+
+
+def at_text(at) -> str:
+    return (" (" + ", ".join(f"{k}={v}" for k, v in at.items()) + ")") if at else ""
+
+
+def stall_error(kernel_name, file, status, scalars) -> StallError:
+    """status: label -> "done" | (what, line, at) for every instance."""
+    lines, first_line, objects = [], None, []
+    width = max(len(k) for k in status)
+    for label, st in status.items():
+        if st == "done":
+            lines.append(f"{label:<{width}}  finished")
+            continue
+        what, line, at = st
+        first_line = first_line or line
+        lines.append(f"{label:<{width}}  line {line}{at_text(at)}: {what}")
+        objects.append(label)
+    return StallError(
+        f"kernel '{kernel_name}' stalled on the CPU emulator: every live agent waits "
+        f"and no signal can arrive", loc=SourceLoc(file, first_line or 0, kernel_name),
+        objects=tuple(objects), details=scalars + "\n".join(lines),
+        fix=("run `python -m xsync check module:kernel` for the counterexample; the verifier "
+             "was off (XSYNC_VERIFY=0) or the stall depends on run-time values"))
+
+
+class Monitor:
+    """Threads scheduler: one condition variable for every sync object of a program."""
+
+    def __init__(self, kernel_name: str, file: str, labels: list[str], scalars: str = ""):
+        self.cond = threading.Condition()
+        self.kernel_name = kernel_name
+        self.file = file
+        self.scalars = scalars
+        self.status = {label: "running" for label in labels}
+        self.failure: BaseException | None = None
+
+    def block_until(self, label: str, ready, describe, line: int, at: dict | None):
+        """Wait (holding the lock) until ready(); raise StallError if nobody can move."""
+        while not ready():
+            if self.failure is not None:
+                raise Aborted()
+            self.status[label] = ("blocked", describe(), line, at)
+            live = [s for s in self.status.values() if s != "done"]
+            if live and all(isinstance(s, tuple) for s in live):
+                self.failure = stall_error(self.kernel_name, self.file, {
+                    lb: ("done" if st == "done" else st[1:]) for lb, st in self.status.items()},
+                    self.scalars)
+                self.cond.notify_all()
+                raise Aborted()
+            self.cond.wait(timeout=0.25)
+        self.status[label] = "running"
+
+    def changed(self):
+        """A counter moved: every blocked agent must re-check before anyone calls a stall."""
+        for label, s in self.status.items():
+            if isinstance(s, tuple):
+                self.status[label] = "woken"
+        self.cond.notify_all()
+
+    def finish(self, label: str):
+        with self.cond:
+            self.status[label] = "done"
+            self.changed()
+
+    def fail(self, exc: BaseException):
+        with self.cond:
+            if self.failure is None:
+                self.failure = exc
+            self.cond.notify_all()
+
+
+# ---------------------------------------------------------------- sync objects
+class Sites:
+    """Where each counted action happened: (line, iteration) per index, for leftovers."""
+
+    __slots__ = ("items",)
+
+    def __init__(self):
+        self.items: list = []
+
+    def add(self, line, at):
+        self.items.append((line, dict(at) if at else None))
+
+    def get(self, k):
+        return self.items[k] if k < len(self.items) else (None, None)
+
+
+class PipeChannel:
+    """One channel of a pipe: a ring of ``stages`` slots from one producer to its consumers
+    (several for a broadcast: a slot is free once every consumer released it)."""
+
+    def __init__(self, name, stages, producer, consumers):
+        self.name, self.stages = name, stages
+        self.producer, self.consumers = producer, tuple(consumers)
+        self.acquired = self.committed = 0
+        self.waited = {c: 0 for c in self.consumers}
+        self.released = {c: 0 for c in self.consumers}
+        self.ring = [{} for _ in range(stages)]
+        self.acquire_sites, self.commit_sites = Sites(), Sites()
+        self.wait_sites = {c: Sites() for c in self.consumers}
+
+    def can_acquire(self) -> bool:
+        return all(self.acquired - self.released[c] < self.stages for c in self.consumers)
+
+    def why_acquire(self, labels) -> str:
+        low = min(self.consumers, key=lambda c: self.released[c])
+        return (f"acquire on pipe '{self.name}': all {self.stages} slot(s) in use ({self.acquired} "
+                f"acquired, {self.released[low]} released by {labels(low)})")
+
+    def can_wait(self, c) -> bool:
+        return self.waited[c] < self.committed
+
+    def why_wait(self, c, labels) -> str:
+        return (f"wait on pipe '{self.name}': slot {self.waited[c]} not committed ({self.committed} "
+                f"committed by {labels(self.producer)})")
+
+
+class EventChannel:
+    """One channel of an event: the k-th wait of a consumer needs the k-th signal of every
+    producer (several for a gather)."""
+
+    def __init__(self, name, producers, consumers):
+        self.name = name
+        self.producers, self.consumers = tuple(producers), tuple(consumers)
+        self.signals = {p: 0 for p in self.producers}
+        self.waits = {c: 0 for c in self.consumers}
+        self.signal_sites = {p: Sites() for p in self.producers}
+
+    def can_wait(self, c) -> bool:
+        return self.waits[c] < min(self.signals.values())
+
+    def why_wait(self, c, labels) -> str:
+        sent = min(self.signals.values())
+        return f"wait on event '{self.name}': signal {self.waits[c] + 1} not sent ({sent} sent)"
+
+
+class BarrierRT:
+    """A barrier over its member instances (each counts once per meeting)."""
+
+    def __init__(self, name, members):
+        self.name = name
+        self.arrivals = {m: 0 for m in members}
+        self.sites = {m: Sites() for m in members}
+
+    def met(self, mine) -> bool:
+        return min(self.arrivals.values()) >= mine
+
+    def why(self, mine) -> str:
+        return (f"sync on barrier '{self.name}' (meeting {mine}): waiting for "
+                + ", ".join(m for m, n in self.arrivals.items() if n < mine))
+
+
+class Program:
+    """The sync objects of one program, built from the skeleton."""
+
+    def __init__(self, skel, labels):
+        self.skel, self.labels = skel, labels
+        self.channels: dict[tuple, object] = {}    # (object, endpoint) -> channel
+        self.pipes, self.events, self.barriers = [], [], {}
+        for link in skel.links:
+            for ch in link.channels:
+                if link.kind == "pipe":
+                    rt = PipeChannel(link.obj, link.capacity, ch.producers[0], ch.consumers)
+                    self.pipes.append(rt)
+                else:
+                    rt = EventChannel(link.obj, ch.producers, ch.consumers)
+                    self.events.append(rt)
+                for e in ch.producers + ch.consumers:
+                    self.channels[(link.obj, e)] = rt
+        for b in skel.barriers:
+            self.barriers[b.obj] = BarrierRT(b.obj, [labels[m] for m in b.members])
+
+    def label(self, ep) -> str:
+        return self.skel.endpoint_label(ep)
+
+    def leftovers(self) -> list[tuple[str, str, int | None, dict | None]]:
+        """(object, what, line, iteration) of everything left unconsumed at the end."""
+        out, lab = [], self.label
+        for ch in self.pipes:
+            for c in ch.consumers:
+                if ch.committed > ch.waited[c]:
+                    line, at = ch.commit_sites.get(ch.waited[c])
+                    out.append((ch.name, f"pipe '{ch.name}': slot {ch.waited[c]} committed by "
+                                         f"{lab(ch.producer)} was never waited by {lab(c)} "
+                                         f"({ch.committed - ch.waited[c]} left)", line, at))
+                if ch.waited[c] > ch.released[c]:
+                    line, at = ch.wait_sites[c].get(ch.released[c])
+                    out.append((ch.name, f"pipe '{ch.name}': slot {ch.released[c]} waited by {lab(c)} "
+                                         f"was never released ({ch.waited[c] - ch.released[c]} held: a "
+                                         f"missing release)", line, at))
+            if ch.acquired > ch.committed:
+                line, at = ch.acquire_sites.get(ch.committed)
+                out.append((ch.name, f"pipe '{ch.name}': slot {ch.committed} acquired by "
+                                     f"{lab(ch.producer)} was never committed", line, at))
+        for ch in self.events:
+            for c in ch.consumers:
+                for p in ch.producers:
+                    if ch.signals[p] > ch.waits[c]:
+                        line, at = ch.signal_sites[p].get(ch.waits[c])
+                        out.append((ch.name, f"event '{ch.name}': signal {ch.waits[c] + 1} of "
+                                             f"{lab(p)} was never waited by {lab(c)} "
+                                             f"({ch.signals[p] - ch.waits[c]} left)", line, at))
+        for b in self.barriers.values():
+            counts = b.arrivals
+            if len(set(counts.values())) > 1:
+                lo = min(counts.values())
+                ahead = next(m for m, n in counts.items() if n > lo)
+                line, at = b.sites[ahead].get(lo)
+                behind = ", ".join(m for m, n in counts.items() if n == lo)
+                out.append((b.name, f"barrier '{b.name}': meeting {lo + 1} is left incomplete "
+                                    f"({ahead} arrived, {behind} did not)", line, at))
+        return out
+
+
+def leftover_error(kernel, file, left, scalars) -> LeftoverError:
+    obj, what, line, at = left[0]
+    more = "".join(f"{w} at line {ln}{at_text(a)}\n" for _, w, ln, a in left[1:])
+    return LeftoverError(
+        f"kernel '{kernel}' ended on the CPU emulator with unconsumed synchronization: {what}",
+        loc=SourceLoc(file, line or 0, kernel), objects=tuple(dict.fromkeys(o for o, _, _, _ in left)),
+        details=scalars + (f"the first one: line {line}{at_text(at)}\n" if line else "") + more,
+        fix=("make every loop that signals/commits run as many times as the loop that "
+             "waits/releases, and release every slot you wait for; `python -m xsync check` "
+             "finds this before running (the verifier was off, XSYNC_VERIFY=0)"))

@@ -1,0 +1,158 @@
+"""The two CPU emulator schedulers (``XSYNC_CPU_MODE``): one thread per agent instance
+(``threads``, with the recorder when one is active) or one deterministic round-robin over
+generator agents in the calling thread (``cooperative``)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from xsync.backends.cpu.agents import Agent, CoopAgent
+from xsync.backends.cpu.channels import Aborted, Monitor, Program, leftover_error, stall_error
+from xsync.backends.cpu.recording import (ProgramTrace, RecordingAgent, RecordingMonitor, active_trace,
+                                          link_pairs, object_infos)
+from xsync.errors import LaunchError
+from xsync.lowering.ir import ParamKind
+
+
+class CoopScheduler:
+    """Round-robin over generator agents; a round without a move is a stall."""
+
+    def __init__(self):
+        self.moves = 0
+        self.status: dict = {}
+
+    def blocked(self, ag, describe, line, at):
+        self.status[ag.label] = (describe, line, at)
+
+    def running(self, ag):
+        self.status.pop(ag.label, None)
+
+
+
+_STOP_GRACE_S = 120.0      # one loop iteration's compute, at most, after a timeout
+
+def run_grid(compiled, grid: tuple[int, ...], args: dict, join_timeout: float):
+    """Run every program of ``grid`` (threads or the cooperative scheduler)."""
+    import itertools
+
+    run = _run_coop if getattr(compiled, "mode", "threads") == "cooperative" else _run_program
+    for pid in itertools.product(*(range(g) for g in grid)):
+        run(compiled, tuple(pid), grid, args, join_timeout)
+
+
+def _scalar_note(k, args) -> str:
+    shown = [f"{p.name} = {args[p.name]}" for p in k.params if p.kind is ParamKind.SCALAR and p.name in args]
+    return ("with " + ", ".join(shown) + "\n") if shown else ""
+
+
+def _run_coop(compiled, pid, grid, args, join_timeout):
+    k, skel = compiled.kernel, compiled.skeleton
+    labels = [inst.label for inst in skel.instances]
+    program = Program(skel, labels)
+    sched = CoopScheduler()
+    live = []
+    for inst in skel.instances:
+        ag = CoopAgent(inst.label, inst.replica, pid, grid, program, None, inst.index, k.file,
+                       k.name, scheduler=sched)
+        live.append((ag, compiled.agent_functions[inst.agent](ag, **args)))
+    deadline = time.monotonic() + join_timeout
+    done: set = set()
+    while len(done) < len(live):
+        before = sched.moves
+        finished = False
+        for ag, gen in live:
+            if ag.label in done:
+                continue
+            try:
+                next(gen)
+            except StopIteration:
+                done.add(ag.label)
+                sched.running(ag)
+                finished = True
+        if sched.moves == before and not finished and len(done) < len(live):
+            status = {ag.label: ("done" if ag.label in done else
+                                 (sched.status[ag.label][0](),) + sched.status[ag.label][1:])
+                      for ag, _ in live}
+            raise stall_error(k.name, k.file, status, _scalar_note(k, args))
+        if time.monotonic() > deadline:
+            raise LaunchError(f"kernel '{k.name}' program {pid} did not finish within "
+                              f"{join_timeout:.0f} s on the CPU emulator",
+                              fix="use smaller shapes, or raise XSYNC_CPU_TIMEOUT")
+    left = program.leftovers()
+    if left:
+        raise leftover_error(k.name, k.file, left, _scalar_note(k, args))
+
+
+def _run_program(compiled, pid, grid, args, join_timeout):
+    k, placement, skel = compiled.kernel, compiled.placement, compiled.skeleton
+    labels = [inst.label for inst in skel.instances]
+    scalars = _scalar_note(k, args)
+    program = Program(skel, labels)
+    trace = active_trace()
+    if trace is None:
+        mon = Monitor(k.name, k.file, labels, scalars)
+    else:
+        mon = RecordingMonitor(k.name, k.file, labels, scalars, trace=trace)
+        prog = ProgramTrace(pid, labels, object_infos(skel))
+        trace.programs.append(prog)
+        trace.kernel_name, trace.file, trace.grid = k.name, k.file, grid
+
+    # the agents compute in the caller's autograd mode (inference_mode, no_grad or not)
+    inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+
+    def caller_mode():
+        return torch.inference_mode() if inference else torch.set_grad_enabled(grad)
+
+    threads, agents = [], []
+    for inst in skel.instances:
+        fn = compiled.agent_functions[inst.agent]
+        if trace is None:
+            ag = Agent(inst.label, inst.replica, pid, grid, program, mon, inst.index, k.file, k.name)
+        else:
+            ag = RecordingAgent(inst.label, inst.replica, pid, grid, program, mon, inst.index,
+                                 k.file, k.name, trace=trace, program_index=len(trace.programs) - 1)
+
+        def body(fn=fn, ag=ag):
+            try:
+                if trace is not None:
+                    ag.begin()
+                with caller_mode():
+                    fn(ag, **args)
+            except Aborted:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - reported by the launcher
+                mon.fail(exc)
+            finally:
+                if trace is not None:
+                    ag.end()
+                mon.finish(ag.label)
+        threads.append(threading.Thread(target=body, name=f"xsync-{inst.label}", daemon=True))
+        agents.append(ag)
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + join_timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        mon.fail(LaunchError(
+            f"kernel '{k.name}' program {pid} did not finish within {join_timeout:.0f} s on the CPU "
+            f"emulator (agents still computing, none blocked)",
+            fix="use smaller shapes, or raise XSYNC_CPU_TIMEOUT"))
+        # every agent stops at its next loop iteration or sync call: wait for that, so no
+        # thread still computes when the error reaches the caller (or the interpreter exits)
+        for t in threads:
+            t.join(_STOP_GRACE_S)
+    if mon.failure is None:
+        left = program.leftovers()
+        if left:
+            mon.failure = leftover_error(k.name, k.file, left, scalars)
+    if trace is not None:
+        for ag in agents:
+            prog.ops.extend(ag.ops)
+        prog.ops.sort(key=lambda op: (op.t_start, op.t_end))
+        prog.error = mon.failure
+        link_pairs(prog)
+    if mon.failure is not None:
+        raise mon.failure

@@ -1,0 +1,88 @@
+"""The tile ops of the vocabulary on torch, as generated CPU agent code calls them
+(``rt.load``, ``rt.reduce_max``, ...)."""
+from __future__ import annotations
+
+import torch
+
+TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+                "int32": torch.int32, "int1": torch.bool}
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def arange(start, end):
+    return torch.arange(start, end, dtype=torch.int32)
+
+
+def zeros(shape, dtype):
+    return torch.zeros(list(shape), dtype=dtype)
+
+
+def full(shape, value, dtype):
+    return torch.full(list(shape), value, dtype=dtype)
+
+
+def load(tensor, offsets, shape):
+    """Tile of ``shape`` at ``offsets``; out-of-bounds elements read as 0 (TMA semantics)."""
+    r0, c0 = (int(o) for o in offsets)
+    rows, cols = shape
+    out = torch.zeros((rows, cols), dtype=tensor.dtype)
+    r1, c1 = min(r0 + rows, tensor.shape[0]), min(c0 + cols, tensor.shape[1])
+    if r0 < r1 and c0 < c1 and r0 >= 0 and c0 >= 0:
+        out[: r1 - r0, : c1 - c0] = tensor[r0:r1, c0:c1]
+    return out
+
+
+def load_scalar(tensor, index):
+    return int(tensor[int(index)])
+
+
+def store(tensor, offsets, value, bounds=None):
+    """Write ``value`` at ``offsets``; parts outside the tensor or ``bounds`` are dropped."""
+    r0, c0 = (int(o) for o in offsets)
+    rows, cols = value.shape
+    r_end, c_end = tensor.shape[0], tensor.shape[1]
+    if bounds is not None:
+        r_end, c_end = min(r_end, int(bounds[0])), min(c_end, int(bounds[1]))
+    r1, c1 = min(r0 + rows, r_end), min(c0 + cols, c_end)
+    if r0 < r1 and c0 < c1 and r0 >= 0 and c0 >= 0:
+        tensor[r0:r1, c0:c1] = value[: r1 - r0, : c1 - c0].to(tensor.dtype)
+
+
+def trans(x):
+    return x.transpose(0, 1)
+
+
+def reduce_max(x, axis):
+    return torch.amax(x, dim=axis)
+
+
+def reduce_sum(x, axis):
+    return torch.sum(x, dim=axis)
+
+
+def exp2(x):
+    return torch.exp2(x)
+
+
+def log2(x):
+    return torch.log2(x)
+
+
+def where(c, a, b):
+    return torch.where(c, torch.as_tensor(a), torch.as_tensor(b))
+
+
+def maximum(a, b):
+    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+        return a if a >= b else b
+    return torch.maximum(torch.as_tensor(a), torch.as_tensor(b))
+
+
+def minimum(a, b):
+    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+        return a if a <= b else b
+    return torch.minimum(torch.as_tensor(a), torch.as_tensor(b))
+
