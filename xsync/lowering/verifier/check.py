@@ -190,118 +190,11 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: boo
     # that finds a bug the check runs again over every count, so the bug reported is the one
     # the full check reports.
     copies_of = sc.repeating_episode() if repeats and one_copy else None
-    reach = {ln: b + periods[ln] for ln, b in bounds.items()}
-    if copies_of is not None:
-        reach[sc.episode_trip_lines[copies_of]] = 1
-    found, names = sc.enumerate(reach, fixed={copies_of: (0, 1)} if copies_of else None)
-    if copies_of is not None and found:
-        # at 0 iterations every program is empty, whatever the other scalars: one stands for all
-        none = {k for k, (a, _) in enumerate(found) if a.get(copies_of) == 0}
-        none.discard(min(none, default=None))
-        found = [x for k, x in enumerate(found) if k not in none]
-    complete = not unproven
-    if found is None:
-        found, names = _coarse(sc, bounds)
-        complete = False
-        unproven = unproven + ["the scalar candidates were thinned (too many combinations)"]
-    if found is None:
-        scalars = ", ".join(scalar_name(n, sc) for n in names)
-        raise VerifierLimitError(
-            f"{kernel.name}: too many combinations of the run-time scalars ({scalars}) to "
-            f"verify the protocol on the {placement.backend} placement",
-            loc=kernel.loc,
-            fix=("let fewer independent scalars decide trip counts and conditions (compute one "
-                 "from another, or move a persistent tile loop around the whole kernel so its "
-                 "iterations are verified one at a time), or skip the check with "
-                 "xsync.options(verify=False) / XSYNC_VERIFY=0 at your own risk"))
-    if len(found) > MAX_RUNS:
-        found = found[:MAX_RUNS]
-        complete = False
-        unproven = unproven + [f"only the {MAX_RUNS} smallest scalar assignments were checked"]
+    found, names, complete, unproven = _assignments(kernel, placement, sc, bounds, periods, unproven, copies_of)
     tables = Tables(skel, sc)
-    worst = None          # (severity, run, build) of the worst finding so far
-    steps = 0
-    results = []
-    after = 0             # assignments checked since the first finding
-    # Assignments that unroll to the same programs (they differ in a value no sync action
-    # depends on) have the same runs: a run that found nothing is not repeated (its steps are
-    # counted again, so the report reads as if it had been). Whether the leads were measured
-    # changes the steps, so it is part of the key.
-    clean: dict[tuple, Run] = {}
-    fully_clean: dict[tuple, set] = {}      # program lengths -> programs of clean runs
-    # Programs are interned (programs -> a small id: the keys above hash an id, not every
-    # action), and where there are many assignments found by their control decisions
-    # (Scalars.tracer: equal decisions, equal programs) -- only a new trace is unrolled.
-    # Tracing costs about half an unroll: it stops where, over the first TRACE_TRIAL
-    # assignments, fewer than half repeat a trace. None of this changes what is run.
-    interned: dict[tuple, int] = {}
-    traced: dict[tuple, tuple] = {}         # trace -> (ids, programs, program id)
-    repeated: set[int] = set()              # program ids repeats_clean said yes to
-    trace = sc.tracer() if len(found) > COMPILE_AFTER else None
-    hits = 0
-    faulted = 0           # assignments where a bound or condition cannot be evaluated
-    simulated = 0
-    for n_done, (assignment, obs) in enumerate(found):
-        # only look for bugs worse than the worst one found (at smaller scalar values), and
-        # only among the next LOOK_FURTHER assignments: a hang found soon after a leftover
-        # is the one to report
-        below = worst[0] if worst else 4
-        got = None
-        if trace is not None and n_done == TRACE_TRIAL and 2 * hits < n_done:
-            trace = None
-        try:
-            if trace is not None:
-                decisions = trace(assignment)
-                got = traced.get(decisions)
-                hits += got is not None
-            if got is None:
-                ids = sc.unroll(assignment)
-                programs = tuple(map(tuple, ids))
-                got = (ids, programs, interned.setdefault(programs, len(interned)))
-                if trace is not None:
-                    traced[decisions] = got
-        except EVALUATION_FAILS:
-            # a loop bound or condition cannot be evaluated at these values (a division by
-            # zero, or it reads a value whose definition failed): no run gets past it there
-            faulted += 1
-            continue
-        ids, programs, pid = got
-        key = (pid, below > 1)
-        run = clean.get(key)
-        # fully_clean only grows: a yes stays a yes
-        if run is None and repeats and (pid in repeated or repeats_clean(programs, fully_clean)):
-            repeated.add(pid)
-            run = _Repeated(sum(map(len, programs)))
-            found_here = None
-            # clean at any threshold: copies of these are clean too
-            fully_clean.setdefault(tuple(map(len, programs)), set()).add(programs)
-        elif run is None:
-            run = Run(skel, sc, assignment, obs, leads, tables, ids)
-            found_here = run.find(below, exhaustive)
-            simulated += 1
-            if found_here is None:
-                clean[key] = run
-                if below == 4:
-                    fully_clean.setdefault(tuple(map(len, programs)), set()).add(programs)
-        else:
-            # the same programs found nothing at a threshold at least as high (the threshold
-            # only falls): nothing below this one either
-            found_here = None
-        steps += run.steps
-        results.append((assignment, obs, run))
-        if found_here is not None:
-            worst = found_here
-            if worst[0] == 0:
-                break
-        if worst is not None:
-            after += 1
-            if after > LOOK_FURTHER:
-                break
-        if steps > MAX_STEPS:
-            complete = False
-            unproven = unproven + [f"the search stopped after {steps} steps (larger trip counts "
-                                   f"were not checked)"]
-            break
+    runs = _Runs(skel, sc, leads, tables, repeats, exhaustive, found)
+    complete, unproven = runs.run(found, complete, unproven)
+    worst, steps, results, faulted, simulated = runs.worst, runs.steps, runs.results, runs.faulted, runs.simulated
     if worst is not None:
         if copies_of is not None:
             return _check(kernel, placement, skel, sc, exhaustive, one_copy=False)
@@ -332,6 +225,155 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: boo
                         tuple(unproven), sum(r[2].cross_checked for r in results),
                         tuple(sorted(sc.episodes)),
                         (sc.episode_trip_lines[copies_of],) if copies_of is not None else (), simulated)
+
+
+
+
+def _assignments(kernel, placement, sc: Scalars, bounds, periods, unproven, copies_of):
+    """(assignments with their observations, the scalars they name, complete, unproven): the
+    scalar assignments to check, smallest first (thinned where they are too many)."""
+    reach = {ln: b + periods[ln] for ln, b in bounds.items()}
+    if copies_of is not None:
+        reach[sc.episode_trip_lines[copies_of]] = 1
+    found, names = sc.enumerate(reach, fixed={copies_of: (0, 1)} if copies_of else None)
+    if copies_of is not None and found:
+        # at 0 iterations every program is empty, whatever the other scalars: one stands for all
+        none = {k for k, (a, _) in enumerate(found) if a.get(copies_of) == 0}
+        none.discard(min(none, default=None))
+        found = [x for k, x in enumerate(found) if k not in none]
+    complete = not unproven
+    if found is None:
+        found, names = _coarse(sc, bounds)
+        complete = False
+        unproven = unproven + ["the scalar candidates were thinned (too many combinations)"]
+    if found is None:
+        scalars = ", ".join(scalar_name(n, sc) for n in names)
+        raise VerifierLimitError(
+            f"{kernel.name}: too many combinations of the run-time scalars ({scalars}) to "
+            f"verify the protocol on the {placement.backend} placement",
+            loc=kernel.loc,
+            fix=("let fewer independent scalars decide trip counts and conditions (compute one "
+                 "from another, or move a persistent tile loop around the whole kernel so its "
+                 "iterations are verified one at a time), or skip the check with "
+                 "xsync.options(verify=False) / XSYNC_VERIFY=0 at your own risk"))
+    if len(found) > MAX_RUNS:
+        found = found[:MAX_RUNS]
+        complete = False
+        unproven = unproven + [f"only the {MAX_RUNS} smallest scalar assignments were checked"]
+    return found, names, complete, unproven
+
+
+class _Runs:
+    """The runs of one check's assignments, in order, with what makes them cheap: the
+    programs of an assignment looked up by its control decisions, a clean run's programs not
+    run again, and programs that repeat a clean run's not run at all."""
+
+    def __init__(self, skel, sc: Scalars, leads: Leads, tables: Tables, repeats: bool, exhaustive: bool, found):
+        self.skel, self.sc, self.leads, self.tables = skel, sc, leads, tables
+        self.repeats, self.exhaustive = repeats, exhaustive
+        self.worst = None          # (severity, run, build) of the worst finding so far
+        self.steps = 0
+        self.results = []
+        self.after = 0             # assignments checked since the first finding
+        # Assignments that unroll to the same programs (they differ in a value no sync action
+        # depends on) have the same runs: a run that found nothing is not repeated (its steps are
+        # counted again, so the report reads as if it had been). Whether the leads were measured
+        # changes the steps, so it is part of the key.
+        self.clean: dict[tuple, Run] = {}
+        self.fully_clean: dict[tuple, set] = {}      # program lengths -> programs of clean runs
+        # Programs are interned (programs -> a small id: the keys above hash an id, not every
+        # action), and where there are many assignments found by their control decisions
+        # (Scalars.tracer: equal decisions, equal programs) -- only a new trace is unrolled.
+        # Tracing costs about half an unroll: it stops where, over the first TRACE_TRIAL
+        # assignments, fewer than half repeat a trace. None of this changes what is run.
+        self.interned: dict[tuple, int] = {}
+        self.traced: dict[tuple, tuple] = {}         # trace -> (ids, programs, program id)
+        self.repeated: set[int] = set()              # program ids repeats_clean said yes to
+        self.trace = sc.tracer() if len(found) > COMPILE_AFTER else None
+        self.hits = 0
+        self.faulted = 0           # assignments where a bound or condition cannot be evaluated
+        self.simulated = 0
+
+    def run(self, found, complete, unproven):
+        """Run the assignments of ``found`` in order until the worst finding is settled or the
+        steps run out: (complete, unproven), updated where the search stopped early."""
+        for n_done, (assignment, obs) in enumerate(found):
+            # only look for bugs worse than the worst one found (at smaller scalar values), and
+            # only among the next LOOK_FURTHER assignments: a hang found soon after a leftover
+            # is the one to report
+            below = self.worst[0] if self.worst else 4
+            got = self.programs(assignment, n_done)
+            if got is None:
+                continue
+            run, found_here = self.run_of(assignment, obs, got, below)
+            self.steps += run.steps
+            self.results.append((assignment, obs, run))
+            if found_here is not None:
+                self.worst = found_here
+                if self.worst[0] == 0:
+                    break
+            if self.worst is not None:
+                self.after += 1
+                if self.after > LOOK_FURTHER:
+                    break
+            if self.steps > MAX_STEPS:
+                complete = False
+                unproven = unproven + [f"the search stopped after {self.steps} steps (larger trip counts "
+                                       f"were not checked)"]
+                break
+        return complete, unproven
+
+    def programs(self, assignment, n_done: int):
+        """(ids, programs, program id) of ``assignment``, or None where a loop bound or
+        condition cannot be evaluated (counted in ``faulted``)."""
+        got = None
+        if self.trace is not None and n_done == TRACE_TRIAL and 2 * self.hits < n_done:
+            self.trace = None
+        trace = self.trace
+        try:
+            if trace is not None:
+                decisions = trace(assignment)
+                got = self.traced.get(decisions)
+                self.hits += got is not None
+            if got is None:
+                ids = self.sc.unroll(assignment)
+                programs = tuple(map(tuple, ids))
+                got = (ids, programs, self.interned.setdefault(programs, len(self.interned)))
+                if trace is not None:
+                    self.traced[decisions] = got
+        except EVALUATION_FAILS:
+            # a loop bound or condition cannot be evaluated at these values (a division by
+            # zero, or it reads a value whose definition failed): no run gets past it there
+            self.faulted += 1
+            return None
+        return got
+
+    def run_of(self, assignment, obs, got, below: int):
+        """(the run of the programs ``got``, its finding of severity < ``below`` or None)."""
+        ids, programs, pid = got
+        key = (pid, below > 1)
+        run = self.clean.get(key)
+        fully_clean = self.fully_clean
+        # fully_clean only grows: a yes stays a yes
+        if run is None and self.repeats and (pid in self.repeated or repeats_clean(programs, fully_clean)):
+            self.repeated.add(pid)
+            run = _Repeated(sum(map(len, programs)))
+            found_here = None
+            # clean at any threshold: copies of these are clean too
+            fully_clean.setdefault(tuple(map(len, programs)), set()).add(programs)
+        elif run is None:
+            run = Run(self.skel, self.sc, assignment, obs, self.leads, self.tables, ids)
+            found_here = run.find(below, self.exhaustive)
+            self.simulated += 1
+            if found_here is None:
+                self.clean[key] = run
+                if below == 4:
+                    fully_clean.setdefault(tuple(map(len, programs)), set()).add(programs)
+        else:
+            # the same programs found nothing at a threshold at least as high (the threshold
+            # only falls): nothing below this one either
+            found_here = None
+        return run, found_here
 
 
 @dataclass(frozen=True)
