@@ -51,30 +51,8 @@ def sweep_source(lens, n_axes, stride, lets, bounds, carried, depth, tiles=False
     bounds_code, bounds_depth, bounds_reads = bounds
     # a visit reads the first 16 counters only: calls whose ranges agree there are one
     key = "(r, " + "".join(c + ", " for c in carried) + ")"
-    own_lets: dict[int, list] = {}      # dimension -> its own assignments (local, code)
-    if stride == 1:
-        for j in range(1 if tiles else 0, depth + 1):
-            mine = {f"p{j}", f"q{j}"} if j < n_axes else {f"v{j}"}
-            own = []
-            for d, local, code, reads in lets:
-                if d == j and reads <= mine | {lc for lc, _ in own}:
-                    own.append((local, code))
-            owned = {lc for lc, _ in own}
-            rest = [reads for _, local, _, reads in lets if local not in owned] + [
-                bounds_reads, set(carried)]
-            if any(r & mine for r in rest):
-                continue             # the value itself is read: every value is looped over
-            own_lets[j] = own
-            unpack = f"p{j}, q{j} = x{j}" if j < n_axes else f"v{j} = x{j}"
-            t = "(" + "".join(lc + ", " for lc, _ in own) + ")"
-            out += [f"    U{j}, u{j} = [], set()", f"    for x{j} in D[{j}]:", f"        {unpack}"]
-            if own:
-                out.append("        try:")
-                out.extend(f"            {lc} = {code}" for lc, code in own)
-                out.append(f"        except {FAILS}:")
-                out.append("            continue")
-            out += [f"        t{j} = {t}", f"        if t{j} not in u{j}:",
-                    f"            u{j}.add(t{j})", f"            U{j}.append(t{j})"]
+    own_lets = (_distinct_values(out, n_axes, lets, bounds_reads, carried, depth, tiles)
+                if stride == 1 else {})
 
     def body(level, pad):
         # what is computed once the dimensions up to ``level`` are fixed
@@ -156,3 +134,33 @@ def sweep_source(lens, n_axes, stride, lets, bounds, carried, depth, tiles=False
     else:
         loops(-1, "    ")
     return "\n".join(out) + "\n"
+
+
+def _distinct_values(out: list, n_axes, lets, bounds_reads, carried, depth, tiles) -> dict[int, list]:
+    """For ``sweep_source`` without a stride: dimension -> its own assignments (local, code),
+    for each dimension whose value nothing else reads; ``out`` gets the loop that computes
+    the distinct values of those assignments (``U<j>``) once."""
+    own_lets: dict[int, list] = {}      # dimension -> its own assignments (local, code)
+    for j in range(1 if tiles else 0, depth + 1):
+        mine = {f"p{j}", f"q{j}"} if j < n_axes else {f"v{j}"}
+        own = []
+        for d, local, code, reads in lets:
+            if d == j and reads <= mine | {lc for lc, _ in own}:
+                own.append((local, code))
+        owned = {lc for lc, _ in own}
+        rest = [reads for _, local, _, reads in lets if local not in owned] + [
+            bounds_reads, set(carried)]
+        if any(r & mine for r in rest):
+            continue             # the value itself is read: every value is looped over
+        own_lets[j] = own
+        unpack = f"p{j}, q{j} = x{j}" if j < n_axes else f"v{j} = x{j}"
+        t = "(" + "".join(lc + ", " for lc, _ in own) + ")"
+        out += [f"    U{j}, u{j} = [], set()", f"    for x{j} in D[{j}]:", f"        {unpack}"]
+        if own:
+            out.append("        try:")
+            out.extend(f"            {lc} = {code}" for lc, code in own)
+            out.append(f"        except {FAILS}:")
+            out.append("            continue")
+        out += [f"        t{j} = {t}", f"        if t{j} not in u{j}:",
+                f"            u{j}.add(t{j})", f"            U{j}.append(t{j})"]
+    return own_lets

@@ -320,17 +320,11 @@ def divisor_unit(sc, exprs) -> int:
                 unit = unit * d.value // math.gcd(unit, d.value)
     return unit
 
-def episode_sweep(sc, loop, before, inner, axes, others, dims, stride, targets, images):
-    """Add to ``images`` the values of ``targets`` (the counter of episode loop ``loop`` and
-    the tile coordinates computed from it by ``inner``) over the combinations of ``dims``
-    whose index in their product is a multiple of ``stride``: for each, the assignments
-    ``before`` the loop and its bounds are evaluated (a combination where one of them
-    fails is skipped), then the loop's first 16 iterations run.
-
-    One generated function does it (``sweep_source``): nested loops over ``dims``, each
-    assignment evaluated at the depth of the last dimension it reads, and the iterations
-    run once per distinct (bounds, values the coordinates read) -- nothing else reaches
-    them, so the images are those of running every combination."""
+def _sweep_locals(sc, loop, before, axes, others):
+    """(where, lets, bounds, spelled) for ``episode_sweep``: environment key -> (local name,
+    depth); the assignments ``before`` the loop as (depth, local, code, locals read); the
+    loop's bounds spelled; and the speller ``spelled(e)``. None where every combination
+    fails (an assignment or the bounds read a value no combination defines, or opaque bounds)."""
     where: dict[str, tuple[str, int]] = {}      # environment key -> (local name, depth)
     for j, axis in enumerate(axes):
         where[f"xs.program_id{axis}"] = (f"p{j}", j)
@@ -356,16 +350,34 @@ def episode_sweep(sc, loop, before, inner, axes, others, dims, stride, targets, 
                 continue         # opaque: left unset, as the evaluator would
             got = spelled(v)
             if got is None:
-                return
+                return None
             local = f"a{len(lets)}"
             lets.append((got[1], local, got[0], got[2]))
             where[t] = (local, got[1])
     bounds_expr = ir.TupleExpr((loop.start, loop.stop, loop.step))
     if sc.code(bounds_expr) is None:
-        return                   # opaque bounds: every combination fails to unpack them
+        return None              # opaque bounds: every combination fails to unpack them
     bounds = spelled(bounds_expr)
     if bounds is None:
+        return None
+    return where, lets, bounds, spelled
+
+
+def episode_sweep(sc, loop, before, inner, axes, others, dims, stride, targets, images):
+    """Add to ``images`` the values of ``targets`` (the counter of episode loop ``loop`` and
+    the tile coordinates computed from it by ``inner``) over the combinations of ``dims``
+    whose index in their product is a multiple of ``stride``: for each, the assignments
+    ``before`` the loop and its bounds are evaluated (a combination where one of them
+    fails is skipped), then the loop's first 16 iterations run.
+
+    One generated function does it (``sweep_source``): nested loops over ``dims``, each
+    assignment evaluated at the depth of the last dimension it reads, and the iterations
+    run once per distinct (bounds, values the coordinates read) -- nothing else reaches
+    them, so the images are those of running every combination."""
+    got = _sweep_locals(sc, loop, before, axes, others)
+    if got is None:
         return
+    where, lets, bounds, spelled = got
     # what the iterations read from the environment before the loop
     seen_keys: dict[str, None] = {}
     for m, (f,) in inner:
@@ -441,6 +453,7 @@ def episode_sweep(sc, loop, before, inner, axes, others, dims, stride, targets, 
         images.update(snapshot)      # run again in the original order
     fn(dims, iterations)
     return evaluate
+
 
 def images_source(sc, loop, inner, carried, names) -> str:
     """Source of ``_images(counters, outs)``: ``iteration`` over every (carried values,
