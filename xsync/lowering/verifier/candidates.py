@@ -21,7 +21,7 @@ Which values (``Scalars.assignments``)
    where some floor division, modulus or comparison of x changes (0, 1, u - 1, and the
    residues of the constants it is compared with or offset by, +-1), plus -1 and every
    compared constant +-1. Q grows until every loop depending on x reaches its trip-count
-   bound (``Scalars.loop_bounds``; see ``xsync.lowering.verify`` for why that bound
+   bound (``Scalars.loop_bounds``; see ``xsync.lowering.verifier.check`` for why that bound
    suffices). A named scalar whose inputs appear nowhere else (``q_len = end - start``)
    is enumerated itself: over the integers when it adds or subtracts a free scalar, else
    over the values its definition takes.
@@ -48,7 +48,7 @@ from xsync.lowering.verifier.enumeration import independent, product
 from xsync.lowering.verifier.episodes import (EpisodeSweep, acting_programs, as_episodes, assigned_names,
                                               episode_candidates, episode_images, episode_loops, episode_trips,
                                               reads_var)
-from xsync.lowering.verifier.forms import (DYN, EVALUATORS, Atom, CutVar, LoopVar, Named, Opaque, Select, cdiv,
+from xsync.lowering.verifier.forms import (DYN, Atom, CutVar, LoopVar, Named, Opaque, Select, cdiv,
                                            division_of, env_ref, form_nodes, form_size, free_scalars, has_node,
                                            int_constants, is_dynamic, is_private, is_surjective, linear_in,
                                            static_parts, substitute, to_python, trip)
@@ -59,6 +59,7 @@ from xsync.lowering.verifier.unroll import (COMPILE_AFTER, XBranch, XLet, XLoop,
 TRIP_CAP = 512        # no loop bound beyond this many iterations is tried
 Q_CAP = 64            # candidate multiples of a scalar's unit
 PERIOD_CAP = 64
+_EVALUATORS: dict = {}      # generated code -> compiled evaluator (process-wide cache)
 
 
 class Scalars:
@@ -88,7 +89,7 @@ class Scalars:
         # values they take (see episode_loops)
         self.episode_images: dict[tuple[str, int], list[int]] = {}
         self.episode_trip_lines = {episode_trips(line): line for line in self.episodes}
-        self.episode_more: dict[int, EpisodeSweep] = {}   # episode loop line -> (_episode_dims)
+        self.episode_more: dict[int, EpisodeSweep] = {}   # episode loop line -> (episode_candidates)
         programs = list(skel.programs)
         if self.episodes:
             self._inst = skel.instances[0]
@@ -110,7 +111,7 @@ class Scalars:
             for a in sorted(self._atoms, key=lambda a: a.key):
                 self.observations[Observation("raw", a, ())] = None
         self._cuts()
-        self._unit_memo: dict = {}      # free scalar -> _unit_and_constants (observations final)
+        self._unit_memo: dict = {}      # free scalar -> unit_and_constants (observations final)
 
     # ------------------------------------------------------------ expressions
     def sym(self, e, env):
@@ -167,9 +168,9 @@ class Scalars:
         code = self.code(e)
         if code is None:
             return None
-        fn = EVALUATORS.get(code)
+        fn = _EVALUATORS.get(code)
         if fn is None:
-            fn = EVALUATORS[code] = eval(f"lambda E: {code}", {"_cdiv": cdiv})  # noqa: S307
+            fn = _EVALUATORS[code] = eval(f"lambda E: {code}", {"_cdiv": cdiv})  # noqa: S307
         return fn
 
     def code(self, e, ref=None):
@@ -648,7 +649,7 @@ class Scalars:
         observation computed at the depth of the last scalar it reads, and the deeper loops
         skipped when every deeper observation sits under a branch not taken.
 
-        Scalars that share no observation are enumerated apart (``_independent``): the
+        Scalars that share no observation are enumerated apart (``enumeration.independent``): the
         distinct observation tuples of the product are the combinations of each group's, and
         the first assignment of each (in the product's loop order) combines each group's first."""
         obs = self.obs_list = list(self.observations)
@@ -664,7 +665,6 @@ class Scalars:
         result = [(self._assignment(names, combo), ObsValues(self, key)) for key, combo in found.items()]
         result.sort(key=lambda item: magnitude(obs, item[1].values))
         return result
-
 
 
     def _assignment(self, names, combo) -> Assignment:

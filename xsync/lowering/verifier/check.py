@@ -99,7 +99,7 @@ class VerifyReport:
     complete: bool              # False: some loop is checked only up to its bound
     unproven: tuple[str, ...] = ()
     cross_checked: int = 0      # runs also searched interleaving by interleaving (exhaustive=True)
-    episodes: tuple[int, ...] = ()   # loops whose iterations are independent (scalars.episode_loops)
+    episodes: tuple[int, ...] = ()   # loops whose iterations are independent (episodes.episode_loops)
     # episode loops that hold every action: one iteration stands for any number (_check)
     repeated: tuple[int, ...] = ()
     # assignments whose programs were simulated; the others unrolled to programs already run,
@@ -131,7 +131,6 @@ class VerifyReport:
         return out
 
 
-
 # ---------------------------------------------------------------- entry point
 def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None = None,
            exhaustive: bool = False) -> VerifyReport:
@@ -153,7 +152,7 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
             except VerifierLimitError:
                 if not candidates:
                     raise
-    # Iteration by iteration (scalars.episode_loops): its body grows with its counter, or its
+    # Iteration by iteration (episodes.episode_loops): its body grows with its counter, or its
     # scalars are too many to combine. That check assumes every iteration ends with its
     # channels empty; a kernel that hands slots from one iteration to the next fails it and
     # gets the general check, whose verdict stands where it is complete (where the general
@@ -225,8 +224,6 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: boo
                         tuple(unproven), sum(r[2].cross_checked for r in results),
                         tuple(sorted(sc.episodes)),
                         (sc.episode_trip_lines[copies_of],) if copies_of is not None else (), simulated)
-
-
 
 
 def _assignments(kernel, placement, sc: Scalars, bounds, periods, unproven, copies_of):
@@ -435,7 +432,7 @@ def loop_bounds(sc: Scalars, skel: Skeleton):
         bounds[line] = min(512, 2 * facts.threshold + period * (window + 2))
         periods[line] = period
         if line in sc.episodes:
-            # iterations are independent episodes (scalars.episode_loops): one decides
+            # iterations are independent episodes (episodes.episode_loops): one decides
             # deadlock and leftovers, the others leads across iteration boundaries
             bounds[line] = min(bounds[line], EPISODE_TRIPS)
         if not facts.periodic:
@@ -450,7 +447,6 @@ def _coarse(sc, bounds):
         if found is not None:
             return found, names
     return sc.enumerate({ln: 2 for ln in bounds}, limit=10 ** 7)
-
 
 
 # ---------------------------------------------------------------- unbounded leads

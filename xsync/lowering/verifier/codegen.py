@@ -13,7 +13,7 @@ SWEEPS: dict = {}          # generated sweep source -> function (process-wide ca
 
 def generated(source: str, name: str, label: str):
     """Function ``name`` of generated ``source``, compiled once per process (``SWEEPS``):
-    the episode sweep (``sweep_source``) and its images (``Scalars._images_source``)."""
+    the episode sweep (``sweep_source``) and its images (``episodes.images_source``)."""
     fn = SWEEPS.get(source)
     if fn is None:
         if len(SWEEPS) >= CACHE_CAP:
@@ -25,7 +25,7 @@ def generated(source: str, name: str, label: str):
 
 
 def sweep_source(lens, n_axes, stride, lets, bounds, carried, depth, tiles=False) -> str:
-    """Source of ``_sweep(D, visit)`` for ``Scalars._episode_sweep``: loops over dimensions
+    """Source of ``_sweep(D, visit)`` for ``episodes.episode_sweep``: loops over dimensions
     0 .. ``depth`` (the deeper ones change nothing the iterations see: they only count, for
     the sample), ``lets`` = (depth, local, code, locals read) evaluated at their depth, a
     failure skipping every combination below, then ``visit(start, stop, step, carried

@@ -21,7 +21,6 @@ def scalar_name(n, sc: Scalars | None = None) -> str:
     return getattr(n, "key", str(n))
 
 
-
 # ---------------------------------------------------------------- messages
 def slot_order_error(run, i, k) -> SlotOrderError:
     st = run.progs[i][k]
@@ -213,7 +212,6 @@ def limit_error(run, s: Lead, state, path, lead) -> XSyncError:
                       details=(scalar_note(run, ) + f"reached after ({len(path)} steps):\n"
                                + format_path(run, path)))
     return err
-
 
 
 def diagnose(run: Run, state, stuck) -> tuple[int, str, list]:

@@ -11,7 +11,7 @@ from xsync.lowering.verifier.forms import (Atom, CutVar, Named, Select, divides_
                                            form_nodes, free_scalars, substitute, to_python)
 from xsync.lowering.verifier.observations import Observation
 
-# the enumeration's memos in its innermost loop (``Scalars._product``): off only to test that
+# the enumeration's memos in its innermost loop (``product``): off only to test that
 # they change nothing (tests/core/test_verifier_work.py)
 OBS_MEMO = True
 PRODUCTS: dict = {}        # generated enumeration source -> function (process-wide cache)
@@ -33,7 +33,7 @@ def slots(names) -> dict:
     return index
 
 def independent(names, dims, obs):
-    """``_product``'s dict for the whole product, built from groups of dimensions that no
+    """``product``'s dict for the whole product, built from groups of dimensions that no
     observation links, or None where that does not apply (one group; a dimension with
     repeated values; an observation that divides or steps by a scalar, whose
     failures skip the rest of the product in loop order)."""

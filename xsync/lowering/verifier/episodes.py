@@ -38,7 +38,7 @@ def episode_loops(skel: Skeleton) -> dict[int, str]:
     4. no value assigned in L's body is read by a bound or condition before the body assigns
        it again (nothing the protocol depends on is carried from one iteration to the next).
 
-    Then, by confluence (see ``xsync.lowering.verify``), every run ends as the run that lets
+    Then, by confluence (see ``xsync.lowering.verifier.check``), every run ends as the run that lets
     all agents finish iteration i before any starts i + 1 does; in that run each iteration
     starts with every channel empty and behaves as a one-iteration kernel whose counter is
     a free scalar. So the verifier replaces the counter with a free scalar
@@ -46,7 +46,7 @@ def episode_loops(skel: Skeleton) -> dict[int, str]:
     iterations: one decides deadlock and leftovers for every iteration, the further ones
     expose leads that grow across iteration boundaries (pumped like any other). Where the
     target bounds no lead and L holds every action, one iteration stands for any number
-    (``Scalars.repeating_episode``, ``verify._check``). An instance with no action at all
+    (``Scalars.repeating_episode``, ``check._check``). An instance with no action at all
     takes part in nothing, so the conditions are over the others."""
     programs = acting_programs(skel.programs)
     if not programs:
@@ -231,7 +231,7 @@ def reads_var(nodes, var) -> bool:
 
 @dataclass(frozen=True)
 class EpisodeSweep:
-    """What ``Scalars._episode_dims`` needs of one episode loop's tile sweep."""
+    """What ``episode_candidates`` needs of one episode loop's tile sweep."""
 
     targets: list           # (name, line) of the counter, then of its coordinates
     evaluate: object        # counters -> key -> values: the counter and its own coordinates there
@@ -490,7 +490,7 @@ def images_source(sc, loop, inner, carried, names) -> str:
 def episode_candidates(sc, free, trips, bounds) -> dict:
     """Candidate values of episode loops' counters and coordinates for ``enumerate``.
 
-    The sweep (``_episode_images``) runs the loop for small values of what its bounds and
+    The sweep (``episode_images``) runs the loop for small values of what its bounds and
     coordinates read, so its counter stops after a few iterations and a coordinate such as
     ``tile % heads`` stays below a few; a condition such as ``i != 6`` or ``h != 12`` in the
     body, or a nested ``range(i)`` that must reach its bound, needs more.

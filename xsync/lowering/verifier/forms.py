@@ -151,7 +151,6 @@ def substitute(x, fn):
     return x
 
 
-
 # ---------------------------------------------------------------- code generation
 def to_python(x, var) -> str:
     """Python source of a symbolic form; ``var(node)`` names atoms / cut vars / named values."""
@@ -180,10 +179,6 @@ def to_python(x, var) -> str:
     raise TypeError(f"no scalar code for {x!r}")
 
 
-EVALUATORS: dict = {}      # generated code -> compiled evaluator (process-wide cache)
-
-
-
 def env_ref(key: str) -> str:
     return f"E[{key!r}]"
 
@@ -195,8 +190,6 @@ def cdiv(a, b):
 def trip(start, stop, step) -> int:
     """Iterations of range(start, stop, step)."""
     return max(0, -((start - stop) // step))
-
-
 
 
 def division_of(node):
@@ -212,7 +205,6 @@ def int_constants(nodes) -> list[int]:
     """The absolute values of the integer constants among ``nodes`` (booleans are not)."""
     return [abs(c.value) for c in nodes if isinstance(c, ir.Const) and isinstance(c.value, int)
             and not isinstance(c.value, bool)]
-
 
 
 def static_parts(form) -> list:

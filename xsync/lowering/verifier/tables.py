@@ -62,7 +62,6 @@ class Leads:
         self.holds = sorted({s.hold for s in specs})
 
 
-
 class Tables:
     """Per skeleton: every action's counter and what it waits for, as small integers."""
 

@@ -50,7 +50,6 @@ class XBranch:
     line: int
 
 
-
 def unroll_fast(prog, env, steps, values, overrides):
     for n in prog:
         if n.__class__ is int:
