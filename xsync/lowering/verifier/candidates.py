@@ -43,6 +43,7 @@ import itertools
 import math
 
 from xsync.lowering import ir
+from xsync.lowering.ir import ParamKind, TileOp
 from xsync.lowering.protocol import Act, Branch, Let, Loop, Skeleton, text
 from xsync.lowering.verifier.enumeration import independent, product
 from xsync.lowering.verifier.episodes import (EpisodeSweep, acting_programs, as_episodes, assigned_names,
@@ -96,7 +97,7 @@ class Scalars:
             self._opaque_names = set()
             first = acting_programs(programs)[0]
             for line in self.episodes:
-                self.params[episode_trips(line)] = "scalar"
+                self.params[episode_trips(line)] = ParamKind.SCALAR
                 original = next(n for n in first if isinstance(n, Loop) and n.loc.line == line)
                 self.loops[line] = LoopFacts(line, original.key)
             self.episode_images = episode_images(self, first)
@@ -131,7 +132,7 @@ class Scalars:
             if n in self.consts:
                 v = self.consts[n]
                 return ir.Const(v)
-            if self.params.get(n) == "scalar":
+            if self.params.get(n) is ParamKind.SCALAR:
                 return Atom(n, "int")
             return Opaque(f"value `{n}`")
         if isinstance(e, ir.BinOp):
@@ -152,13 +153,13 @@ class Scalars:
         if isinstance(e, ir.BoolOp):
             return ir.BoolOp(e.op, tuple(self.sym(v, env) for v in e.values))
         if isinstance(e, ir.Call):
-            if e.op in ("cdiv", "minimum", "maximum", "where"):
+            if e.op in (TileOp.CDIV, TileOp.MINIMUM, TileOp.MAXIMUM, TileOp.WHERE):
                 return ir.Call(e.op, tuple(self.sym(a, env) for a in e.args))
-            if e.op in ("program_id", "num_programs") and isinstance(e.args[0], ir.Const):
-                return Atom(f"xs.{e.op}({e.args[0].value})", "pid" if e.op == "program_id" else "np")
-            if e.op == "load_scalar":
+            if e.op in (TileOp.PROGRAM_ID, TileOp.NUM_PROGRAMS) and isinstance(e.args[0], ir.Const):
+                return Atom(f"xs.{e.op}({e.args[0].value})", "pid" if e.op is TileOp.PROGRAM_ID else "np")
+            if e.op is TileOp.LOAD_SCALAR:
                 return Atom(text(e), "int")
-            if e.op == "replica_id":
+            if e.op is TileOp.REPLICA_ID:
                 return ir.Const(self._inst.replica)
         return Opaque(f"`{text(e)}`")
 
@@ -184,7 +185,7 @@ class Scalars:
         if isinstance(e, ir.Name):
             if e.id in self.consts:
                 return repr(self.consts[e.id])
-            if self.params.get(e.id) == "tensor" or e.id in self._opaque_names:
+            if self.params.get(e.id) is ParamKind.TENSOR or e.id in self._opaque_names:
                 return None
             return ref(e.id)
         if isinstance(e, (ir.BinOp, ir.Compare)):
@@ -200,18 +201,18 @@ class Scalars:
             parts = [self.code(v, ref) for v in e.items]
             return None if None in parts else "(" + "".join(p + ", " for p in parts) + ")"
         if isinstance(e, ir.Call):
-            if e.op in ("program_id", "num_programs", "load_scalar"):
+            if e.op in (TileOp.PROGRAM_ID, TileOp.NUM_PROGRAMS, TileOp.LOAD_SCALAR):
                 return ref(text(e))
-            if e.op == "replica_id":
+            if e.op is TileOp.REPLICA_ID:
                 return repr(self._inst.replica)
             parts = [self.code(a, ref) for a in e.args]
             if None in parts:
                 return None
-            if e.op == "cdiv":
+            if e.op is TileOp.CDIV:
                 return f"_cdiv({parts[0]}, {parts[1]})"
-            if e.op in ("minimum", "maximum"):
-                return f"{'min' if e.op == 'minimum' else 'max'}({parts[0]}, {parts[1]})"
-            if e.op == "where":
+            if e.op in (TileOp.MINIMUM, TileOp.MAXIMUM):
+                return f"{'min' if e.op is TileOp.MINIMUM else 'max'}({parts[0]}, {parts[1]})"
+            if e.op is TileOp.WHERE:
                 return f"({parts[1]} if {parts[0]} else {parts[2]})"
         return None
 
@@ -404,7 +405,7 @@ class Scalars:
                 linear = None
                 if isinstance(node, ir.Compare):
                     linear = (node.left, node.right)
-                elif isinstance(node, ir.Call) and node.op in ("minimum", "maximum"):
+                elif isinstance(node, ir.Call) and node.op in (TileOp.MINIMUM, TileOp.MAXIMUM):
                     linear = tuple(node.args)
                 if linear and any(linear_in(x, mine) for x in linear):
                     consts = [abs(c.value) for x in linear for c in form_nodes(x)
@@ -508,7 +509,7 @@ class Scalars:
                             isinstance(node.right, ir.Const) and isinstance(node.right.value, int) \
                             and node.right.value > 1 and var in free_scalars(node.left):
                         divisors.add(node.right.value)
-                    if isinstance(node, ir.Call) and node.op == "cdiv" and \
+                    if isinstance(node, ir.Call) and node.op is TileOp.CDIV and \
                             isinstance(node.args[1], ir.Const) and isinstance(node.args[1].value, int) \
                             and var in free_scalars(node.args[0]):
                         divisors.add(abs(node.args[1].value))

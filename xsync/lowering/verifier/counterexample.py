@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xsync.lowering.ir import Verb
+
 
 @dataclass(frozen=True)
 class CounterexampleStep:
@@ -50,7 +52,7 @@ class Counterexample:
             a = st.action
             by = []
             for j, t in run.reqs[i][k]:
-                src = index.get((j, t - (0 if a.verb == "meet" else 1)))
+                src = index.get((j, t - (0 if a.meeting else 1)))
                 if src is not None:
                     by.append(src)
             index[(i, k)] = n
@@ -73,6 +75,10 @@ class Counterexample:
 
 
 def _draw_verb(a) -> str:
-    if a.verb == "meet":
+    """The verb as ``xsync trace`` draws it (an event's wait is ``evwait``; an event's verbs,
+    a meeting's, are plain strings)."""
+    if a.meeting:
         return "sync" if a.waits else "arrive"
+    if a.event:
+        return "evwait" if a.verb is Verb.WAIT else a.verb.value
     return a.verb

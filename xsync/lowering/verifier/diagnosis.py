@@ -4,9 +4,10 @@ interleaving that leads there, where each agent stands and why), the fix each na
 from __future__ import annotations
 
 from xsync.errors import DeadlockError, LeftoverError, SlotOrderError, XSyncError
+from xsync.lowering.ir import Verb
 from xsync.lowering.verifier.counterexample import Counterexample
 from xsync.lowering.verifier.forms import CutVar
-from xsync.lowering.verifier.tables import INF, Lead
+from xsync.lowering.verifier.tables import INF, MEETING, Lead
 from xsync.lowering.verifier.unroll import Step
 
 
@@ -22,10 +23,12 @@ def scalar_name(n, sc: Scalars | None = None) -> str:
 
 
 # ---------------------------------------------------------------- messages
+
+
 def slot_order_error(run, i, k) -> SlotOrderError:
     st = run.progs[i][k]
     a = st.action
-    pair = "acquire" if a.verb == "commit" else "wait"
+    pair = Verb.ACQUIRE if a.verb is Verb.COMMIT else Verb.WAIT
     done = run.total((a.endpoint, pair, a.obj))
     return SlotOrderError(
         f"{a.verb} on pipe '{a.obj}' without a slot from {pair}: "
@@ -37,6 +40,7 @@ def slot_order_error(run, i, k) -> SlotOrderError:
         details=scalar_note(run, ) + iter_note(st)
         + f"{run.skel.who(a.endpoint)} does {done} {pair}(s) of "
           f"'{a.obj}' in all\n")
+
 
 def scalar_note(run) -> str:
     """``with n = 3: loop at line 13 `range(0, n, 1)` runs 3 time(s)``."""
@@ -61,6 +65,7 @@ def scalar_note(run) -> str:
     head = "with " + (parts[0] if parts else "")
     return head + (": " if parts and text else "") + text + "\n"
 
+
 def used_scalars(run) -> list[tuple[str, object]]:
     keys = {scalar_name(n) for n in run.sc.free()}
     out = []
@@ -71,44 +76,48 @@ def used_scalars(run) -> list[tuple[str, object]]:
             out.append((k, v))
     return out
 
+
 def instance_label(run, i) -> str:
     return run.skel.instances[i].label
+
 
 def why_blocked(run, i, state) -> str:
     a = run.progs[i][state[i]].action
     label = run.skel.who
-    if a.verb == "acquire":
+    if a.verb is Verb.ACQUIRE:
         link = run.links[a.obj]
         ch = link.channel_of(a.endpoint)
-        held = run.count((a.endpoint, "acquire", a.obj), state)
-        worst = min(ch.consumers, key=lambda d: run.count((d, "release", a.obj), state))
-        rel = run.count((worst, "release", a.obj), state)
+        held = run.count((a.endpoint, Verb.ACQUIRE, a.obj), state)
+        worst = min(ch.consumers, key=lambda d: run.count((d, Verb.RELEASE, a.obj), state))
+        rel = run.count((worst, Verb.RELEASE, a.obj), state)
         return (f"acquire on pipe '{a.obj}': all {link.capacity} slot(s) in use ({held} acquired, "
                 f"{rel} released by {label(worst)}{finished_note(run, worst.instance, state)})")
-    if a.verb == "wait":
+    if a.verb is Verb.WAIT and not a.event:
         (p,) = run.links[a.obj].channel_of(a.endpoint).producers
-        waited = run.count((a.endpoint, "wait", a.obj), state)
-        committed = run.count((p, "commit", a.obj), state)
+        waited = run.count((a.endpoint, Verb.WAIT, a.obj), state)
+        committed = run.count((p, Verb.COMMIT, a.obj), state)
         return (f"wait on pipe '{a.obj}': slot {waited} not committed yet ({committed} committed by "
                 f"{label(p)}{finished_note(run, p.instance, state)})")
-    if a.verb == "evwait":
+    if a.event_wait:
         ch = run.links[a.obj].channel_of(a.endpoint)
-        waited = run.count((a.endpoint, "evwait", a.obj), state)
-        late = [s for s in ch.producers if run.count((s, "signal", a.obj), state) <= waited]
-        sent = ", ".join(f"{run.count((s, 'signal', a.obj), state)} sent by {label(s)}"
+        waited = run.count((a.endpoint, Verb.WAIT, a.obj), state)
+        late = [s for s in ch.producers if run.count((s, Verb.SIGNAL, a.obj), state) <= waited]
+        sent = ", ".join(f"{run.count((s, Verb.SIGNAL, a.obj), state)} sent by {label(s)}"
                          f"{finished_note(run, s.instance, state)}" for s in late)
         return f"wait on event '{a.obj}': signal {waited + 1} not sent yet ({sent})"
-    if a.verb == "meet":
-        mine = run.count((i, "meet", a.obj), state)
+    if a.meeting:
+        mine = run.count((i, MEETING, a.obj), state)
         late = [j for j in run.bars[a.obj].members
-                if j != i and run.count((j, "meet", a.obj), state) < mine]
-        verb = "sync" if a.waits else "arrive"
+                if j != i and run.count((j, MEETING, a.obj), state) < mine]
+        verb = a.verb      # sync, or arrive (which does not wait)
         return (f"{verb} on barrier '{a.obj}' (meeting {mine}): waiting for "
                 + ", ".join(f"{instance_label(run, j)}{finished_note(run, j, state)}" for j in late))
     return "ready"
 
+
 def finished_note(run, j, state) -> str:
     return ", which has finished" if state[j] >= run.lens[j] else ""
+
 
 def positions_text(run, state) -> str:
     width = max(len(i.label) for i in run.skel.instances)
@@ -122,6 +131,7 @@ def positions_text(run, state) -> str:
             f"ready to {verb_text(st.action)}"
         lines.append(f"  {inst.label:<{width}}  {st.action.loc}{iter_note(st, inline=True)}: {why}")
     return "\n".join(lines) + "\n"
+
 
 def format_path(run, path) -> str:
     if not path:
@@ -140,11 +150,14 @@ def format_path(run, path) -> str:
                      f"   line {st.action.loc.line}{iter_note(st, inline=True)}")
     return "\n".join(lines) + "\n"
 
+
 def placement_notes(run, objects) -> str:
     notes = run.skel.notes_for(objects)
     return "".join(f"placement: {n}\n" for n in notes)
 
 # ------------------------------------------------------------ errors
+
+
 def deadlock_error(run, final) -> DeadlockError:
     path: list = []
     state = run.greedy([0] * len(run.ids), path=path)
@@ -164,6 +177,7 @@ def deadlock_error(run, final) -> DeadlockError:
                                             scalar_note(run))
     return err
 
+
 def leftover_error(run, left) -> LeftoverError:
     obj, what, st = left[0]
     objects = sorted({o for o, _, _ in left})
@@ -182,11 +196,13 @@ def leftover_error(run, left) -> LeftoverError:
                  + f"an interleaving that ends this way ({len(path)} steps):\n"
                  + format_path(run, path)))
 
+
 def object_loc(run, obj):
     for x in run.skel.links:
         if x.obj == obj:
             return x.loc
     return run.skel.barrier(obj).loc
+
 
 def limit_error(run, s: Lead, state, path, lead) -> XSyncError:
     limit = s.limit
@@ -225,20 +241,20 @@ def diagnose(run: Run, state, stuck) -> tuple[int, str, list]:
             continue
         ch = run.links[a.obj].channel_of(a.endpoint) if a.obj in run.links else None
         c = run.count((a.endpoint, a.verb, a.obj), state) if ch is not None else 0
-        if a.verb == "acquire":
+        if a.verb is Verb.ACQUIRE:
             link = run.links[a.obj]
             for d in ch.consumers:
-                w, r = run.total((d, "wait", a.obj)), run.total((d, "release", a.obj))
+                w, r = run.total((d, Verb.WAIT, a.obj)), run.total((d, Verb.RELEASE, a.obj))
                 if w > r:
                     return i, _missing_release_fix(run, a, d, w, r), []
-            short = [d for d in ch.consumers if run.total((d, "release", a.obj)) <= c - link.capacity]
-            return i, _trip_fix(run, a, short, "release", "acquires (beyond the free slots)"), []
-        if a.verb == "wait":
-            return i, _trip_fix(run, a, ch.producers, "commit", "waits"), []
-        if a.verb == "evwait":
-            short = [q for q in ch.producers if run.total((q, "signal", a.obj)) <= c]
-            return i, _trip_fix(run, a, short, "signal", "waits"), []
-        if a.verb == "meet":
+            short = [d for d in ch.consumers if run.total((d, Verb.RELEASE, a.obj)) <= c - link.capacity]
+            return i, _trip_fix(run, a, short, Verb.RELEASE, "acquires (beyond the free slots)"), []
+        if a.verb is Verb.WAIT and not a.event:
+            return i, _trip_fix(run, a, ch.producers, Verb.COMMIT, "waits"), []
+        if a.event_wait:
+            short = [q for q in ch.producers if run.total((q, Verb.SIGNAL, a.obj)) <= c]
+            return i, _trip_fix(run, a, short, Verb.SIGNAL, "waits"), []
+        if a.meeting:
             bar = a.obj
             return i, (f"every member of barrier '{bar}' must meet it the same number of times: "
                        f"{instance_label(run, i)} meets it more often than "
@@ -252,13 +268,13 @@ def diagnose(run: Run, state, stuck) -> tuple[int, str, list]:
     # 3. a cycle: slots held and never released, too few stages, or crossed waits
     for i in stuck:
         a = run.progs[i][state[i]].action
-        if a.verb != "acquire":
+        if a.verb is not Verb.ACQUIRE:
             continue
         link = run.links[a.obj]
         for d in link.channel_of(a.endpoint).consumers:
-            held = run.count((d, "wait", a.obj), state) - run.count((d, "release", a.obj), state)
+            held = run.count((d, Verb.WAIT, a.obj), state) - run.count((d, Verb.RELEASE, a.obj), state)
             if held > 0 and state[d.instance] < run.lens[d.instance]:
-                w, r = run.total((d, "wait", a.obj)), run.total((d, "release", a.obj))
+                w, r = run.total((d, Verb.WAIT, a.obj)), run.total((d, Verb.RELEASE, a.obj))
                 if w > r:
                     return i, _missing_release_fix(run, a, d, w, r), []
                 if not link.crosses:
@@ -271,7 +287,7 @@ def diagnose(run: Run, state, stuck) -> tuple[int, str, list]:
     # 4. an arrive that waits on this target (no arrive-only barrier)
     for i in stuck:
         a = run.progs[i][state[i]].action
-        if a.verb == "meet" and a.waits and not a.source_waits:
+        if a.meeting and a.waits and not a.source_waits:
             others = [j for j, t in run.reqs[i][state[i]] if state[j] < t]
             names = ", ".join(instance_label(run, j) for j in others)
             return i, (f"on the {skel.backend} placement {a.obj}.arrive() is {skel.target.barrier}, "
@@ -341,11 +357,12 @@ def _leftover_fix(run, left) -> str:
 
 
 def verb_text(a) -> str:
-    if a.verb == "meet":
+    """The call an action stands for, with its role: ``kv.wait() [mma]``, ``xs.signal(done) [load]``."""
+    if a.meeting:
         return f"{a.obj}.{'sync' if a.waits else 'arrive'}() [{a.endpoint.role}]"
-    return {"acquire": f"{a.obj}.acquire()", "commit": f"{a.obj}.commit()",
-            "wait": f"{a.obj}.wait()", "release": f"{a.obj}.release()",
-            "signal": f"xs.signal({a.obj})", "evwait": f"xs.wait({a.obj})"}[a.verb] + f" [{a.endpoint.role}]"
+    if a.event:
+        return f"xs.{a.verb}({a.obj}) [{a.endpoint.role}]"
+    return f"{a.obj}.{a.verb}() [{a.endpoint.role}]"
 
 
 def iter_note(step: Step, inline=False) -> str:

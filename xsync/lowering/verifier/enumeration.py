@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 from xsync.lowering import ir
+from xsync.lowering.ir import TileOp
 from xsync.lowering.verifier.codegen import CACHE_CAP
 from xsync.lowering.verifier.forms import (Atom, CutVar, Named, Select, divides_by_scalar, divides_by_zero,
                                            form_nodes, free_scalars, substitute, to_python)
@@ -180,9 +181,9 @@ class _ProductSource:
         if isinstance(x, ir.UnaryOp):
             return x.op == "-" and self.int_safe(x.operand)
         if isinstance(x, ir.Call):
-            if x.op in ("cdiv", "minimum", "maximum"):
+            if x.op in (TileOp.CDIV, TileOp.MINIMUM, TileOp.MAXIMUM):
                 return all(self.int_safe(a) for a in x.args)
-            return x.op == "where" and self.int_safe(x.args[1]) and self.int_safe(x.args[2])
+            return x.op is TileOp.WHERE and self.int_safe(x.args[1]) and self.int_safe(x.args[2])
         if isinstance(x, Select):
             return self.int_safe(x.a) and self.int_safe(x.b)
         return False

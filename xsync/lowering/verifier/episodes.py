@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from xsync.lowering import ir
+from xsync.lowering.ir import ParamKind, TileOp
 from xsync.lowering.protocol import Act, Branch, Let, Loop, Skeleton, text
 from xsync.lowering.verifier.codegen import generated, sweep_source
 from xsync.lowering.verifier.forms import EVALUATION_FAILS, FAILS, CutVar, division_of, free_scalars
@@ -83,7 +84,7 @@ def tile_loops(skel: Skeleton, episodes: dict[int, str]) -> set[int]:
     out = set()
     for n in (acting_programs(skel.programs) or [()])[0]:
         if isinstance(n, Loop) and n.loc.line in episodes and any(
-                isinstance(x, ir.Call) and x.op in ("program_id", "num_programs")
+                isinstance(x, ir.Call) and x.op in (TileOp.PROGRAM_ID, TileOp.NUM_PROGRAMS)
                 for e in (n.start, n.stop, n.step) for x in ir.subexprs(e)):
             out.add(n.loc.line)
     return out
@@ -128,7 +129,7 @@ def as_episodes(nodes, episodes: dict[int, str]) -> tuple:
 def value_names(e) -> set[str]:
     """Names whose values ``e`` reads (an xs.load_scalar result is a free scalar of its own,
     whatever its index)."""
-    if isinstance(e, ir.Call) and e.op == "load_scalar":
+    if isinstance(e, ir.Call) and e.op is TileOp.LOAD_SCALAR:
         return set()
     if isinstance(e, ir.Name):
         return {e.id}
@@ -160,7 +161,7 @@ def replica_derived(prog, loop: Loop) -> bool:
     tainted: set[str] = set()
 
     def derived(e) -> bool:
-        return bool(ir.expr_names(e) & tainted) or any(c.op == "replica_id" for c in ir.expr_calls(e))
+        return bool(ir.expr_names(e) & tainted) or any(c.op is TileOp.REPLICA_ID for c in ir.expr_calls(e))
 
     for n in prog:
         if n is loop:
@@ -260,10 +261,10 @@ def episode_images(sc, program) -> dict[tuple[str, int], list[int]]:
         # loop's bounds read, nothing else (a value that also reads a loaded sequence
         # length stays an expression over the coordinates and that length)
         pure, known = {n.var}, {n.var} | {t for m in before for t in m.targets} | {
-            name for name, kind in sc.params.items() if kind == "scalar"} | set(sc.consts)
+            name for name, kind in sc.params.items() if kind is ParamKind.SCALAR} | set(sc.consts)
         for m in hoisted:
             names = value_names(m.value)
-            loads = any(c.op == "load_scalar" for c in ir.expr_calls(m.value))
+            loads = any(c.op is TileOp.LOAD_SCALAR for c in ir.expr_calls(m.value))
             if len(m.targets) == 1 and names & pure and names <= known | pure and not loads:
                 pure.add(m.targets[0])
         hoisted = [m for m in hoisted if m.targets[0] in pure]
@@ -271,9 +272,9 @@ def episode_images(sc, program) -> dict[tuple[str, int], list[int]]:
         keys = set()
         for e in exprs:
             for x in ir.subexprs(e):
-                if isinstance(x, ir.Call) and x.op in ("program_id", "num_programs", "load_scalar"):
+                if isinstance(x, ir.Call) and x.op in (TileOp.PROGRAM_ID, TileOp.NUM_PROGRAMS, TileOp.LOAD_SCALAR):
                     keys.add(text(x))
-                elif isinstance(x, ir.Name) and sc.params.get(x.id) == "scalar":
+                elif isinstance(x, ir.Name) and sc.params.get(x.id) is ParamKind.SCALAR:
                     keys.add(x.id)
         unit = divisor_unit(sc, exprs)
         small = sorted({k * unit + r for k in range(4) for r in (0, 1, unit - 1) if k * unit + r >= 0})

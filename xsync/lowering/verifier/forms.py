@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xsync.lowering import ir
+from xsync.lowering.ir import TileOp
 
 # what evaluating a value, bound or condition raises where it has no value at some scalars
 EVALUATION_FAILS = (KeyError, TypeError, ZeroDivisionError, ValueError)
@@ -168,11 +169,11 @@ def to_python(x, var) -> str:
         return "(" + f" {x.op} ".join(to_python(v, var) for v in x.values) + ")"
     if isinstance(x, ir.Call):
         a = [to_python(v, var) for v in x.args]
-        if x.op == "cdiv":
+        if x.op is TileOp.CDIV:
             return f"(-((-{a[0]}) // {a[1]}))"
-        if x.op in ("minimum", "maximum"):
-            return f"{'min' if x.op == 'minimum' else 'max'}({a[0]}, {a[1]})"
-        if x.op == "where":
+        if x.op in (TileOp.MINIMUM, TileOp.MAXIMUM):
+            return f"{'min' if x.op is TileOp.MINIMUM else 'max'}({a[0]}, {a[1]})"
+        if x.op is TileOp.WHERE:
             return f"({a[1]} if {a[0]} else {a[2]})"
     if isinstance(x, Select):
         return f"({to_python(x.a, var)} if {to_python(x.cond, var)} else {to_python(x.b, var)})"
@@ -196,7 +197,7 @@ def division_of(node):
     """(dividend, divisor) of ``a // b``, ``a % b`` or ``xs.cdiv(a, b)``; None for another node."""
     if isinstance(node, ir.BinOp) and node.op in ("//", "%"):
         return node.left, node.right
-    if isinstance(node, ir.Call) and node.op == "cdiv" and len(node.args) == 2:
+    if isinstance(node, ir.Call) and node.op is TileOp.CDIV and len(node.args) == 2:
         return node.args[0], node.args[1]
     return None
 
@@ -221,7 +222,7 @@ def divides_by_scalar(form) -> bool:
     for n in form_nodes(form):
         if isinstance(n, ir.BinOp) and n.op in ("//", "%", "/") and not isinstance(n.right, ir.Const):
             return True
-        if isinstance(n, ir.Call) and n.op == "cdiv" and not isinstance(n.args[1], ir.Const):
+        if isinstance(n, ir.Call) and n.op is TileOp.CDIV and not isinstance(n.args[1], ir.Const):
             return True
     return False
 
@@ -229,7 +230,7 @@ def divides_by_scalar(form) -> bool:
 def divides_by_zero(form) -> bool:
     for n in form_nodes(form):
         right = n.right if isinstance(n, ir.BinOp) and n.op in ("//", "%", "/") else (
-            n.args[1] if isinstance(n, ir.Call) and n.op == "cdiv" else None)
+            n.args[1] if isinstance(n, ir.Call) and n.op is TileOp.CDIV else None)
         if isinstance(right, ir.Const) and not right.value:
             return True
     return False

@@ -7,11 +7,12 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 
 from xsync.errors import XSyncError
+from xsync.lowering.ir import Verb
 from xsync.lowering.protocol import Skeleton
 from xsync.lowering.verifier import diagnosis
 from xsync.lowering.verifier.candidates import Scalars
 from xsync.lowering.verifier.observations import Assignment
-from xsync.lowering.verifier.tables import INF, Lead, Leads, Tables
+from xsync.lowering.verifier.tables import INF, MEETING, Lead, Leads, Tables
 from xsync.lowering.verifier.unroll import Step
 
 MAX_STATES = 200_000        # exhaustive cross-check: state cap per run
@@ -85,7 +86,7 @@ class Run:
         if not at:
             return 0
         inst = self.tables.key_inst[kid]
-        if key[1] == "meet":
+        if key[1] is MEETING:
             return bisect_right(at, state[inst]) if state[inst] < self.lens[inst] else len(at)
         return bisect_left(at, state[inst])
 
@@ -315,32 +316,32 @@ class Run:
             for ch in link.channels:
                 if link.kind == "pipe":
                     (p,) = ch.producers
-                    c = self.total((p, "commit", link.obj))
-                    a = self.total((p, "acquire", link.obj))
+                    c = self.total((p, Verb.COMMIT, link.obj))
+                    a = self.total((p, Verb.ACQUIRE, link.obj))
                     for d in ch.consumers:
-                        w = self.total((d, "wait", link.obj))
-                        r = self.total((d, "release", link.obj))
+                        w = self.total((d, Verb.WAIT, link.obj))
+                        r = self.total((d, Verb.RELEASE, link.obj))
                         if c > w:
                             out.append((link.obj, f"pipe '{link.obj}': {c - w} committed slot(s) never "
-                                                  f"waited by {label(d)}", self.site((p, "commit", link.obj), w)))
+                                                  f"waited by {label(d)}", self.site((p, Verb.COMMIT, link.obj), w)))
                         if w > r:
                             out.append((link.obj, f"pipe '{link.obj}': {w - r} slot(s) waited by "
                                                   f"{label(d)} never released (a missing release)",
-                                        self.site((d, "wait", link.obj), r)))
+                                        self.site((d, Verb.WAIT, link.obj), r)))
                     if a > c:
                         out.append((link.obj, f"pipe '{link.obj}': {a - c} slot(s) acquired by "
-                                              f"{label(p)} never committed", self.site((p, "acquire", link.obj), c)))
+                                              f"{label(p)} never committed", self.site((p, Verb.ACQUIRE, link.obj), c)))
                 else:
                     for d in ch.consumers:
-                        w = self.total((d, "evwait", link.obj))
+                        w = self.total((d, Verb.WAIT, link.obj))
                         for s in ch.producers:
-                            n = self.total((s, "signal", link.obj))
+                            n = self.total((s, Verb.SIGNAL, link.obj))
                             if n > w:
                                 out.append((link.obj, f"event '{link.obj}': {n - w} signal(s) never "
                                                       f"waited by {label(d)} (sent by {label(s)})",
-                                            self.site((s, "signal", link.obj), w)))
+                                            self.site((s, Verb.SIGNAL, link.obj), w)))
         for b in self.skel.barriers:
-            counts = {j: self.total((j, "meet", b.obj)) for j in b.members}
+            counts = {j: self.total((j, MEETING, b.obj)) for j in b.members}
             if counts and len(set(counts.values())) > 1:
                 lo = min(counts.values())
                 ahead = [j for j, n in counts.items() if n > lo]
@@ -349,7 +350,7 @@ class Run:
                                    f"{', '.join(self.skel.instances[j].label for j in ahead)} arrived "
                                    f"{max(counts.values())} time(s), "
                                    f"{', '.join(self.skel.instances[j].label for j in behind)} {lo}",
-                            self.site((ahead[0], "meet", b.obj), lo)))
+                            self.site((ahead[0], MEETING, b.obj), lo)))
         return out
 
     def site(self, key, index):

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xsync.lowering.ir import Verb
 from xsync.lowering.protocol import Skeleton
 from xsync.lowering.verifier.candidates import Scalars
 
 INF = 1 << 60
+# the tag of a barrier's counter (one per instance): every meeting is an arrival (sync
+# arrives, then waits)
+MEETING = Verb.ARRIVE
 
 
 @dataclass(frozen=True)
@@ -34,30 +38,30 @@ class Leads:
                 continue
             for ch in link.channels:
                 for d in ch.consumers:
-                    sub = (d, "evwait", link.obj)
+                    sub = (d, Verb.WAIT, link.obj)
                     if t.event_limit is not None:
                         if t.gather_limit is not None or len(ch.producers) == 1:
-                            mins = tuple((s, "signal", link.obj) for s in ch.producers)
+                            mins = tuple((s, Verb.SIGNAL, link.obj) for s in ch.producers)
                             specs.append(Lead("event", link.obj, t.event_limit, mins, sub,
                                                d.instance, True))
                         else:
                             for s in ch.producers:
                                 specs.append(Lead("event", link.obj, t.event_limit,
-                                                   ((s, "signal", link.obj),), sub, d.instance, False))
+                                                   ((s, Verb.SIGNAL, link.obj),), sub, d.instance, False))
                 if t.gather_limit is not None and len(ch.producers) > 1:
                     for s1 in ch.producers:
                         for s2 in ch.producers:
                             if s1.instance != s2.instance:
                                 specs.append(Lead("gather", link.obj, t.gather_limit,
-                                                   ((s1, "signal", link.obj),),
-                                                   (s2, "signal", link.obj), s2.instance, False))
+                                                   ((s1, Verb.SIGNAL, link.obj),),
+                                                   (s2, Verb.SIGNAL, link.obj), s2.instance, False))
         if t.barrier_limit is not None:
             for b in skel.barriers:
                 for j1 in b.members:
                     for j2 in b.members:
                         if j1 != j2:
                             specs.append(Lead("barrier", b.obj, t.barrier_limit,
-                                               ((j1, "meet", b.obj),), (j2, "meet", b.obj), j2, False))
+                                               ((j1, MEETING, b.obj),), (j2, MEETING, b.obj), j2, False))
         self.specs = tuple(specs)
         self.holds = sorted({s.hold for s in specs})
 
@@ -81,35 +85,35 @@ class Tables:
         self.kid, self.tpl, self.slot = [], [], []
         for aid, a in enumerate(sc.acts):
             inst = sc.act_inst[aid]
-            if a.verb == "meet":
-                self.kid.append(kid((inst, "meet", a.obj), inst))
+            if a.meeting:
+                self.kid.append(kid((inst, MEETING, a.obj), inst))
             else:
                 self.kid.append(kid((a.endpoint, a.verb, a.obj), a.endpoint.instance))
         for aid, a in enumerate(sc.acts):
             inst = sc.act_inst[aid]
             tpl = ()
-            if a.verb == "acquire":
+            if a.verb is Verb.ACQUIRE:
                 link = links[a.obj]
-                tpl = tuple((kid((d, "release", a.obj), d.instance), d.instance, 1, link.capacity)
+                tpl = tuple((kid((d, Verb.RELEASE, a.obj), d.instance), d.instance, 1, link.capacity)
                             for d in link.channel_of(a.endpoint).consumers)
-            elif a.verb == "wait":
+            elif a.verb is Verb.WAIT and not a.event:
                 (p,) = links[a.obj].channel_of(a.endpoint).producers
-                tpl = ((kid((p, "commit", a.obj), p.instance), p.instance, 1, 0),)
-            elif a.verb == "evwait":
-                tpl = tuple((kid((q, "signal", a.obj), q.instance), q.instance, 1, 0)
+                tpl = ((kid((p, Verb.COMMIT, a.obj), p.instance), p.instance, 1, 0),)
+            elif a.event_wait:
+                tpl = tuple((kid((q, Verb.SIGNAL, a.obj), q.instance), q.instance, 1, 0)
                             for q in links[a.obj].channel_of(a.endpoint).producers)
-            elif a.verb == "meet" and a.waits:
-                tpl = tuple((kid((j, "meet", a.obj), j), j, 0, 0) for j in bars[a.obj].members if j != inst)
+            elif a.meeting and a.waits:
+                tpl = tuple((kid((j, MEETING, a.obj), j), j, 0, 0) for j in bars[a.obj].members if j != inst)
             self.tpl.append(tpl)
             held = None
-            if a.verb in ("acquire", "commit"):
-                held = (kid((a.endpoint, "held-acquire", a.obj), inst), 1 if a.verb == "acquire" else -1)
-            elif a.verb in ("wait", "release"):
-                held = (kid((a.endpoint, "held-wait", a.obj), inst), 1 if a.verb == "wait" else -1)
+            if a.verb in (Verb.ACQUIRE, Verb.COMMIT):
+                held = (kid((a.endpoint, "held-acquire", a.obj), inst), 1 if a.verb is Verb.ACQUIRE else -1)
+            elif a.verb in (Verb.WAIT, Verb.RELEASE) and not a.event:
+                held = (kid((a.endpoint, "held-wait", a.obj), inst), 1 if a.verb is Verb.WAIT else -1)
             self.slot.append(held)
         self.keys = keys
         self.nkeys = len(keys)
-        self.meet_key = [k[1] == "meet" for k in keys]
+        self.meet_key = [k[1] is MEETING for k in keys]
         # Slot order from the positions (``Run.slot_order``): per held slot (an endpoint's
         # acquire/commit or wait/release of one pipe), the counters that take and give it
         # back. That reading needs every counter's actions to lie in one instance's program
@@ -124,12 +128,12 @@ class Tables:
         # leads the target bounds, as counter ids: (spec, minuend ids, subtrahend id, use_min)
         self.holds: dict[int, list] = {}
         for idx, spec in enumerate(Leads(skel).specs):
-            mins = tuple(kid(m, m[0] if m[1] == "meet" else m[0].instance) for m in spec.minuends)
+            mins = tuple(kid(m, m[0] if m[1] is MEETING else m[0].instance) for m in spec.minuends)
             sub = kid(spec.subtrahend, spec.hold)
             self.holds.setdefault(spec.hold, []).append(
                 (idx, spec, mins, sub, spec.use_min, spec.limit.lead))
         self.nkeys = len(keys)
-        self.meet_key = [k[1] == "meet" for k in keys]
+        self.meet_key = [k[1] is MEETING for k in keys]
 
     def key(self, key) -> int | None:
         return self.keys.get(key)
