@@ -195,17 +195,19 @@ def render_case(backend: str, case: Case) -> str:
         return render_source(*args)
 
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _KERNEL_FILE = re.compile(r"\(([^()]+\.py):(\d+)\)")
 
 
 def portable(src: str) -> str:
-    """The source with kernel file paths cut to the part from their ``kernels/`` or ``tests/``
-    folder on, so a clone elsewhere, or an installed package, hashes the same."""
+    """The source with the checkout's path left out, and other kernel file paths cut to the
+    part from their ``kernels/`` or ``tests/`` folder on, so a clone elsewhere, another worktree
+    or an installed package hashes the same."""
     def cut(m):
         path = m.group(1)
         at = max(path.rfind("/kernels/"), path.rfind("/tests/"))
         return f"({path[at + 1:] if at >= 0 else path}:{m.group(2)})"
-    return _KERNEL_FILE.sub(cut, src)
+    return _KERNEL_FILE.sub(cut, src.replace(_ROOT, ""))
 
 
 def snapshot(backend: str, dump: str | None = None) -> dict[str, str]:

@@ -26,7 +26,7 @@ membership, or parses display text to get them back.
   (:class:`Loop`) and branches (:class:`Branch`) that repeat or select them, with the
   scalar assignments (:class:`Let`) those bounds and conditions read. Loop bounds and
   conditions stay expressions: the verifier evaluates them from the kernel's run-time
-  scalars (``xsync.lowering.scalars``), so related loops stay consistent.
+  scalars (``xsync.lowering.verifier.candidates``), so related loops stay consistent.
 """
 from __future__ import annotations
 
