@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from xsync.errors import DeadlockError, LeftoverError, SlotOrderError, XSyncError
 from xsync.lowering.ir import Verb
+from xsync.lowering.verifier.candidates import Scalars
 from xsync.lowering.verifier.counterexample import Counterexample
 from xsync.lowering.verifier.forms import CutVar
 from xsync.lowering.verifier.tables import INF, MEETING, Lead
@@ -12,6 +13,7 @@ from xsync.lowering.verifier.unroll import Step
 
 
 def scalar_name(n, sc: Scalars | None = None) -> str:
+    """How a report or message names a free scalar (``n = 3``, the iteration count of a loop)."""
     line = sc.episode_trip_lines.get(getattr(n, "key", None)) if sc is not None else None
     if line is not None:
         return f"the iteration count of the loop at line {line}"
@@ -23,8 +25,6 @@ def scalar_name(n, sc: Scalars | None = None) -> str:
 
 
 # ---------------------------------------------------------------- messages
-
-
 def slot_order_error(run, i, k) -> SlotOrderError:
     st = run.progs[i][k]
     a = st.action
@@ -155,9 +155,8 @@ def placement_notes(run, objects) -> str:
     notes = run.skel.notes_for(objects)
     return "".join(f"placement: {n}\n" for n in notes)
 
-# ------------------------------------------------------------ errors
 
-
+# ---------------------------------------------------------------- errors
 def deadlock_error(run, final) -> DeadlockError:
     path: list = []
     state = run.greedy([0] * len(run.ids), path=path)

@@ -360,7 +360,7 @@ class Run:
             return None
         return self.progs[self.tables.key_inst[kid]][self.pos[kid][index]]
 
-    # ------------------------------------------------------------ messages    # ------------------------------------------------------------ cross-check
+    # ------------------------------------------------------------ cross-check
     def cross_check(self):
         """Every interleaving (small runs): one terminal state, the greedy one."""
         n = len(self.ids)
