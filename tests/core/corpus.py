@@ -1045,7 +1045,7 @@ def consistent_data_dependent_release(x, y, n, BLOCK: xs.constexpr, STAGES: xs.c
 # ====================================================================== episode
 # Persistent tile loops (the attention kernel's shape): the body's trip counts grow with the
 # tile counter, so the verifier checks such a loop iteration by iteration
-# (xsync.lowering.scalars.episode_loops) and falls back to the general check when an
+# (xsync.lowering.verifier.episodes.episode_loops) and falls back to the general check when an
 # iteration hands slots to the next.
 PERSISTENT = dict(x=xs.float32, y=xs.float32, cu=xs.int32, BLOCK=16, STAGES=2)
 

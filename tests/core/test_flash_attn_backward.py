@@ -235,7 +235,7 @@ VERIFIED = [(attention_bwd_preprocess, None), (attention_bwd_dkdv, 0), (attentio
 def test_backward_kernels_verified_on_every_placement(kernel, causal):
     """The verifier accepts each kernel on each placement, for every value of its scalars:
     the causal dK/dV kernel too (k_len, q_len, n_block, group and the causal start block), now
-    that one tile of its tile loop stands for more (verify._check)."""
+    that one tile of its tile loop stands for more (verifier.check._check)."""
     cx, dtypes = kernel.specialization()
     if causal is not None:
         cx = dict(cx, CAUSAL=causal)

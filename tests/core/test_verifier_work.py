@@ -1,19 +1,19 @@
 """How much work the verifier does on the flagship kernels (issue 11: verification time stays
 within 2x of the pre-wave verifier's). The proof is the scalar assignments checked; what costs
 time is the runs simulated -- the others unroll to programs already run, or to a clean run's
-programs repeated tile after tile (verify._repeats_clean). Counting them is deterministic,
+programs repeated tile after tile (verifier.check.repeats_clean). Counting them is deterministic,
 unlike a clock; the wall-time bound below is about 5x what a quiet 2-core machine measures."""
 import time
 
 import pytest
 
 from xsync.kernels.flash_attn.kernel import attention_fwd
-from xsync.lowering import verify as verify_module
+from xsync.lowering.verifier import check as verify_module
 
 # backend -> runs simulated for the forward's example specialization (measured Dec 2026: 24, 51,
 # 32 of 25, 52, 92 assignments; the tile loop at 0 and 1 iterations). The cpu count was 2 before
 # Q took its own ring: a tile's programs at k key blocks were k copies of one block's, a repeat
-# of a clean run (verify._repeats_clean); the Q slot's wait and release, once a tile, end that.
+# of a clean run (verifier.check.repeats_clean); the Q slot's wait and release, once a tile, end that.
 SIMULATED = {"cpu": 24, "nvidia": 51, "ascend": 32}
 
 
@@ -34,9 +34,9 @@ def test_flagship_forward_simulates_few_runs(backend):
 @pytest.mark.parametrize("backend", sorted(SIMULATED))
 def test_one_iteration_of_the_tile_loop_stands_for_more(backend, monkeypatch):
     """The tile loop holds every action, so its programs at c tiles are c copies of those at
-    one (verify._check): checking 1 tile for every tile the counter reaches, and 0 tiles once
+    one (verifier.check): checking 1 tile for every tile the counter reaches, and 0 tiles once
     (every program empty), gives the verdict of checking 0 .. 5 tiles for every one."""
-    from xsync.lowering.scalars import Scalars
+    from xsync.lowering.verifier.candidates import Scalars
 
     fast = _report(backend)
     monkeypatch.setattr(Scalars, "repeating_episode", lambda self: None)
@@ -48,12 +48,14 @@ def test_one_iteration_of_the_tile_loop_stands_for_more(backend, monkeypatch):
 
 def test_enumeration_memos_change_nothing(monkeypatch):
     """The enumeration's memos (an observation tuple per value of what it reads, the
-    innermost list per column of values: scalars._OBS_MEMO) give the same assignments and
+    innermost list per column of values: verifier.enumeration.OBS_MEMO) give the same assignments and
     observations, in the same order, on the library's kernels and the corpus."""
     from tests.core import corpus as C
     from xsync.backends import place, target_of
     from xsync.kernels import gemm
-    from xsync.lowering import passes, scalars
+    from xsync.lowering import passes
+    from xsync.lowering.verifier import enumeration
+    from xsync.lowering.verifier.candidates import Scalars
     from xsync.lowering.frontend import parse_kernel
     from xsync.lowering.passes import PassLog
     from xsync.lowering.protocol import derive
@@ -66,7 +68,7 @@ def test_enumeration_memos_change_nothing(monkeypatch):
         skel = derive(kernel, placement)
         out = []
         for episodes in (False, True):
-            sc = scalars.Scalars(kernel, skel, episodes=episodes)
+            sc = Scalars(kernel, skel, episodes=episodes)
             bounds, periods, _ = verify_module.loop_bounds(sc, skel)
             got, _ = sc.enumerate({ln: b + periods[ln] for ln, b in bounds.items()})
             out.append(None if got is None else [(a, o.values) for a, o in got])
@@ -77,12 +79,12 @@ def test_enumeration_memos_change_nothing(monkeypatch):
                                       "episode_output_tile_meets_constant", "episode_triangle")]
     for kern in kernels:
         for backend in ("cpu", "ascend"):
-            scalars._PRODUCTS.clear()
+            enumeration.PRODUCTS.clear()
             fast = found(kern, backend)
-            monkeypatch.setattr(scalars, "_OBS_MEMO", False)
-            scalars._PRODUCTS.clear()
+            monkeypatch.setattr(enumeration, "OBS_MEMO", False)
+            enumeration.PRODUCTS.clear()
             slow = found(kern, backend)
-            monkeypatch.setattr(scalars, "_OBS_MEMO", True)
+            monkeypatch.setattr(enumeration, "OBS_MEMO", True)
             assert fast == slow, (kern.name, backend)
 
 
@@ -110,7 +112,7 @@ def test_repeated_programs_give_the_report_of_running_them(monkeypatch, kernel):
 
     k = getattr(backward, kernel, None) or getattr(corpus, kernel)
     fast = _report("cpu", k)
-    monkeypatch.setattr(verify_module, "_repeats_clean", lambda programs, clean: False)
+    monkeypatch.setattr(verify_module, "repeats_clean", lambda programs, clean: False)
     slow = _report("cpu", k)
     assert slow == fast and slow.summary() == fast.summary()
     assert slow.simulated >= fast.simulated
@@ -128,7 +130,7 @@ def test_equal_control_decisions_unroll_to_equal_programs(backend):
     from xsync.lowering.frontend import parse_kernel
     from xsync.lowering.passes import PassLog
     from xsync.lowering.protocol import derive
-    from xsync.lowering.scalars import Scalars
+    from xsync.lowering.verifier.candidates import Scalars
 
     cx, dt = attention_fwd.specialization()
     kernel = parse_kernel(attention_fwd.fn, cx, dt)

@@ -26,7 +26,7 @@ membership, or parses display text to get them back.
   (:class:`Loop`) and branches (:class:`Branch`) that repeat or select them, with the
   scalar assignments (:class:`Let`) those bounds and conditions read. Loop bounds and
   conditions stay expressions: the verifier evaluates them from the kernel's run-time
-  scalars (``xsync.lowering.scalars``), so related loops stay consistent.
+  scalars (``xsync.lowering.verifier.candidates``), so related loops stay consistent.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from xsync.errors import ProtocolError, SourceLoc
 from xsync.lowering import ir
+from xsync.lowering.ir import BARRIER_VERBS, TileOp, Verb
 from xsync.lowering.placement import Placement, Target
 
 PAIRINGS = ("1 -> 1", "1 -> N broadcast", "N -> N paired", "N -> 1 gather")
@@ -50,7 +51,7 @@ _BIN = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.
         "<<": operator.lshift, ">>": operator.rshift, "/": operator.truediv}
 _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
         "==": operator.eq, "!=": operator.ne}
-SCALAR_CALLS = ("cdiv", "minimum", "maximum")
+SCALAR_CALLS = (TileOp.CDIV, TileOp.MINIMUM, TileOp.MAXIMUM)
 
 
 def evaluate(e: ir.Expr, env: dict):
@@ -72,14 +73,14 @@ def evaluate(e: ir.Expr, env: dict):
         vals = [evaluate(v, env) for v in e.values]
         return all(vals) if e.op == "and" else any(vals)
     if isinstance(e, ir.Call):
-        if e.op == "replica_id" and "__replica__" in env:
+        if e.op is TileOp.REPLICA_ID and "__replica__" in env:
             return env["__replica__"]
-        if e.op == "cdiv":
+        if e.op is TileOp.CDIV:
             a, b = (evaluate(x, env) for x in e.args)
             return -(-a // b)
-        if e.op in ("minimum", "maximum"):
+        if e.op in (TileOp.MINIMUM, TileOp.MAXIMUM):
             a, b = (evaluate(x, env) for x in e.args)
-            return min(a, b) if e.op == "minimum" else max(a, b)
+            return min(a, b) if e.op is TileOp.MINIMUM else max(a, b)
     raise NotConstant(type(e).__name__)
 
 
@@ -238,16 +239,27 @@ class BarrierPoint:
 # ---------------------------------------------------------------- programs
 @dataclass(frozen=True)
 class Act:
-    """One sync action. verb: acquire commit wait release (pipes), signal evwait (events),
-    meet (barriers: arrive, then wait when ``waits``)."""
+    """One sync action. verb: acquire commit wait release (pipes), signal wait (events,
+    ``event``), sync arrive (barriers: a meeting -- arrive, then wait when ``waits``)."""
 
-    verb: str
+    verb: Verb
     obj: str
     endpoint: Endpoint
     loc: SourceLoc
-    waits: bool = False
-    merged: tuple[int, ...] = ()      # meet: source lines of the calls this meeting stands for
-    source_waits: bool = False        # meet: the source calls it (some sync), before the target
+    waits: bool = False               # meeting: sync (True) or arrive-only after merging
+    merged: tuple[int, ...] = ()      # meeting: source lines of the calls this meeting stands for
+    source_waits: bool = False        # meeting: the source calls it (some sync), before the target
+    event: bool = False               # an event's signal or wait (else a pipe's or barrier's)
+
+    @property
+    def meeting(self) -> bool:
+        """A barrier meeting (sync or arrive)."""
+        return self.verb in BARRIER_VERBS
+
+    @property
+    def event_wait(self) -> bool:
+        """A wait on an event (a pipe's wait waits for a committed slot)."""
+        return self.event and self.verb is Verb.WAIT
 
 
 @dataclass(frozen=True)
@@ -425,7 +437,7 @@ def _barrier_points(kernel, placement, target) -> tuple[BarrierPoint, ...]:
             if len({role for _, role, _ in calls}) <= 1:
                 for _, role, op in calls:
                     out.append(BarrierPoint(bar.name, agent.name, (op,), (role,), op,
-                                            op.verb == "sync" or target.barrier_arrive_waits))
+                                            op.verb is Verb.SYNC or target.barrier_arrive_waits))
                 continue
             out += _merged_points(kernel, placement, agent, bar, mine, calls, target)
     return tuple(out)
@@ -445,9 +457,9 @@ def acting_role(kernel: ir.KernelIR, op: ir.SyncOp, roles) -> str | None:
     member among ``roles`` (the agent's roles). None when that is ambiguous."""
     obj = kernel.sync_object(op.obj)
     if isinstance(obj, ir.Pipe):
-        role = obj.src if op.verb in ("acquire", "commit") else obj.dst
+        role = obj.src if op.verb.producer_side else obj.dst
     elif isinstance(obj, ir.Event):
-        role = obj.src if op.verb == "signal" else obj.dst
+        role = obj.src if op.verb is Verb.SIGNAL else obj.dst
     elif isinstance(obj, ir.Barrier):
         mine = [r for r in obj.members if r in roles]
         role = mine[0] if len(mine) == 1 else None
@@ -498,7 +510,7 @@ def _merged_points(kernel, placement, agent, bar, mine, calls, target):
         for k in range(max(counts.values())):
             pairs = sorted(((per_role[r][k], r) for r in mine), key=lambda p: p[0].loc.line)
             ops, roles = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
-            waits = any(o.verb == "sync" for o in ops) or target.barrier_arrive_waits
+            waits = any(o.verb is Verb.SYNC for o in ops) or target.barrier_arrive_waits
             out.append(BarrierPoint(bar.name, agent.name, ops, roles, ops[-1], waits))
     return out
 
@@ -568,7 +580,7 @@ class _Builder:
     def control(self, role, loc, *exprs):
         names = set().union(*(ir.expr_names(e) for e in exprs))
         self.reads |= names
-        if role in self.inst.serial and (any(c.op == "replica_id" for e in exprs for c in ir.expr_calls(e))):
+        if role in self.inst.serial and (any(c.op is TileOp.REPLICA_ID for e in exprs for c in ir.expr_calls(e))):
             raise ProtocolError(
                 f"a loop or branch around sync verbs of role '{role}' depends on xs.replica_id(), "
                 f"but on the {self.skel.backend} placement agent '{self.inst.agent}' runs the "
@@ -593,14 +605,12 @@ class _Builder:
             if point is None:
                 return []
             ep = skel.endpoint(role, 0 if role in inst.serial else inst.replica)
-            return [Act("meet", s.obj, ep, s.loc, point.waits,
+            return [Act(Verb.SYNC if point.waits else Verb.ARRIVE, s.obj, ep, s.loc, point.waits,
                         tuple(o.loc.line for o in point.ops),
-                        any(o.verb == "sync" for o in point.ops))]
+                        any(o.verb is Verb.SYNC for o in point.ops))]
         reps = range(kernel.role(role).replicas) if role in inst.serial else (inst.replica,)
-        verb = s.verb
-        if isinstance(obj, ir.Event):
-            verb = "signal" if s.verb == "signal" else "evwait"
-        return [Act(verb, s.obj, skel.endpoint(role, r), s.loc) for r in reps]
+        event = isinstance(obj, ir.Event)
+        return [Act(s.verb, s.obj, skel.endpoint(role, r), s.loc, event=event) for r in reps]
 
 
 # ---------------------------------------------------------------- placement notes
