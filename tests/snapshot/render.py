@@ -36,7 +36,9 @@ class Case:
     kernel: object
     constexprs: dict | None = None                  # None: the kernel's example=
     settings: dict = field(default_factory=dict)    # xs.options(...) while lowering and rendering
-    options: dict = field(default_factory=dict)     # nvidia renderer options (compile_ptx's options=)
+    # nvidia option fields (compile_ptx's options=): the RenderOptions ones are rendered with;
+    # a LowerOptions one (producer_regs) changes what compile_ptx lowers, not this source
+    options: dict = field(default_factory=dict)
 
 
 def _library():
@@ -185,9 +187,11 @@ def render_case(backend: str, case: Case) -> str:
         lowered = case.kernel.lower(backend, case.constexprs)
         args = (lowered.kernel, lowered.placement, lowered.allocation)
         if backend == "nvidia":
-            from xsync.backends.nvidia import occupancy_defaults, resolve_options
+            from xsync import config
+            from xsync.backends.nvidia import NVIDIA
             from xsync.backends.nvidia.render import render
-            return render(*args, occupancy_defaults(*args, resolve_options(case.options))).source
+            given = {k: v for k, v in case.options.items() if k in NVIDIA.RenderOptions.field_names()}
+            return render(*args, config.render_options(NVIDIA, given)).source
         if backend == "ascend":
             from xsync.backends.ascend import render as ascend_render
             return ascend_render.render_module(*args, case.settings["ascend_form"]).source
@@ -195,17 +199,19 @@ def render_case(backend: str, case: Case) -> str:
         return render_source(*args)
 
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _KERNEL_FILE = re.compile(r"\(([^()]+\.py):(\d+)\)")
 
 
 def portable(src: str) -> str:
-    """The source with kernel file paths cut to the part from their ``kernels/`` or ``tests/``
-    folder on, so a clone elsewhere, or an installed package, hashes the same."""
+    """The source with the checkout's path left out, and other kernel file paths cut to the
+    part from their ``kernels/`` or ``tests/`` folder on, so a clone elsewhere, another worktree
+    or an installed package hashes the same."""
     def cut(m):
         path = m.group(1)
         at = max(path.rfind("/kernels/"), path.rfind("/tests/"))
         return f"({path[at + 1:] if at >= 0 else path}:{m.group(2)})"
-    return _KERNEL_FILE.sub(cut, src)
+    return _KERNEL_FILE.sub(cut, src.replace(_ROOT, ""))
 
 
 def snapshot(backend: str, dump: str | None = None) -> dict[str, str]:

@@ -132,12 +132,6 @@ class VerifyReport:
         return out
 
 
-def enabled_verification() -> bool:
-    from xsync import config
-
-    return bool(config.current().verify)
-
-
 # ---------------------------------------------------------------- entry point
 def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None = None,
            exhaustive: bool = False) -> VerifyReport:

@@ -56,6 +56,7 @@ from xsync.lowering import ir
 from xsync.backends.nvidia.alloc import TWO_CTA_SMEM_BYTES, HopperAllocation, is_tma_pipe, two_ctas_fit
 from xsync.backends.nvidia import exp2, prefetch
 from xsync.backends.nvidia.abi import ArgKind, KernelArg
+from xsync.backends.nvidia.options import RenderOptions
 from xsync.backends.nvidia.layouts import ModuleLayouts, infer, nvmma_shared_repr
 from xsync.backends.nvidia.sync_ops import SyncSpeller, WaitSite  # noqa: F401 - WaitSite: part of RenderResult
 from xsync.backends.nvidia.values import SCALAR, T, TensorUse, ValueSpeller
@@ -101,14 +102,14 @@ class RenderResult:
 
 class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
     def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation,
-                 options: dict | None = None):
+                 options: RenderOptions | None = None):
         self.kernel = kernel
         self.placement = placement
         self.allocation = allocation
-        self.options = dict(options or {})
-        self.debug_hang = bool(self.options.get("debug_hang", False))
-        self.bars_smem = int(self.options.get("bars_smem", 0))
-        self.timeout_ms = int(self.options.get("hang_timeout_ms", 2000))
+        self.options = options if options is not None else RenderOptions()
+        self.debug_hang = bool(self.options.debug_hang)
+        self.bars_smem = int(self.options.bars_smem)
+        self.timeout_ms = int(self.options.hang_timeout_ms)
         self.consts = dict(kernel.constexpr_values)
         self.wait_sites: list[WaitSite] = []
         self.tensors: dict[str, TensorUse] = {}
@@ -122,7 +123,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         self.loops: list[bool] = []              # enclosing loops while rendering: tile loop?
         self.store_descs: dict[tuple, str] = {}
         self.staging_bytes = 0
-        self.tma_store = self.options.get("tma_store") is not False
+        self.tma_store = self.options.tma_store is not False
         self.exp2_fma_used = False               # a share of a tile's exp2 on the FMA pipe (exp2.py)
         self._check_supported()
         self._collect_tensors()
@@ -299,7 +300,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
     def reads_ahead(self, loop: ir.For):
         """The tile loop's table reads issued ahead of their tiles (prefetch.py), where the
         option asks for it and the loop is a consumer warpgroup's; else None."""
-        if not self.options.get("prefetch_tile_scalars") or not loop.tile_loop or loop.single_tile:
+        if not self.options.prefetch_tile_scalars or not loop.tile_loop or loop.single_tile:
             return None
         if self.allocation.partitions_of(self.agent.name)[0].unit != Unit.CONSUMER:
             return None
@@ -435,7 +436,8 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
             need = self.agent.replicas * rows * row_bytes
             smem = self.allocation.smem_bytes + self.staging_bytes + need
             limit = TWO_CTA_SMEM_BYTES if two_ctas_fit(self.allocation.partitions, self.allocation.smem_bytes) \
-                else int(self.options.get("staging_smem_limit", STAGING_SMEM_LIMIT))
+                else int(STAGING_SMEM_LIMIT if self.options.staging_smem_limit is None
+                        else self.options.staging_smem_limit)
             if smem > limit:
                 return None
             buf = self.staging[key] = f"xs_stage_{self.agent.name}_{rows}x{cols}_{dt.name}"
@@ -569,7 +571,7 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
         if self.exp2_fma_used:
             o.line()
             o.line()
-            for line in exp2.helper_lines(self.options["exp2_fma"]):
+            for line in exp2.helper_lines(self.options.exp2_fma):
                 o.line(line)
 
         for agent in self.placement.agents:
@@ -642,5 +644,6 @@ class NvidiaRenderer(ValueSpeller, SyncSpeller, PythonRenderer):
                             self.module_layouts)
 
 
-def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation, options: dict | None = None):
+def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation,
+           options: RenderOptions | None = None):
     return NvidiaRenderer(kernel, placement, allocation, options).render()

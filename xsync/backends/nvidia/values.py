@@ -143,7 +143,7 @@ class ValueSpeller(LayoutRules):
             return "REPLICA"
         if op in ("maximum", "minimum", "exp2", "log2", "where"):
             args = [self.tx(a, w)[0] for a, w in zip(e.args, self.broadcast(e.args, want)[2])]
-            helper = exp2.SHARES.get(self.options.get("exp2_fma"))
+            helper = exp2.SHARES.get(self.options.exp2_fma)
             if op == "exp2" and helper and exp2.applies(t):     # a share on the FMA pipe (exp2.py)
                 self.exp2_fma_used = True
                 return f"{helper}({args[0]}, {t.layout})"
