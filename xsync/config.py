@@ -381,7 +381,15 @@ def _stage_options(backend, cls, other, given, settings, where):
     if isinstance(given, cls):
         return given
     if isinstance(given, other):
-        raise _wrong_stage(backend, other, cls, "(all of them)", where)
+        owner = "kernel.lower(..., options=)" if other is backend.LowerOptions else \
+            "compile_kernel / compile_ptx options="
+        raise ConfigError(f"{where}: the {other.STAGE} options ({other.__name__}) of the {backend.name} "
+                          f"backend, given at {cls.STAGE}",
+                          fix=f"pass a {cls.__name__} (or a dict of its fields) here; {other.__name__} "
+                              f"go to {owner}")
+    if given is not None and not isinstance(given, dict):
+        raise ConfigError(f"{where}: {type(given).__name__} is not an option set of the {backend.name} backend",
+                          fix=f"pass a dict of {cls.__name__} fields or a {cls.__module__}.{cls.__name__}")
     given = {k: v for k, v in (given or {}).items() if v is not None}
     for key in given:
         if key not in cls.field_names():
@@ -408,8 +416,7 @@ def _how_to_pass(backend, cls, key) -> str:
 def _wrong_stage(backend, owner, cls, key, where) -> ConfigError:
     return ConfigError(f"{where}: {key!r} is a {owner.STAGE} option of the {backend.name} backend, "
                        f"given at {cls.STAGE}",
-                       fix=_how_to_pass(backend, owner, key) if key in owner.field_names()
-                       else f"pass a {cls.__name__} here")
+                       fix=_how_to_pass(backend, owner, key))
 
 
 def _unknown(backend, cls, key, where) -> ConfigError:
