@@ -233,8 +233,15 @@ class Settings:
         """(LowerOptions, RenderOptions) of ``backend`` under these settings (built once)."""
         hit = self._stage_options.get(backend)
         if hit is None:
-            hit = self._stage_options[backend] = (lower_options(backend, settings=self),
-                                                  render_options(backend, settings=self))
+            # an xsync.options block makes new Settings per launch: equal ones share the objects
+            key = (backend, self.values)
+            hit = _options_memo.get(key)
+            if hit is None:
+                if len(_options_memo) > 256:
+                    _options_memo.clear()
+                hit = _options_memo[key] = (lower_options(backend, settings=self),
+                                            render_options(backend, settings=self))
+            self._stage_options[backend] = hit
         return hit
 
     def describe(self) -> str:
@@ -250,6 +257,7 @@ _overrides: contextvars.ContextVar[tuple] = contextvars.ContextVar("xsync_option
 _kernel_layer: contextvars.ContextVar[dict] = contextvars.ContextVar("xsync_kernel_options", default={})
 _env_cache: dict = {}
 _plain_cache: dict = {}      # environment -> Settings (no kernel options, no overrides)
+_options_memo: dict = {}     # (backend, settings values) -> (LowerOptions, RenderOptions)
 
 
 def _check_keywords(kwargs: dict, where: str) -> dict:

@@ -47,17 +47,21 @@ class StageOptions:
     STAGE: ClassVar[str] = ""       # "lowering" | "rendering"
 
     @classmethod
-    def fields(cls) -> tuple[dataclasses.Field, ...]:
-        return dataclasses.fields(cls)
-
-    @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+        names = cls.__dict__.get("_field_names")
+        if names is None:
+            names = tuple(f.name for f in dataclasses.fields(cls))
+            setattr(cls, "_field_names", names)
+        return names
 
     @classmethod
     def config_names(cls) -> dict[str, str]:
         """{field: the xsync.config option that feeds it} (fields fed by one)."""
-        return {f.name: f.metadata["option"] for f in dataclasses.fields(cls) if f.metadata.get("option")}
+        names = cls.__dict__.get("_config_names")
+        if names is None:
+            names = {f.name: f.metadata["option"] for f in dataclasses.fields(cls) if f.metadata.get("option")}
+            setattr(cls, "_config_names", names)
+        return dict(names)
 
 
 @dataclass(frozen=True)

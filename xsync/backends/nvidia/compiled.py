@@ -72,7 +72,7 @@ class CompiledNvidia:
         k = self.kernel
         out = []
         for arg, lay in self._param_plan():
-            name, kind, extra = arg
+            name, kind, extra = arg.name, arg.kind, arg.source
             if kind is ArgKind.DESC:
                 t, shape = extra
                 x = self._tensor(t, args)
