@@ -285,7 +285,7 @@ class Kernel:
         compiled, counts = memo
         if counts:   # one program per tile: a smaller grid would skip tiles
             check_grid(compiled.lowered.kernel, counts, grid, run_args, constexprs)
-        compiled.launch(grid, run_args)
+        compiled.launch(grid, run_args, settings)
         return compiled
 
 

@@ -191,11 +191,14 @@ class CompiledAscend:
                 call.append(buf.view(_torch_dtype(d)))
         return call
 
-    def launch(self, grid, args: dict):
+    def launch(self, grid, args: dict, settings=None):
+        """``settings``: the configuration the caller resolved (xsync.config.Settings; default:
+        the one in effect now), for the run-time options (cpu_timeout of a simulation)."""
         grid = tuple(int(g) for g in grid)
         if self.simulated:
             from xsync.backends.ascend.simulator import simulate
-            return simulate(self, grid, args)
+            settings = settings if settings is not None else config.current()
+            return simulate(self, grid, args, timeout=settings.cpu_timeout)
         self.check_grid(grid)
         ok, why = availability()
         if not ok:

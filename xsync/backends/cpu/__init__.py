@@ -22,11 +22,13 @@ class CompiledCpu:
     skeleton: object = None      # xsync.lowering.protocol.Skeleton: the sync objects' meaning
     mode: str = "threads"        # "threads" | "cooperative" (XSYNC_CPU_MODE)
 
-    def launch(self, grid: tuple[int, ...], args: dict):
+    def launch(self, grid: tuple[int, ...], args: dict, settings=None):
+        """``settings``: the configuration the caller resolved (xsync.config.Settings; default:
+        the one in effect now), for the run-time options (cpu_timeout)."""
         from xsync.backends.cpu import runtime
 
-        timeout = config.current().cpu_timeout
-        runtime.run_grid(self, grid, args, timeout)
+        settings = settings if settings is not None else config.current()
+        runtime.run_grid(self, grid, args, settings.cpu_timeout)
 
 
 class CpuBackend(Backend):

@@ -152,7 +152,8 @@ class CompiledNvidia:
         return max(4 * int(getattr(k, "n_spills", 0) or 0) for k in kernels.values())
 
     # ------------------------------------------------------------ launch
-    def launch(self, grid, args: dict):
+    def launch(self, grid, args: dict, settings=None):
+        """``settings`` (xsync.config.Settings): unused here (no run-time option on the GPU)."""
         grid = tuple(grid) + (1,) * (3 - len(grid))
         if self.result.debug_hang:
             return self._launch_debug(grid, args)
