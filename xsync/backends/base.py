@@ -23,6 +23,14 @@ Options: each field of a backend's option dataclasses names the ``xsync.config``
 that feeds it (``option_field("nv_fuse_mma")``); :mod:`xsync.config` builds them
 (environment < ``@xs.kernel(options=)`` < ``xsync.options(...)``) and the compile cache key
 is the option objects themselves.
+
+Adding a backend: a package ``xsync/backends/<name>/`` with ``placement.py`` (``place(kernel)
+-> agents`` and its ``TARGET``: hardware facts, schedule passes ``run(kernel, placement, log,
+lower_options)``, ``allocate(kernel, placement, skeleton, lower_options)``), ``options.py``
+(its LowerOptions / RenderOptions, each field an ``option_field`` naming an option of
+``xsync.config.OPTIONS``) and a Backend subclass (``probe``, ``render_source``, ``compile``);
+then one ``register(...)`` line in ``xsync/backends/__init__.py`` (and its name among the
+``backend`` option's choices in ``xsync.config``).
 """
 from __future__ import annotations
 
