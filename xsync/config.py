@@ -28,7 +28,7 @@ import contextvars
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from xsync.errors import XSyncError
 
@@ -48,7 +48,7 @@ class Option:
     kind: str                     # bool | int | float | choice | path
     default: Any
     doc: str
-    choices: tuple = ()
+    choices: tuple | Callable[[], tuple] = ()
     low: float | None = None
     high: float | None = None
     multiple_of: int | None = None
@@ -58,7 +58,7 @@ class Option:
         if self.kind == "bool":
             return "one of " + ", ".join(_TRUE + _FALSE)
         if self.kind == "choice":
-            return "one of " + ", ".join(self.choices)
+            return "one of " + ", ".join(self.valid_choices())
         if self.kind in ("int", "float"):
             rng = []
             if self.low is not None:
@@ -96,7 +96,7 @@ class Option:
         if self.kind == "choice":
             text = str(raw).strip().lower() if not isinstance(raw, bool) else ("1" if raw else "0")
             text = self.aliases.get(text, text)
-            if text not in self.choices:
+            if text not in self.valid_choices():
                 raise bad()
             return text
         if self.kind == "path":
@@ -126,10 +126,21 @@ class Option:
             raise bad(f"not a multiple of {self.multiple_of}")
         return value
 
+    def valid_choices(self) -> tuple:
+        """The choices; a callable ``choices`` is asked (the backend option asks the registry)."""
+        return self.choices() if callable(self.choices) else self.choices
+
     def default_text(self) -> str:
         if self.default is None:
             return "off" if self.kind == "path" else "automatic"
         return str(self.default)
+
+
+def _backend_choices() -> tuple:
+    """auto and every registered backend's name (xsync.backends registers them)."""
+    from xsync.backends import names
+
+    return ("auto",) + names()
 
 
 def _cache_default() -> str:
@@ -139,7 +150,7 @@ def _cache_default() -> str:
 OPTIONS: tuple[Option, ...] = (
     Option("backend", "XSYNC_BACKEND", "choice", "auto",
            "where kernels run: auto picks nvidia on a Hopper GPU, ascend on an NPU, else cpu",
-           choices=("auto", "cpu", "nvidia", "ascend", "ascend-sim"),
+           choices=_backend_choices,
            aliases={"": "auto", "ascend_sim": "ascend-sim", "sim": "ascend-sim"}),
     Option("verify", "XSYNC_VERIFY", "bool", True,
            "run the protocol verifier before compiling"),

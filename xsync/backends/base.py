@@ -29,8 +29,8 @@ Adding a backend: a package ``xsync/backends/<name>/`` with ``placement.py`` (``
 lower_options)``, ``allocate(kernel, placement, skeleton, lower_options)``), ``options.py``
 (its LowerOptions / RenderOptions, each field an ``option_field`` naming an option of
 ``xsync.config.OPTIONS``) and a Backend subclass (``probe``, ``render_source``, ``compile``);
-then one ``register(...)`` line in ``xsync/backends/__init__.py`` (and its name among the
-``backend`` option's choices in ``xsync.config``).
+then one ``register(...)`` line in ``xsync/backends/__init__.py`` (``XSYNC_BACKEND`` accepts
+every registered name).
 """
 from __future__ import annotations
 
