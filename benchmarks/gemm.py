@@ -91,15 +91,17 @@ def measure(size: int, variants) -> dict:
         stages = int(name.split("_")[0][1:])
         out = "bfloat16" if "_bf16" in name else "float32"
         c = outputs[out]
-        opts = {}
+        opts, at_lowering = {}, {}
         if "_2cta" in name:
-            opts.update(maxnreg=128, producer_regs=24, consumer_regs=232)
+            at_lowering.update(maxnreg=128, producer_regs=24, consumer_regs=232)
+        if "_nodefer" in name:
+            at_lowering["defer_mma_wait"] = False
         group = next((int(part[1:]) for part in name.split("_")[1:] if part[:1] == "g" and part[1:].isdigit()), 8)
         consts = dict(BM=128, BN=128, BK=64, STAGES=stages, GROUP_M=group)
-        # the wait deferral is a pass: it runs when the kernel is lowered, not when it is rendered
-        # (handed to compile_kernel, as _nodefer once was, it changed nothing)
-        with xs.options(**({"nv_defer_mma_wait": False} if "_nodefer" in name else {})):
-            lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, out)))
+        # the wait deferral is a pass and the register budgets the allocator's: both are
+        # lowering options (handed to compile_kernel they are a ConfigError)
+        lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, out)),
+                               options=at_lowering)
         smem_kb = next((int(part[4:]) for part in name.split("_") if part.startswith("smem")), None)
         if smem_kb is not None:
             opts["staging_smem_limit"] = smem_kb * 1024

@@ -113,7 +113,7 @@ def graph_us(fn, calls=20, replays=10) -> float | None:
 def triton_launcher_wall_us(fn) -> float:
     """Wall us of `fn` with prepared launches going through Triton's kernel.run instead of
     the C launcher directly (xsync/backends/nvidia/launcher.py): what the direct path saves."""
-    from xsync.backends import nvidia
+    from xsync.backends.nvidia import compiled as nvidia
     from xsync.kernels.flash_attn import ops
 
     saved = nvidia.DIRECT_LAUNCH

@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     import triton.testing
     if cuda_missing(__file__):
         return 2
-    import xsync.backends.nvidia as nv
+    import xsync.backends.nvidia.modules as nv
     from xsync.kernels.flash_attn import ops, schedule
 
     # one buffer for the process: a kernel compiled for one shape keeps its address

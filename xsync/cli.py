@@ -19,7 +19,7 @@ import sys
 
 from xsync import api
 from xsync.errors import XSyncError
-from xsync.backends import TARGETS as BACKENDS
+from xsync import backends as registry
 
 
 class UsageError(Exception):
@@ -111,7 +111,7 @@ def parse_settings(kernel, settings: list[str]) -> tuple[dict, dict]:
 def cmd_check(args) -> int:
     kernel = load_kernel(args.kernel)
     constexprs, dtypes = parse_settings(kernel, args.set)
-    backends = [args.backend] if args.backend else list(BACKENDS)
+    backends = [registry.get(args.backend)] if args.backend else [registry.get(t) for t in registry.target_names()]
     spec = " ".join(f"{k}={v}" for k, v in sorted(constexprs.items()))
     spec += "".join(f" {k}={v.name}" for k, v in sorted(dtypes.items()))
     print(f"kernel {kernel.__name__}  ({kernel.fn.__code__.co_filename}:{kernel.fn.__code__.co_firstlineno})")
@@ -119,7 +119,7 @@ def cmd_check(args) -> int:
     failures = 0
     shown = False
     for backend in backends:
-        print(f"\n=== backend {backend} ===")
+        print(f"\n=== backend {backend.name} ===")
         try:
             lowered = kernel.lower(backend, constexprs, dtypes, check=True)
         except XSyncError as err:
@@ -144,10 +144,13 @@ def cmd_lower(args) -> int:
 
     kernel = load_kernel(args.kernel)
     constexprs, dtypes = parse_settings(kernel, args.set)
+    from xsync import config
+
+    backend = registry.get(args.backend)
     try:
-        lowered = kernel.lower(args.backend, constexprs, dtypes)
-        module = importlib.import_module(f"xsync.backends.{args.backend}")
-        source = module.render_source(lowered.kernel, lowered.placement, lowered.allocation)
+        lowered = kernel.lower(backend, constexprs, dtypes)
+        source = backend.render_source(lowered.kernel, lowered.placement, lowered.allocation,
+                                       config.render_options(backend))
     except XSyncError as err:
         print(f"REJECTED: {type(err).__name__}\n{err}", file=sys.stderr)
         return 1
@@ -273,13 +276,13 @@ def _run(argv) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="protocol, allocation and verifier verdict per backend")
     p.add_argument("kernel", help="MODULE:KERNEL, e.g. xsync.kernels.gemm:gemm")
-    p.add_argument("--backend", choices=BACKENDS)
+    p.add_argument("--backend", choices=registry.target_names())
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="constexpr value or tensor dtype (e.g. BM=64, a=float16)")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("lower", help="print or write the generated source and allocation table")
     p.add_argument("kernel")
-    p.add_argument("--backend", choices=BACKENDS, required=True)
+    p.add_argument("--backend", choices=registry.target_names(), required=True)
     p.add_argument("--out", help="directory to write <kernel>.<backend>.py and .alloc.txt")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     p.set_defaults(func=cmd_lower)
@@ -290,7 +293,7 @@ def _run(argv) -> int:
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="passed to the trace= hook (e.g. STAGES=3) and to the verifier")
     p.add_argument("--grid", help="override the hook's grid, e.g. 2 or 1,2")
-    p.add_argument("--backend", choices=BACKENDS, default="cpu",
+    p.add_argument("--backend", choices=registry.target_names(), default="cpu",
                    help="placement whose deadlock counterexample to draw (runs are always on cpu)")
     p.set_defaults(func=cmd_trace)
     p = sub.add_parser("bench", help="run a benchmark side by side with torch (GPU), with progress")

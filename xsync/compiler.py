@@ -3,15 +3,18 @@
     source --frontend--> KernelIR --placement--> agents --verify--> (ok)
            --alloc--> resources --backend renderer--> generated code --> run
 
-Compiled kernels are cached by (source hash, backend, constexprs, tensor dtypes).
-``XSYNC_DUMP=<dir>`` writes each generated source and its allocation table.
+Compiled kernels are cached by (source hash, backend, constexprs, tensor dtypes, verify,
+the backend's LowerOptions and RenderOptions). A backend name (``XSYNC_BACKEND``, a
+``backend=`` argument) becomes a :class:`~xsync.backends.base.Backend` here, once; the
+configuration becomes the backend's option objects here too (``xsync.config``), and both
+travel down as objects. ``XSYNC_DUMP=<dir>`` writes each generated source and its allocation
+table.
 ``XSYNC_VERIFY=0`` skips the verifier (the CPU emulator's stall watchdog still reports
 hangs).
 """
 from __future__ import annotations
 
 import hashlib
-import importlib
 import inspect
 import os
 import threading
@@ -29,7 +32,7 @@ from xsync.lowering.passes import PassLog
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
 from xsync.lowering.tile_launch import check_grid, single_tile_counts
-from xsync.lowering.verify import VerifyReport, enabled_verification, verify
+from xsync.lowering.verify import VerifyReport, verify
 
 def _xs_dtype(torch_dtype):
     """The xsync dtype of a torch dtype (None if unsupported); memoized per dtype object."""
@@ -52,9 +55,10 @@ class Lowered:
     placement: Placement
     allocation: Allocation
     report: VerifyReport | None
-    backend: str
+    backend: object                     # the xsync.backends.base.Backend it was lowered by
     passes: PassLog | None = None       # what the schedule passes did (xsync check prints it)
     skeleton: Skeleton | None = None    # the protocol's one meaning (also allocation.skeleton)
+    options: object = None              # the backend's LowerOptions the passes and allocator read
 
 
 class Kernel:
@@ -114,7 +118,7 @@ class Kernel:
                           fix="launch with kernel[(programs,)](*args, CONST=value)")
 
     def __getitem__(self, grid):
-        def launcher(*args, backend: str | None = None, **kwargs):
+        def launcher(*args, backend=None, **kwargs):
             return self.launch(grid, args, kwargs, backend=backend)
         return launcher
 
@@ -128,27 +132,33 @@ class Kernel:
             self._source_hash = hashlib.sha256(inspect.getsource(self.fn).encode()).hexdigest()[:16]
         return self._source_hash
 
-    def lower(self, backend: str, constexprs: dict | None = None,
-              tensor_dtypes: dict | None = None, check: bool | None = None) -> Lowered:
-        """Frontend, placement, verification and allocation for one specialization."""
+    def lower(self, backend, constexprs: dict | None = None, tensor_dtypes: dict | None = None,
+              check: bool | None = None, options=None) -> Lowered:
+        """Frontend, placement, schedule passes, verification and allocation for one
+        specialization. ``backend``: a Backend or its name (no availability check: lowering
+        needs no hardware). ``options``: the backend's ``LowerOptions``, or a dict of its
+        fields over the configuration (environment < @xs.kernel(options=) < xsync.options).
+        ``check``: run the verifier (default: the ``verify`` option)."""
+        from xsync.backends import get
+
+        backend = get(backend)
         with config.kernel_scope(self.options):
-            return self._lower(backend, constexprs, tensor_dtypes, check)
+            settings = config.current()
+            lower_options = config.lower_options(backend, options, settings)
+            run_check = settings.verify if check is None else check
+        return self._lower(backend, constexprs, tensor_dtypes, run_check, lower_options)
 
-    def _lower(self, backend, constexprs, tensor_dtypes, check) -> Lowered:
-        from xsync.backends import place, target_of
-
-        backend = target_of(backend)
+    def _lower(self, backend, constexprs, tensor_dtypes, check: bool, options) -> Lowered:
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
         kernel = parse_kernel(self.fn, constexprs, tensor_dtypes)
-        placement = place(kernel, backend)
+        placement = backend.place(kernel)
         log = PassLog()
         # The verifier checks what the passes emit, not what the user wrote.
-        kernel = passes.run(kernel, placement, log)
+        kernel = passes.run(kernel, placement, log, options)
         skeleton = derive(kernel, placement)
-        run_check = enabled_verification() if check is None else check
-        report = verify(kernel, placement, skeleton) if run_check else None
-        allocation = allocate(kernel, placement, skeleton)
-        return Lowered(kernel, placement, allocation, report, backend, log, skeleton)
+        report = verify(kernel, placement, skeleton) if check else None
+        allocation = allocate(kernel, placement, skeleton, options)
+        return Lowered(kernel, placement, allocation, report, backend, log, skeleton, options)
 
     def specialization(self, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
         """(constexprs, tensor dtypes): the given ones, else the kernel's ``example=``, with
@@ -159,31 +169,28 @@ class Kernel:
             tensor_dtypes = {k: v for k, v in self.example.items() if isinstance(v, xs_types.DType)}
         return {**self._constexpr_defaults, **constexprs}, dict(tensor_dtypes)
 
-    def compile(self, backend: str, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
+    def compile(self, backend, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
+        """The compiled kernel of one specialization on ``backend`` (a Backend or its name),
+        under the configuration in effect."""
+        from xsync.backends import get
+
+        backend = get(backend)
         with config.kernel_scope(self.options):
-            return self._compile(backend, constexprs, tensor_dtypes)
+            return self._compile(backend, constexprs, tensor_dtypes, config.current())
 
-    def _compile(self, backend, constexprs, tensor_dtypes):
+    def _compile(self, backend, constexprs, tensor_dtypes, settings):
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
-        settings = config.current()
-        # The resolved configuration is part of the key: changing an option recompiles.
-        key = (self.source_hash(), backend, tuple(sorted(constexprs.items())),
-               tuple(sorted((k, v.name) for k, v in tensor_dtypes.items())), settings.codegen_key())
-        return self._compiled_for(key, backend, constexprs, tensor_dtypes, settings)
-
-    def _compiled_for(self, key, backend, constexprs, tensor_dtypes, settings):
+        lower_options, render_options = settings.backend_options(backend)
+        # The option objects are part of the key: changing an option recompiles.
+        key = (self.source_hash(), backend.name, tuple(sorted(constexprs.items())),
+               tuple(sorted((k, v.name) for k, v in tensor_dtypes.items())), settings.verify,
+               lower_options, render_options)
         with self._lock:
             compiled = self._cache.get(key)
         if compiled is None:
-            from xsync.backends import runner_of, target_of
-
-            target = target_of(backend)
-            lowered = self._lower(target, constexprs, tensor_dtypes, None)
-            module = importlib.import_module(f"xsync.backends.{target}")
-            # ascend: the same generated module runs on an NPU or in the simulator
-            options = {"runner": runner_of(backend)} if target == "ascend" else None
-            compiled = module.compile_kernel(lowered.kernel, lowered.placement, lowered.allocation,
-                                             options)
+            lowered = self._lower(backend, constexprs, tensor_dtypes, settings.verify, lower_options)
+            compiled = backend.compile(lowered.kernel, lowered.placement, lowered.allocation,
+                                       render_options)
             compiled.lowered = lowered
             with self._lock:
                 self._cache[key] = compiled
@@ -251,7 +258,7 @@ class Kernel:
             run_args[name] = value
         return run_args, constexprs, dtypes
 
-    def launch(self, grid, args, kwargs, backend: str | None = None):
+    def launch(self, grid, args, kwargs, backend=None):
         if self.options:
             with config.kernel_scope(self.options):
                 return self._launch(grid, args, kwargs, backend)
@@ -260,24 +267,25 @@ class Kernel:
     def _launch(self, grid, args, kwargs, backend):
         from xsync.backends import select
 
-        name = select(backend)
+        settings = config.current()
+        backend = select(backend, settings.backend)
         run_args, constexprs, dtypes = self.bind(args, kwargs)
         if callable(grid):
             grid = grid(constexprs)
         grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
         if not grid or any(g < 0 for g in grid) or len(grid) > 3:
             raise LaunchError(f"kernel '{self.__name__}': grid {grid} must be 1-3 non-negative sizes")
-        settings = config.current()
         # bind() yields the constexprs and dtypes in signature order: a key without sorting
-        fast = (name, tuple(constexprs.values()), tuple(dtypes.items()), settings.codegen_key())
+        fast = (backend, tuple(constexprs.values()), tuple(dtypes.items()), settings.verify,
+                settings.backend_options(backend))
         memo = self._launch_memo.get(fast)
         if memo is None or settings.dump:
-            compiled = self._compile(name, constexprs, dtypes)
+            compiled = self._compile(backend, constexprs, dtypes, settings)
             memo = self._launch_memo[fast] = (compiled, single_tile_counts(compiled.lowered.kernel))
         compiled, counts = memo
         if counts:   # one program per tile: a smaller grid would skip tiles
             check_grid(compiled.lowered.kernel, counts, grid, run_args, constexprs)
-        compiled.launch(grid, run_args)
+        compiled.launch(grid, run_args, settings)
         return compiled
 
 
@@ -285,7 +293,7 @@ def dump(directory: str, lowered: Lowered, source: str, tag: str | None = None) 
     """Write the generated source and its allocation table (each atomically: whole or not at
     all) as <kernel>.<backend>[.<tag>].py and .alloc.txt; returns the two paths."""
     k = lowered.kernel
-    stem = os.path.join(directory, f"{k.name}.{lowered.backend}" + (f".{tag}" if tag else ""))
+    stem = os.path.join(directory, f"{k.name}.{lowered.backend.target_name}" + (f".{tag}" if tag else ""))
     spec = " ".join(f"{n}={v}" for n, v in k.constexprs) + "".join(
         f" {p.name}={p.dtype.name}" for p in k.params if p.dtype is not None)
     table = f"specialization: {spec}\n" + lowered.allocation.table() + "\n"

@@ -1,8 +1,7 @@
 """Configuration: the one module that reads ``XSYNC_*`` environment variables.
 
 Every option has a typed spec (:class:`Option`): its Python name, its environment
-variable, how a value is parsed and validated, its default, and whether it changes the
-generated code (then it is part of the compile cache key). Values come from, in order of
+variable, how a value is parsed and validated and its default. Values come from, in order of
 precedence:
 
     1. ``with xsync.options(name=value, ...):``   (innermost block wins; per thread/task)
@@ -13,6 +12,14 @@ precedence:
 A bad value is an error that names the variable (or keyword), the value and the valid
 ones; nothing else in xsync looks at ``os.environ``. ``python -m xsync config`` prints
 the resolved configuration.
+
+Backend options are data: each backend declares frozen ``LowerOptions`` (read by its passes
+and allocator) and ``RenderOptions`` (read by its renderer and launch) whose fields name the
+option feeding them (:func:`xsync.backends.base.option_field`). :func:`lower_options` and
+:func:`render_options` build them here, at the entry points (``Kernel.lower/compile``,
+``compile_ptx``, the CLI), and nothing below calls :func:`current`. The compile cache key
+is those objects (plus ``verify``). The generic options (backend, verify, dump, cache_dir,
+cpu_timeout, check_inputs, ascend_cores) are read at the entry points and passed down.
 """
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ import contextvars
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from xsync.errors import XSyncError
 
@@ -41,8 +48,7 @@ class Option:
     kind: str                     # bool | int | float | choice | path
     default: Any
     doc: str
-    codegen: bool = False         # changes generated code -> part of the compile cache key
-    choices: tuple = ()
+    choices: tuple | Callable[[], tuple] = ()
     low: float | None = None
     high: float | None = None
     multiple_of: int | None = None
@@ -52,7 +58,7 @@ class Option:
         if self.kind == "bool":
             return "one of " + ", ".join(_TRUE + _FALSE)
         if self.kind == "choice":
-            return "one of " + ", ".join(self.choices)
+            return "one of " + ", ".join(self.valid_choices())
         if self.kind in ("int", "float"):
             rng = []
             if self.low is not None:
@@ -90,7 +96,7 @@ class Option:
         if self.kind == "choice":
             text = str(raw).strip().lower() if not isinstance(raw, bool) else ("1" if raw else "0")
             text = self.aliases.get(text, text)
-            if text not in self.choices:
+            if text not in self.valid_choices():
                 raise bad()
             return text
         if self.kind == "path":
@@ -120,10 +126,21 @@ class Option:
             raise bad(f"not a multiple of {self.multiple_of}")
         return value
 
+    def valid_choices(self) -> tuple:
+        """The choices; a callable ``choices`` is asked (the backend option asks the registry)."""
+        return self.choices() if callable(self.choices) else self.choices
+
     def default_text(self) -> str:
         if self.default is None:
             return "off" if self.kind == "path" else "automatic"
         return str(self.default)
+
+
+def _backend_choices() -> tuple:
+    """auto and every registered backend's name (xsync.backends registers them)."""
+    from xsync.backends import names
+
+    return ("auto",) + names()
 
 
 def _cache_default() -> str:
@@ -133,10 +150,10 @@ def _cache_default() -> str:
 OPTIONS: tuple[Option, ...] = (
     Option("backend", "XSYNC_BACKEND", "choice", "auto",
            "where kernels run: auto picks nvidia on a Hopper GPU, ascend on an NPU, else cpu",
-           choices=("auto", "cpu", "nvidia", "ascend", "ascend-sim"),
+           choices=_backend_choices,
            aliases={"": "auto", "ascend_sim": "ascend-sim", "sim": "ascend-sim"}),
     Option("verify", "XSYNC_VERIFY", "bool", True,
-           "run the protocol verifier before compiling", codegen=True),
+           "run the protocol verifier before compiling"),
     Option("dump", "XSYNC_DUMP", "path", None,
            "directory that receives every generated source and its allocation table"),
     Option("cache_dir", "XSYNC_CACHE_DIR", "path", None,
@@ -149,50 +166,47 @@ OPTIONS: tuple[Option, ...] = (
            low=1e-3, high=1e7),
     Option("cpu_mode", "XSYNC_CPU_MODE", "choice", "threads",
            "CPU emulator scheduler: threads (one per agent) or cooperative (generators in one "
-           "thread, deterministic, faster for sync-heavy kernels)", codegen=True,
+           "thread, deterministic, faster for sync-heavy kernels)",
            choices=("threads", "cooperative")),
     Option("debug_hang", "XSYNC_DEBUG_HANG", "bool", False,
-           "Hopper: report a stuck mbarrier wait as StallError instead of hanging", codegen=True),
+           "Hopper: report a stuck mbarrier wait as StallError instead of hanging"),
     Option("hang_timeout_ms", "XSYNC_HANG_TIMEOUT_MS", "int", 2000,
-           "Hopper hang debug mode: how long one wait may poll", codegen=True, low=1, high=3_600_000),
+           "Hopper hang debug mode: how long one wait may poll", low=1, high=3_600_000),
     Option("nv_producer_regs", "XSYNC_NV_PRODUCER_REGS", "int", None,
-           "Hopper: registers per thread of the producer partition (setmaxnreg)", codegen=True,
+           "Hopper: registers per thread of the producer partition (setmaxnreg)",
            low=24, high=256, multiple_of=8),
     Option("nv_consumer_regs", "XSYNC_NV_CONSUMER_REGS", "int", None,
-           "Hopper: registers per thread of each consumer partition (setmaxnreg)", codegen=True,
+           "Hopper: registers per thread of each consumer partition (setmaxnreg)",
            low=24, high=256, multiple_of=8),
     Option("nv_maxnreg", "XSYNC_NV_MAXNREG", "int", None,
-           "Hopper: the launch option maxnreg", codegen=True, low=24, high=255),
+           "Hopper: the launch option maxnreg", low=24, high=255),
     Option("nv_merge_pipes", "XSYNC_NV_MERGE_PIPES", "bool", None,
-           "Hopper pass: one ring for two pipes filled and taken together (default on)",
-           codegen=True),
+           "Hopper pass: one ring for two pipes filled and taken together (default on)"),
     Option("nv_fuse_mma", "XSYNC_NV_FUSE_MMA", "bool", None,
-           "Hopper pass: fuse the split PV product into the accumulating wgmma (default on)",
-           codegen=True),
+           "Hopper pass: fuse the split PV product into the accumulating wgmma (default on)"),
     Option("nv_defer_mma_wait", "XSYNC_NV_DEFER_MMA_WAIT", "bool", None,
-           "Hopper pass: keep one wgmma in flight across K steps (default on)", codegen=True),
+           "Hopper pass: keep one wgmma in flight across K steps (default on)"),
     Option("nv_overlap", "XSYNC_NV_OVERLAP", "bool", None,
-           "Hopper pass: overlap the softmax with the running PV wgmma (default on)", codegen=True),
+           "Hopper pass: overlap the softmax with the running PV wgmma (default on)"),
     Option("nv_pingpong", "XSYNC_NV_PINGPONG", "choice", None,
-           "Hopper pass: ping-pong turns between two consumer warpgroups", codegen=True,
+           "Hopper pass: ping-pong turns between two consumer warpgroups",
            choices=("0", "1", "each", "first", "wrap"),
            aliases={"off": "0", "false": "0", "no": "0", "on": "1", "true": "1", "yes": "1"}),
     Option("nv_tma_store", "XSYNC_NV_TMA_STORE", "bool", None,
            "Hopper: a consumer's xs.store of a whole tile goes through shared memory and a TMA "
-           "store where shared memory has room (default on)", codegen=True),
+           "store where shared memory has room (default on)"),
     Option("nv_prefetch_tile_scalars", "XSYNC_NV_PREFETCH_TILE_SCALARS", "bool", None,
            "Hopper: a consumer's persistent tile loop issues its table reads (xs.load_scalar) "
-           "tiles ahead of the tile that uses them (default off until measured)", codegen=True),
+           "tiles ahead of the tile that uses them (default off until measured)"),
     Option("nv_exp2_fma", "XSYNC_NV_EXP2_FMA", "choice", "0",
            "Hopper: the share (1/4, 1/2) of an accumulator tile's exp2 computed by a polynomial on "
-           "the FMA pipe instead of the special-function unit (default 0 until measured)", codegen=True,
+           "the FMA pipe instead of the special-function unit (default 0 until measured)",
            choices=("0", "1/4", "1/2")),
     Option("ascend_form", "XSYNC_ASCEND_FORM", "choice", "auto",
            "Ascend source form: release (one body, triton-ascend 3.2.0) or scope (al.scope, "
-           "triton-ascend 3.2.1+)", codegen=True, choices=("auto", "release", "scope")),
+           "triton-ascend 3.2.1+)", choices=("auto", "release", "scope")),
     Option("ascend_event_ids", "XSYNC_ASCEND_EVENT_IDS", "int", None,
-           "Ascend: cap on cross-core event IDs (default: the range the CANN version documents)",
-           codegen=True, low=1, high=16),
+           "Ascend: cap on cross-core event IDs (default: the range the CANN version documents)", low=1, high=16),
     Option("ascend_cores", "XSYNC_ASCEND_CORES", "int", None,
            "Ascend: AI cores a launch may keep resident (default: ask the device, else 20)",
            low=1, high=4096),
@@ -208,9 +222,9 @@ class Settings:
     values: tuple[tuple[str, Any], ...]
 
     def __post_init__(self):
-        # read on every launch: look-ups and the cache key computed once
+        # read on every launch: look-ups computed once, each backend's options built once
         object.__setattr__(self, "_map", dict(self.values))
-        object.__setattr__(self, "_codegen", tuple((k, v) for k, v in self.values if BY_NAME[k].codegen))
+        object.__setattr__(self, "_stage_options", {})
 
     def __getattr__(self, name):
         if name.startswith("_") or name == "values":
@@ -226,9 +240,20 @@ class Settings:
     def as_dict(self) -> dict:
         return dict(self.values)
 
-    def codegen_key(self) -> tuple:
-        """The options that change generated code: part of every compile cache key."""
-        return self._codegen
+    def backend_options(self, backend) -> tuple:
+        """(LowerOptions, RenderOptions) of ``backend`` under these settings (built once)."""
+        hit = self._stage_options.get(backend)
+        if hit is None:
+            # an xsync.options block makes new Settings per launch: equal ones share the objects
+            key = (backend, self.values)
+            hit = _options_memo.get(key)
+            if hit is None:
+                if len(_options_memo) > 256:
+                    _options_memo.clear()
+                hit = _options_memo[key] = (lower_options(backend, settings=self),
+                                            render_options(backend, settings=self))
+            self._stage_options[backend] = hit
+        return hit
 
     def describe(self) -> str:
         lines = []
@@ -243,6 +268,7 @@ _overrides: contextvars.ContextVar[tuple] = contextvars.ContextVar("xsync_option
 _kernel_layer: contextvars.ContextVar[dict] = contextvars.ContextVar("xsync_kernel_options", default={})
 _env_cache: dict = {}
 _plain_cache: dict = {}      # environment -> Settings (no kernel options, no overrides)
+_options_memo: dict = {}     # (backend, settings values) -> (LowerOptions, RenderOptions)
 
 
 def _check_keywords(kwargs: dict, where: str) -> dict:
@@ -353,3 +379,73 @@ def parse_value(name: str, raw: Any) -> Any:
     """Validate one value for option ``name`` (used by tools that take NAME=VALUE)."""
     return BY_NAME[name].parse(raw, name)
 
+
+
+# ---------------------------------------------------------------- backend option objects
+def lower_options(backend, given=None, settings: Settings | None = None,
+                  where: str = "kernel.lower(options=...)"):
+    """``backend.LowerOptions``: ``given`` (a dict of its fields, or the object itself) over
+    ``settings`` (default: :func:`current`)."""
+    return _stage_options(backend, backend.LowerOptions, backend.RenderOptions, given, settings, where)
+
+
+def render_options(backend, given=None, settings: Settings | None = None,
+                   where: str = "compile options=..."):
+    """``backend.RenderOptions``: ``given`` (a dict of its fields, or the object itself) over
+    ``settings`` (default: :func:`current`)."""
+    return _stage_options(backend, backend.RenderOptions, backend.LowerOptions, given, settings, where)
+
+
+def _stage_options(backend, cls, other, given, settings, where):
+    if isinstance(given, cls):
+        return given
+    if isinstance(given, other):
+        owner = "kernel.lower(..., options=)" if other is backend.LowerOptions else \
+            "compile_kernel / compile_ptx options="
+        raise ConfigError(f"{where}: the {other.STAGE} options ({other.__name__}) of the {backend.name} "
+                          f"backend, given at {cls.STAGE}",
+                          fix=f"pass a {cls.__name__} (or a dict of its fields) here; {other.__name__} "
+                              f"go to {owner}")
+    if given is not None and not isinstance(given, dict):
+        raise ConfigError(f"{where}: {type(given).__name__} is not an option set of the {backend.name} backend",
+                          fix=f"pass a dict of {cls.__name__} fields or a {cls.__module__}.{cls.__name__}")
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    for key in given:
+        if key not in cls.field_names():
+            raise (_wrong_stage(backend, other, cls, key, where) if key in other.field_names()
+                   else _unknown(backend, cls, key, where))
+    settings = current() if settings is None else settings
+    values = {name: settings[option] for name, option in cls.config_names().items()}
+    feeds = cls.config_names()
+    for key, value in given.items():
+        option = BY_NAME.get(feeds.get(key))
+        values[key] = option.parse(value, f"{where.split('(')[0]}({key}=)") if option else value
+    return cls(**values)
+
+
+def _how_to_pass(backend, cls, key) -> str:
+    option = BY_NAME.get(cls.config_names().get(key))
+    ambient = f" or set {option.env} / xsync.options({option.name}=...)" if option else ""
+    if cls is backend.LowerOptions:
+        return (f"pass it when the kernel is lowered: kernel.lower({backend.name!r}, ..., "
+                f"options={{{key!r}: ...}}){ambient}")
+    return f"pass it when the kernel is compiled (compile_kernel / compile_ptx options=...){ambient}"
+
+
+def _wrong_stage(backend, owner, cls, key, where) -> ConfigError:
+    return ConfigError(f"{where}: {key!r} is a {owner.STAGE} option of the {backend.name} backend, "
+                       f"given at {cls.STAGE}",
+                       fix=_how_to_pass(backend, owner, key))
+
+
+def _unknown(backend, cls, key, where) -> ConfigError:
+    from xsync.backends import registry
+
+    elsewhere = [b.name for b in registry.backends() if b is not backend
+                 and key in b.LowerOptions.field_names() + b.RenderOptions.field_names()]
+    owners = f" (an option of the {', '.join(elsewhere)} backend)" if elsewhere else ""
+    lower, render = backend.LowerOptions, backend.RenderOptions
+    return ConfigError(f"{where}: unknown {cls.STAGE} option {key!r} for the {backend.name} "
+                       f"backend{owners}",
+                       fix=f"lowering options of {backend.name}: {', '.join(lower.field_names()) or 'none'}; "
+                           f"rendering options: {', '.join(render.field_names()) or 'none'}")

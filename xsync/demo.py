@@ -10,10 +10,6 @@ import time
 import torch
 
 
-def _device(backend: str) -> str:
-    return {"nvidia": "cuda", "ascend": "npu"}.get(backend, "cpu")
-
-
 def _row(name, shape, err, tol, seconds):
     ok = err <= tol
     return ok, f"  {name:<22} {shape:<34} max|err| {err:9.2e}  (tol {tol:.0e})  {seconds:6.2f}s  " \
@@ -114,9 +110,9 @@ def main(args=None) -> int:
     from xsync.backends import select
 
     backend = select()
-    dev = _device(backend)
+    dev = backend.device
     torch.manual_seed(0)
-    print(f"xsync demo — backend: {backend} (XSYNC_BACKEND={backend!r} to force; cpu, nvidia, ascend)")
+    print(f"xsync demo — backend: {backend.name} (XSYNC_BACKEND={backend.name!r} to force; cpu, nvidia, ascend)")
     lowered = attention_fwd.lower(backend)
     print(f"\nflash-attention protocol ({attention_fwd.fn.__code__.co_filename}):")
     print(lowered.kernel.describe())
@@ -126,7 +122,7 @@ def main(args=None) -> int:
     print(lowered.allocation.table())
     print(lowered.report.summary())
     print("\nresults vs torch:")
-    small = backend == "cpu"
+    small = backend.cpu_emulator
     results = [run_gemm(dev), run_gemm_softmax(dev),
                run_attention(dev, 2, 4, 4, 77 if small else 1000, 64, False),
                run_attention(dev, 1, 4, 2, 96 if small else 2048, 128, True),
@@ -134,5 +130,5 @@ def main(args=None) -> int:
     for _, line in results:
         print(line)
     bad = sum(not ok for ok, _ in results)
-    print(f"\n{len(results) - bad} of {len(results)} kernels match torch on the {backend} backend.")
+    print(f"\n{len(results) - bad} of {len(results)} kernels match torch on the {backend.name} backend.")
     return 1 if bad else 0

@@ -29,7 +29,7 @@ HEAD_DIMS = (64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
 
 
-def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0,
+def block_sizes(backend, head_dim: int = 128, causal: bool = False, max_seq: int = 0,
                 sm_scale: float | None = None) -> dict:
     """The constexprs (BM, BN, STAGES, PERSISTENT, Q_STAGES, REPLICAS, SCALE_POSITIVE) the ops
     launch with: the committed schedule table (kernels/flash_attn/schedule.py) for this backend,
@@ -142,40 +142,30 @@ def varlen_contract(q, k, cu_q, cu_k, max_q, max_k) -> bool:
     from xsync.backends import select
 
     _check_varlen_args(q, k, cu_q, cu_k, max_q, max_k)
-    checked = select() == "cpu" or config.current().check_inputs
+    checked = select().cpu_emulator or config.current().check_inputs
     if checked:
         _check_varlen_values(q, k, cu_q, cu_k, max_q, max_k)
     return checked
 
 
-def programs(backend: str, tiles: int, persistent: bool | None = None, device=None) -> int:
+def programs(backend, tiles: int, persistent: bool | None = None, device=None) -> int:
     """Programs to launch for ``tiles`` tiles (the kernel loops over its share of them):
     a persistent schedule runs one per AI core (Ascend) or SM (Hopper), otherwise one per
-    tile. ``persistent=None``: the backend's default schedule."""
+    tile (``Backend.resident_programs``). ``persistent=None``: the backend's default schedule.
+    ``backend``: a Backend or its name."""
+    from xsync.backends import get
+
+    backend = get(backend)
     if persistent is None:
         persistent = schedule.lookup(backend, 128, False, 0).persistent
     if not persistent:
         return max(1, tiles)
-    if backend in ("ascend", "ascend-sim"):
-        from xsync.backends.ascend import core_count
-        return max(1, min(tiles, core_count()[0]))
-    if backend == "nvidia":
-        return max(1, min(tiles, _sm_count(device)))
-    return max(1, tiles)
-
-
-_SMS: dict = {}
-
-
-def _sm_count(device) -> int:
-    index = torch.cuda.current_device() if device is None or device.index is None else device.index
-    if index not in _SMS:
-        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _SMS[index]
+    resident = backend.resident_programs(device)
+    return max(1, tiles if resident is None else min(tiles, resident))
 
 
 def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout,
-           backend: str, plan: schedule.Schedule, grid_size: int | None = None,
+           backend, plan: schedule.Schedule, grid_size: int | None = None,
            constexprs_over: dict | None = None, packed_tokens: int | None = None):
     """Launch ``kernel`` (the flagship or a variant of it) on 2-D views as the ops do: the
     schedule's tiles, its program count (or ``grid_size``) and the tile order it deals them
@@ -212,10 +202,14 @@ def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, ca
 _SPILLED: dict = {}
 
 
-def launched_schedule(backend: str, head_dim: int, causal: bool, max_seq: int,
+def launched_schedule(backend, head_dim: int, causal: bool, max_seq: int,
                       dtype=torch.bfloat16) -> schedule.Schedule:
     """The schedule the ops launch for this shape: the table's (schedule.lookup), or where
-    its kernel spilled when this process first launched it, its ``fallback``."""
+    its kernel spilled when this process first launched it, its ``fallback``. ``backend``: a
+    Backend or its name."""
+    from xsync.backends import get
+
+    backend = get(backend)
     plan = schedule.lookup(backend, head_dim, causal, max_seq)
     while plan.fallback is not None and _SPILLED.get((backend, head_dim, bool(causal), dtype, plan)):
         plan = plan.fallback
@@ -223,9 +217,9 @@ def launched_schedule(backend: str, head_dim: int, causal: bool, max_seq: int,
 
 
 def spilled_schedules() -> dict:
-    """{(backend, head_dim, causal, dtype, schedule): local bytes a thread} of the table rows
-    checked so far (0: no spill, so the row's own schedule runs)."""
-    return dict(_SPILLED)
+    """{(backend name, head_dim, causal, dtype, schedule): local bytes a thread} of the table
+    rows checked so far (0: no spill, so the row's own schedule runs)."""
+    return {(key[0].name, *key[1:]): local for key, local in _SPILLED.items()}
 
 
 def packs_tiles(plan: schedule.Schedule, causal: bool) -> bool:

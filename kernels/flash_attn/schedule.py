@@ -172,8 +172,12 @@ BACKWARD_TABLE: tuple[Row, ...] = (
 )
 
 
-def target(backend: str) -> str:
-    return "ascend" if backend in ("ascend", "ascend-sim") else backend
+def target(backend) -> str:
+    """The lowering target of ``backend`` (a Backend or its name): the table's ``backend``
+    column (ascend-sim runs the ascend rows)."""
+    from xsync.backends import get
+
+    return get(backend).target_name
 
 
 def lookup(backend: str, head_dim: int, causal: bool, max_seq: int,
@@ -191,4 +195,4 @@ def lookup(backend: str, head_dim: int, causal: bool, max_seq: int,
         if row.max_seq is not None and max_seq > row.max_seq:
             continue
         return row.schedule
-    raise LookupError(f"no attention schedule for backend {backend!r}")
+    raise LookupError(f"no attention schedule for backend {str(backend)!r}")

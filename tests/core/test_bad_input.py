@@ -13,7 +13,7 @@ import torch
 import xsync
 from xsync import config, files
 from xsync.config import ConfigError
-from xsync.errors import LaunchError
+from xsync.errors import BackendError, LaunchError
 from xsync.kernels.flash_attn import attention, attention_varlen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -194,15 +194,109 @@ def test_python_options_are_validated_and_scoped():
 
 
 def test_codegen_options_are_part_of_the_cache_key():
+    """The compile cache key is the backend's option objects (and verify): an option of the
+    backend recompiles, another backend's option or a run-time option does not."""
     from xsync.kernels.gemm import gemm
     cx = dict(BM=16, BN=16, BK=16, STAGES=2)
     base = gemm.compile("cpu", cx)
-    with xsync.options(nv_fuse_mma=False):
+    with xsync.options(cpu_mode="cooperative"):
         other = gemm.compile("cpu", cx)
-    assert other is not base                      # a changed codegen option recompiles
+    assert other is not base and other.mode == "cooperative"   # a cpu RenderOptions field
+    with xsync.options(verify=False):
+        assert gemm.compile("cpu", cx) is not base
     assert gemm.compile("cpu", cx) is base
-    with xsync.options(cpu_timeout=5):            # not a codegen option: same compiled kernel
+    with xsync.options(nv_fuse_mma=False):        # an nvidia option: not the cpu backend's
         assert gemm.compile("cpu", cx) is base
+    with xsync.options(cpu_timeout=5):            # a run-time option: same compiled kernel
+        assert gemm.compile("cpu", cx) is base
+
+
+def test_option_objects_come_from_the_configuration():
+    from xsync.backends import get
+    nvidia = get("nvidia")
+    lower, render = config.lower_options(nvidia), config.render_options(nvidia)
+    assert lower.fuse_mma is None and render.exp2_fma == "0" and render.debug_hang is False
+    with xsync.options(nv_fuse_mma=False, nv_pingpong="wrap", nv_exp2_fma="1/4"):
+        assert config.lower_options(nvidia) == type(lower)(fuse_mma=False, pingpong="wrap")
+        assert config.render_options(nvidia).exp2_fma == "1/4"
+        # keywords over the configuration, parsed like the option that feeds the field
+        assert config.lower_options(nvidia, {"pingpong": False}).pingpong == "0"
+    # every field names the option feeding it: no hand-kept map
+    assert type(lower).config_names()["overlap_softmax"] == "nv_overlap"
+    assert set(type(render).config_names().values()) <= set(config.BY_NAME)
+
+
+def test_option_at_the_wrong_stage_is_an_error():
+    from xsync.backends.cpu import compile_kernel as cpu_compile
+    from xsync.backends.nvidia import render_source
+    from xsync.kernels.gemm import gemm
+    lowered = gemm.lower("nvidia")
+    args = (lowered.kernel, lowered.placement, lowered.allocation)
+    with pytest.raises(ConfigError) as err:
+        render_source(*args, {"fuse_mma": False})
+    assert "'fuse_mma' is a lowering option of the nvidia backend, given at rendering" in err.value.what
+    assert "kernel.lower('nvidia', ..., options=" in err.value.fix and "XSYNC_NV_FUSE_MMA" in err.value.fix
+    with pytest.raises(ConfigError) as err:
+        gemm.lower("nvidia", options={"exp2_fma": "1/2"})
+    assert "'exp2_fma' is a rendering option of the nvidia backend, given at lowering" in err.value.what
+    assert "compile_kernel / compile_ptx options=" in err.value.fix
+    lowered = gemm.lower("cpu")
+    with pytest.raises(ConfigError, match="given at rendering"):
+        config.render_options(lowered.backend, config.lower_options(lowered.backend))
+    cpu_compile(lowered.kernel, lowered.placement, lowered.allocation, {"mode": "cooperative"})
+
+
+def test_option_unknown_to_the_backend_is_an_error():
+    from xsync.kernels.gemm import gemm
+    with pytest.raises(ConfigError) as err:
+        gemm.lower("cpu", options={"fuse_mma": False})
+    assert "unknown lowering option 'fuse_mma' for the cpu backend (an option of the nvidia backend)" \
+        in err.value.what
+    assert "rendering options: mode" in err.value.fix
+    with pytest.raises(ConfigError, match="unknown lowering option 'bogus' for the nvidia backend"):
+        gemm.lower("nvidia", options={"bogus": 1})
+    with pytest.raises(ConfigError, match=r"kernel.lower\(maxnreg=7\) is not valid"):
+        gemm.lower("nvidia", options={"maxnreg": 7})
+
+
+def test_lowering_options_reach_the_passes_and_the_allocator():
+    from xsync.kernels.gemm import gemm
+    cx = dict(BM=128, BN=128, BK=64, STAGES=2)
+    on = gemm.lower("nvidia", cx)
+    off = gemm.lower("nvidia", cx, options={"defer_mma_wait": False, "producer_regs": 32})
+    assert off.options.defer_mma_wait is False and on.options.defer_mma_wait is None
+    assert "defer-mma-wait: applied" in on.passes.text() and "defer-mma-wait: applied" not in off.passes.text()
+    assert "producer 32" in off.allocation.table()
+    with xsync.options(nv_defer_mma_wait=False, nv_producer_regs=32):    # the same, from the configuration
+        assert gemm.lower("nvidia", cx).allocation.table() == off.allocation.table()
+
+
+def test_backend_registry():
+    from xsync.backends import Backend, get, names, select, target_names
+    assert names() == ("cpu", "nvidia", "ascend", "ascend-sim")
+    assert target_names() == ("cpu", "nvidia", "ascend")
+    sim = get("ascend-sim")
+    assert isinstance(sim, Backend) and sim.target is get("ascend").target and sim.target_name == "ascend"
+    assert select(sim) is sim and get(sim) is sim
+    assert select("cpu") is get("cpu") and select("auto") is select("") is select()
+    with pytest.raises(BackendError, match="unknown backend 'tpu'") as err:
+        get("tpu")
+    assert "cpu, nvidia, ascend, ascend-sim" in err.value.fix
+    from xsync.kernels.gemm import gemm
+    lowered = gemm.lower("ascend-sim")
+    assert lowered.backend is sim and lowered.placement.target is sim.target
+    assert lowered.placement.backend == "ascend"      # the target's name, stored once
+
+
+def test_auto_selection_prefers_available_backends(monkeypatch):
+    from xsync.backends import get, registry
+    monkeypatch.setattr(registry, "_SELECTED", {})
+    for name, ok in (("nvidia", False), ("ascend", True)):
+        monkeypatch.setattr(get(name), "_availability", (ok, "" if ok else "no GPU"))
+    assert registry.select("auto") is get("ascend")
+    monkeypatch.setattr(registry, "_SELECTED", {})
+    monkeypatch.setattr(get("ascend"), "_availability", (False, "no NPU"))
+    assert registry.select("auto") is get("cpu")
 
 
 def test_kernel_options_are_validated():

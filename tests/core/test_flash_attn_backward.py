@@ -10,7 +10,9 @@ import xsync as xs
 from xsync.kernels.flash_attn import attention, attention_varlen, ops
 from xsync.kernels.flash_attn.backward import (attention_bwd_dkdv, attention_bwd_dq,
                                                attention_bwd_preprocess)
-from xsync.backends import TARGETS as BACKENDS     # the placements a kernel lowers for
+from xsync.backends import target_names
+
+BACKENDS = target_names()     # the placements a kernel lowers for
 
 
 def reference(q, k, v, causal, scale):

@@ -51,7 +51,7 @@ def test_enumeration_memos_change_nothing(monkeypatch):
     innermost list per column of values: verifier.enumeration.OBS_MEMO) give the same assignments and
     observations, in the same order, on the library's kernels and the corpus."""
     from tests.core import corpus as C
-    from xsync.backends import place, target_of
+    from xsync.backends import place
     from xsync.kernels import gemm
     from xsync.lowering import passes
     from xsync.lowering.verifier import enumeration
@@ -63,7 +63,7 @@ def test_enumeration_memos_change_nothing(monkeypatch):
     def found(kern, backend):
         cx, dt = kern.specialization()
         kernel = parse_kernel(kern.fn, cx, dt)
-        placement = place(kernel, target_of(backend))
+        placement = place(kernel, backend)
         kernel = passes.run(kernel, placement, PassLog())
         skel = derive(kernel, placement)
         out = []
@@ -125,7 +125,7 @@ def test_equal_control_decisions_unroll_to_equal_programs(backend):
     """The run caches look programs up by their unroll's control decisions (Scalars.tracer):
     over every assignment of the forward's tile-by-tile check, equal decisions give equal
     programs, and the decisions tell at least the distinct programs apart."""
-    from xsync.backends import place, target_of
+    from xsync.backends import place
     from xsync.lowering import passes
     from xsync.lowering.frontend import parse_kernel
     from xsync.lowering.passes import PassLog
@@ -134,7 +134,7 @@ def test_equal_control_decisions_unroll_to_equal_programs(backend):
 
     cx, dt = attention_fwd.specialization()
     kernel = parse_kernel(attention_fwd.fn, cx, dt)
-    placement = place(kernel, target_of(backend))
+    placement = place(kernel, backend)
     kernel = passes.run(kernel, placement, PassLog())
     skel = derive(kernel, placement)
     sc = Scalars(kernel, skel, episodes=True)

@@ -157,7 +157,7 @@ def test_flash_attention_single_source_compiles():
 
     lowered = attention_fwd.lower("nvidia")
     r = compile_ptx(lowered, scalar_types={"sm_scale": "fp32"})
-    overlap = common.enabled(overlap_pass.OPTION)   # keeps PV in flight: wait 1
+    overlap = common.enabled(lowered.options, overlap_pass.OPTION)   # keeps PV in flight: wait 1
     common_sync_checks(r.ptx, {128 * 128 * 2, 64 * 128 * 2}, wait_groups=(0, 1) if overlap else (0,))
     assert r.metadata.num_warps == 12          # 2 consumer warpgroups + 3 producer warps (load, 2 x q_load) + 1 padding
     assert lines(r.ptx, r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16")

@@ -455,7 +455,7 @@ def test_cuda_graph_replays_with_new_inputs(monkeypatch):
 
 def test_direct_launch_keys_match_tritons_specialization(monkeypatch):
     """The launch path reuses a compiled kernel when its own key matches
-    (xsync.backends.nvidia._specialization_key): that key must never join two launches
+    (xsync.backends.nvidia.specialization_key): that key must never join two launches
     that Triton would specialize differently. Recorded over shapes whose ints hit 1,
     multiples of 16 and odd values, and tensors at odd offsets."""
     import torch
@@ -485,7 +485,7 @@ def test_direct_launch_keys_match_tritons_specialization(monkeypatch):
     for compiled, argv in seen:
         binder = compiled.jit_fn.device_caches[device][4]
         _, spec, _ = binder(*argv, **compiled.launch_options())
-        key = (id(compiled), nvidia._specialization_key(argv))
+        key = (id(compiled), nvidia.specialization_key(argv))
         classes.setdefault(key, set()).add(str(spec))
     assert len(seen) >= 6
     assert all(len(specs) == 1 for specs in classes.values()), classes
@@ -613,7 +613,7 @@ def test_direct_c_launch_matches_tritons_launcher(monkeypatch, shape, causal):
     import torch
     import triton
 
-    from xsync.backends import nvidia
+    from xsync.backends.nvidia import compiled as nvidia
     from xsync.kernels.flash_attn import attention, ops
 
     monkeypatch.setenv("XSYNC_BACKEND", "nvidia")

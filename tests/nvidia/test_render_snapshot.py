@@ -3,14 +3,15 @@ snapshot of every backend's source is tests/core/test_render_snapshot.py)."""
 
 
 def _rendered(kernel, blocks):
-    from xsync.backends.nvidia import occupancy_defaults, resolve_options
+    from xsync import config
+    from xsync.backends.nvidia import NVIDIA
     from xsync.backends.nvidia.render import render
 
     cx, dtypes = kernel.specialization()
     cx.update(blocks)
     lw = kernel.lower("nvidia", cx, dtypes)
     args = (lw.kernel, lw.placement, lw.allocation)
-    return render(*args, occupancy_defaults(*args, resolve_options()))
+    return render(*args, config.render_options(NVIDIA))
 
 
 def test_layouts_are_inferred_once_before_rendering():

@@ -36,7 +36,9 @@ class Case:
     kernel: object
     constexprs: dict | None = None                  # None: the kernel's example=
     settings: dict = field(default_factory=dict)    # xs.options(...) while lowering and rendering
-    options: dict = field(default_factory=dict)     # nvidia renderer options (compile_ptx's options=)
+    # nvidia option fields (compile_ptx's options=): the RenderOptions ones are rendered with;
+    # a LowerOptions one (producer_regs) changes what compile_ptx lowers, not this source
+    options: dict = field(default_factory=dict)
 
 
 def _library():
@@ -185,9 +187,11 @@ def render_case(backend: str, case: Case) -> str:
         lowered = case.kernel.lower(backend, case.constexprs)
         args = (lowered.kernel, lowered.placement, lowered.allocation)
         if backend == "nvidia":
-            from xsync.backends.nvidia import occupancy_defaults, resolve_options
+            from xsync import config
+            from xsync.backends.nvidia import NVIDIA
             from xsync.backends.nvidia.render import render
-            return render(*args, occupancy_defaults(*args, resolve_options(case.options))).source
+            given = {k: v for k, v in case.options.items() if k in NVIDIA.RenderOptions.field_names()}
+            return render(*args, config.render_options(NVIDIA, given)).source
         if backend == "ascend":
             from xsync.backends.ascend import render as ascend_render
             return ascend_render.render_module(*args, case.settings["ascend_form"]).source

@@ -57,9 +57,11 @@ class Allocation:
         return "\n".join(lines)
 
 
-def allocate(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None = None) -> Allocation:
+def allocate(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None = None,
+             options=None) -> Allocation:
     """The target's allocation of ``kernel`` (``placement.target.allocate``), carrying the
-    skeleton it read."""
+    skeleton it read; ``options``: the backend's ``LowerOptions`` (register budgets, event-ID
+    cap), their defaults when None."""
     skel = skeleton or derive(kernel, placement)
-    alloc = placement.target.allocate(kernel, placement, skel)
+    alloc = placement.target.allocate(kernel, placement, skel, options)
     return dataclasses.replace(alloc, skeleton=skel)

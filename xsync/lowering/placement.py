@@ -2,7 +2,7 @@
 the target facts of the hardware that runs them.
 
 Each backend places roles onto its hardware agents (``xsync.backends.<b>.placement``, which
-``xsync.backends.place`` calls) and states, in a :class:`Target`, what its sync primitives
+the backend's :meth:`xsync.backends.base.Backend.place` calls) and states, in a :class:`Target`, what its sync primitives
 can count, which schedule passes it runs and how it allocates: the verifier and the
 allocator ask the target ("how far may a signaller run ahead of its waiter?") instead of
 branching on the backend's name. Roles placed on one agent run in source order inside it;
@@ -70,18 +70,21 @@ class Target:
         like ``sync()`` (Ascend ``sync_block_all``).
     allocate: the target's allocator (``xsync.backends.<b>.alloc.allocate``).
     passes: the target's schedule passes (``xsync.lowering.passes.run`` runs them in order).
+    name: what the kernel is lowered for ("nvidia", "ascend", "cpu"; backends ascend and
+        ascend-sim share the target "ascend"); the one place messages read it from.
     """
 
-    backend: str
+    name: str
     event: str
     barrier: str
     event_limit: Limit | None = None
     barrier_limit: Limit | None = None
     gather_limit: Limit | None = None
     barrier_arrive_waits: bool = False
-    # (kernel, placement, skeleton) -> Allocation: the target's allocation module
+    # (kernel, placement, skeleton, lower_options) -> Allocation: the target's allocation module
     allocate: Callable | None = None
-    # schedule passes, in order: objects with NAME and run(kernel, placement, log) -> kernel
+    # schedule passes, in order: objects with NAME and
+    # run(kernel, placement, log, lower_options) -> kernel
     passes: tuple = ()
 
     @property
@@ -92,9 +95,13 @@ class Target:
 
 @dataclass(frozen=True)
 class Placement:
-    backend: str
     agents: tuple[Agent, ...]
     target: Target
+
+    @property
+    def backend(self) -> str:
+        """The lowering target's name (``target.name``), as messages spell it."""
+        return self.target.name
 
     def agent_of(self, role: str) -> Agent:
         return next(a for a in self.agents if role in a.roles)

@@ -5,11 +5,4 @@ from __future__ import annotations
 from xsync.lowering.verifier.check import VerifyReport, loop_bounds, verify
 from xsync.lowering.verifier.counterexample import Counterexample, CounterexampleStep, StuckLane
 
-__all__ = ["Counterexample", "CounterexampleStep", "StuckLane", "VerifyReport", "enabled_verification",
-           "loop_bounds", "verify"]
-
-
-def enabled_verification() -> bool:
-    from xsync import config
-
-    return bool(config.current().verify)
+__all__ = ["Counterexample", "CounterexampleStep", "StuckLane", "VerifyReport", "loop_bounds", "verify"]

@@ -23,13 +23,17 @@ Environment:
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import os
 import threading
 
 from xsync import config, files
+from xsync.backends.ascend import options as ascend_options
 from xsync.backends.ascend import render as _render
+from xsync.backends.ascend.placement import TARGET, place
+from xsync.backends.base import Backend
 from xsync.errors import BackendError, LaunchError
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
@@ -100,13 +104,13 @@ def cache_dir() -> str:
 class CompiledAscend:
     """The generated triton-ascend module of one specialization.
 
-    ``launch`` runs it on an NPU (runner "npu") or in xsync's cube/vector simulator on the
-    CPU (runner "simulator", ``XSYNC_BACKEND=ascend-sim``)."""
+    ``launch`` runs it on an NPU or, ``simulated``, in xsync's cube/vector simulator on the
+    CPU (``XSYNC_BACKEND=ascend-sim``)."""
 
     def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation,
-                 module: _render.AscendModule, path: str, runner: str = "npu"):
+                 module: _render.AscendModule, path: str, simulated: bool = False):
         self.kernel, self.placement, self.allocation = kernel, placement, allocation
-        self.module, self.path, self.runner = module, path, runner
+        self.module, self.path, self.simulated = module, path, simulated
         self.source, self.form = module.source, module.form
         self._fn = None
         self._lock = threading.Lock()
@@ -187,11 +191,14 @@ class CompiledAscend:
                 call.append(buf.view(_torch_dtype(d)))
         return call
 
-    def launch(self, grid, args: dict):
+    def launch(self, grid, args: dict, settings=None):
+        """``settings``: the configuration the caller resolved (xsync.config.Settings; default:
+        the one in effect now), for the run-time options (cpu_timeout of a simulation)."""
         grid = tuple(int(g) for g in grid)
-        if self.runner == "simulator":
+        if self.simulated:
             from xsync.backends.ascend.simulator import simulate
-            return simulate(self, grid, args)
+            settings = settings if settings is not None else config.current()
+            return simulate(self, grid, args, timeout=settings.cpu_timeout)
         self.check_grid(grid)
         ok, why = availability()
         if not ok:
@@ -209,16 +216,60 @@ def _torch_dtype(d):
             "int32": torch.int32, "int1": torch.int8}[d.name]
 
 
-def compile_kernel(kernel: ir.KernelIR, placement: Placement, allocation, options=None,
+class AscendBackend(Backend):
+    """Lowers for the ascend target; runs the generated module on an NPU, or (``simulated``,
+    the ascend-sim backend) in xsync's cube/vector simulator on the CPU."""
+
+    LowerOptions = ascend_options.LowerOptions
+    RenderOptions = ascend_options.RenderOptions
+
+    def __init__(self, name: str, *, simulated: bool):
+        super().__init__(name, TARGET, place, device="cpu" if simulated else "npu")
+        self.simulated = simulated
+
+    def probe(self) -> tuple[bool, str]:
+        if self.simulated:
+            from xsync.backends.ascend.simulator import availability as sim_availability
+            return sim_availability()
+        return availability()
+
+    def unavailable_hint(self) -> str:
+        if self.simulated:
+            return ""
+        return ("; XSYNC_BACKEND=ascend-sim runs the generated Ascend code in xsync's cube/vector "
+                "simulator on the CPU (needs triton-ascend: bash scripts/env.sh ascend)")
+
+    def render_source(self, kernel: ir.KernelIR, placement: Placement, allocation,
+                      options: ascend_options.RenderOptions) -> str:
+        return _render.render(kernel, placement, allocation, select_form(options.form))
+
+    def compile(self, kernel: ir.KernelIR, placement: Placement, allocation,
+                options: ascend_options.RenderOptions) -> CompiledAscend:
+        """Render the triton-ascend module and write it to the cache (``triton.jit`` reads it)."""
+        form = select_form(options.form)
+        module = _render.render_module(kernel, placement, allocation, form)
+        path = os.path.join(cache_dir(), f"{kernel.name}_{form}_{files.digest(module.source)}.py")
+        files.write_checked(path, module.source)
+        return CompiledAscend(kernel, placement, allocation, module, path, simulated=self.simulated)
+
+    def resident_programs(self, device=None) -> int:
+        """AI cores a launch may keep resident (a persistent launch runs one program per core)."""
+        return core_count()[0]
+
+
+ASCEND = AscendBackend("ascend", simulated=False)
+ASCEND_SIM = AscendBackend("ascend-sim", simulated=True)
+
+
+def compile_kernel(kernel: ir.KernelIR, placement: Placement, allocation, options: dict | None = None,
                    form: str | None = None) -> CompiledAscend:
-    """Render the triton-ascend module (options: ``form``; ``runner`` "npu" or "simulator")."""
-    options = options or {}
-    form = select_form(form if form is not None else options.get("form"))
-    module = _render.render_module(kernel, placement, allocation, form)
-    path = os.path.join(cache_dir(), f"{kernel.name}_{form}_{files.digest(module.source)}.py")
-    files.write_checked(path, module.source)
-    return CompiledAscend(kernel, placement, allocation, module, path,
-                          runner=options.get("runner", "npu"))
+    """Render the triton-ascend module for an NPU; ``options``: RenderOptions fields (``form``)
+    over the configuration, ``form`` over both."""
+    opts = config.render_options(ASCEND, options, where="compile_kernel(options=...)")
+    if form is not None:
+        select_form(form)      # an unknown form is an error naming the argument
+        opts = dataclasses.replace(opts, form=form)
+    return ASCEND.compile(kernel, placement, allocation, opts)
 
 
 def compile_hivm(lowered, arch: str = DEFAULT_ARCH, scalars: dict | None = None,

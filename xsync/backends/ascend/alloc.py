@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsync import config
 from xsync.errors import AllocationError
 from xsync.lowering.alloc import Allocation, Row
 
@@ -76,10 +75,10 @@ class AscendAllocation(Allocation):
         return next(b for b in self.block_barriers if b.obj == obj)
 
 
-def ascend_event_budget() -> int:
-    """IDs 0 .. budget-1 are usable: XSYNC_ASCEND_EVENT_IDS, else the range documented by
-    the installed CANN (0-15 before 8.0.RC3, 0-10 from then on; without CANN: 0-10)."""
-    cap = config.current().ascend_event_ids
+def ascend_event_budget(cap: int | None = None) -> int:
+    """IDs 0 .. budget-1 are usable: ``cap`` (LowerOptions.event_ids, XSYNC_ASCEND_EVENT_IDS),
+    else the range documented by the installed CANN (0-15 before 8.0.RC3, 0-10 from then on;
+    without CANN: 0-10)."""
     if cap is not None:
         return cap
     return ASCEND_EVENT_IDS if _cann_documents_16_ids() else ASCEND_DOCUMENTED_IDS
@@ -103,17 +102,18 @@ def _cann_documents_16_ids() -> bool:
     return False
 
 
-def ascend_event_pool(has_barriers: bool) -> list[int]:
+def ascend_event_pool(has_barriers: bool, cap: int | None = None) -> list[int]:
     """Usable event IDs, highest first: the compiler's own allocation (when anything is
     injected) starts at 0, so xsync allocates from the top of the documented range."""
-    budget = ascend_event_budget()
+    budget = ascend_event_budget(cap)
     reserved = ASCEND_COMPILER_IDS if has_barriers else ()
     return [i for i in range(budget - 1, -1, -1) if i not in reserved]
 
 
-def allocate(kernel, placement, skel) -> AscendAllocation:
+def allocate(kernel, placement, skel, options=None) -> AscendAllocation:
     rows, ids, users, wanted = [], [], [], []
-    pool = ascend_event_pool(bool(kernel.barriers))
+    cap = options.event_ids if options is not None else None
+    pool = ascend_event_pool(bool(kernel.barriers), cap)
 
     def take(key, obj, direction):
         wanted.append((obj, direction))
@@ -173,7 +173,7 @@ def allocate(kernel, placement, skel) -> AscendAllocation:
         rows.append(Row(b.name, "sync_block_all", f"mode {mode}, flag {f}",
                         "needs every launched core resident (grid <= core count)"))
     if len(wanted) > len(pool):
-        budget = ascend_event_budget()
+        budget = ascend_event_budget(cap)
         listing = ", ".join(f"{o.name} ({d})" for o, d in wanted)
         reserved = (f"; IDs {ASCEND_COMPILER_IDS[0]} and {ASCEND_COMPILER_IDS[1]} belong to the "
                     f"compiler when sync_block_all is used") if kernel.barriers and budget > 14 else ""

@@ -303,9 +303,10 @@ class Machine:
 
 # ---------------------------------------------------------------- one launch
 class Simulation:
-    def __init__(self, compiled, grid: tuple[int, ...], source_module=None):
+    def __init__(self, compiled, grid: tuple[int, ...], source_module=None, timeout: float = 600.0):
         from triton.runtime.interpreter import InterpretedFunction
 
+        self.timeout = timeout      # seconds of wall clock (the cpu_timeout option)
         self.compiled = compiled
         self.kernel = compiled.kernel
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
@@ -448,7 +449,7 @@ class Simulation:
         # a time is the same computation; with one, every program is resident at once (the
         # launcher already checked grid <= AI cores).
         wave = len(programs) if self.kernel.barriers else 1
-        timeout = config.current().cpu_timeout
+        timeout = self.timeout
         deadline = time.monotonic() + timeout
         with _language_patched(self, [f.fn for f in self.fns.values()]):
             rewritten = {core: f.rewrite() for core, f in self.fns.items()}
@@ -665,8 +666,9 @@ def _as_f32(handle):
     return data.astype(np.float32)
 
 
-def simulate(compiled, grid, args: dict, source_module=None):
-    """Run ``compiled`` (a CompiledAscend) on CPU tensors; outputs land in ``args``' tensors."""
+def simulate(compiled, grid, args: dict, source_module=None, timeout: float | None = None):
+    """Run ``compiled`` (a CompiledAscend) on CPU tensors; outputs land in ``args``' tensors.
+    ``timeout``: seconds (default: the cpu_timeout option now)."""
     ok, why = availability()
     if not ok:
         from xsync.errors import BackendError
@@ -676,5 +678,7 @@ def simulate(compiled, grid, args: dict, source_module=None):
     if math.prod(grid) == 0:
         return
     compiled.check_grid(grid)
-    sim = Simulation(compiled, grid, source_module)
+    if timeout is None:
+        timeout = config.current().cpu_timeout
+    sim = Simulation(compiled, grid, source_module, timeout)
     sim.run(compiled.host_args(grid, args))

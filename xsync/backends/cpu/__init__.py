@@ -2,18 +2,15 @@
 from __future__ import annotations
 
 import linecache
-import os
 from dataclasses import dataclass
 
 from xsync import config
-from xsync.backends.cpu import runtime
+from xsync.backends.base import Backend
+from xsync.backends.cpu import options as cpu_options
+from xsync.backends.cpu.placement import TARGET, place
 from xsync.backends.cpu.render import render
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
-
-
-def availability() -> tuple[bool, str]:
-    return True, ""
 
 
 @dataclass
@@ -25,26 +22,60 @@ class CompiledCpu:
     skeleton: object = None      # xsync.lowering.protocol.Skeleton: the sync objects' meaning
     mode: str = "threads"        # "threads" | "cooperative" (XSYNC_CPU_MODE)
 
-    def launch(self, grid: tuple[int, ...], args: dict):
-        timeout = config.current().cpu_timeout
-        runtime.run_grid(self, grid, args, timeout)
+    def launch(self, grid: tuple[int, ...], args: dict, settings=None):
+        """``settings``: the configuration the caller resolved (xsync.config.Settings; default:
+        the one in effect now), for the run-time options (cpu_timeout)."""
+        from xsync.backends.cpu import runtime
+
+        settings = settings if settings is not None else config.current()
+        runtime.run_grid(self, grid, args, settings.cpu_timeout)
 
 
-def render_source(kernel: ir.KernelIR, placement: Placement, allocation) -> str:
-    mode = config.current().cpu_mode
-    return render(kernel, placement, getattr(allocation, "skeleton", None), mode == "cooperative")
+class CpuBackend(Backend):
+    cpu_emulator = True
+    LowerOptions = cpu_options.LowerOptions
+    RenderOptions = cpu_options.RenderOptions
+
+    def probe(self) -> tuple[bool, str]:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return False, "torch is not installed"
+        return True, ""
+
+    def render_source(self, kernel: ir.KernelIR, placement: Placement, allocation,
+                      options: cpu_options.RenderOptions) -> str:
+        return render(kernel, placement, getattr(allocation, "skeleton", None), options.mode == "cooperative")
+
+    def compile(self, kernel: ir.KernelIR, placement: Placement, allocation,
+                options: cpu_options.RenderOptions) -> CompiledCpu:
+        from xsync.lowering.protocol import derive
+
+        skeleton = getattr(allocation, "skeleton", None) or derive(kernel, placement)
+        source = render(kernel, placement, skeleton, options.mode == "cooperative")
+        filename = f"<xsync-cpu {kernel.name} {abs(hash(source)):x}>"
+        # Register the generated source so tracebacks show its lines.
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        namespace: dict = {}
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+        functions = {a.name: namespace[f"agent_{a.name}"] for a in placement.agents}
+        return CompiledCpu(kernel, placement, source, functions, skeleton, options.mode)
 
 
-def compile_kernel(kernel: ir.KernelIR, placement: Placement, allocation, options=None) -> CompiledCpu:
-    from xsync.lowering.protocol import derive
+CPU = CpuBackend("cpu", TARGET, place, device="cpu")
 
-    mode = (options or {}).get("mode") or config.current().cpu_mode
-    skeleton = getattr(allocation, "skeleton", None) or derive(kernel, placement)
-    source = render(kernel, placement, skeleton, mode == "cooperative")
-    filename = f"<xsync-cpu {kernel.name} {abs(hash(source)):x}>"
-    # Register the generated source so tracebacks show its lines.
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace: dict = {}
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-    functions = {a.name: namespace[f"agent_{a.name}"] for a in placement.agents}
-    return CompiledCpu(kernel, placement, source, functions, skeleton, mode)
+
+def availability() -> tuple[bool, str]:
+    return True, ""
+
+
+def render_source(kernel: ir.KernelIR, placement: Placement, allocation, options: dict | None = None) -> str:
+    """The emulator's source of a lowered kernel; ``options``: RenderOptions fields (``mode``)
+    over the configuration."""
+    return CPU.render_source(kernel, placement, allocation,
+                             config.render_options(CPU, options, where="render_source(options=...)"))
+
+
+def compile_kernel(kernel: ir.KernelIR, placement: Placement, allocation, options: dict | None = None) -> CompiledCpu:
+    return CPU.compile(kernel, placement, allocation,
+                       config.render_options(CPU, options, where="compile_kernel(options=...)"))

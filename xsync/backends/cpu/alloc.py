@@ -6,7 +6,7 @@ from __future__ import annotations
 from xsync.lowering.alloc import Allocation, Row
 
 
-def allocate(kernel, placement, skel) -> Allocation:
+def allocate(kernel, placement, skel, options=None) -> Allocation:
     rows = []
     for a in placement.agents:
         rows.append(Row(a.name, "thread(s)", f"{a.replicas} x {a.hardware}", f"roles: {', '.join(a.roles)}"))

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from xsync import config
 from xsync.errors import AllocationError
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation, Row
@@ -123,7 +122,7 @@ def is_tma_pipe(kernel: ir.KernelIR, pipe: ir.Pipe) -> bool:
     return bool(writes) and all(isinstance(w.value, ir.Call) and w.value.op == "load" for w in writes)
 
 
-def allocate(kernel, placement, skel) -> HopperAllocation:
+def allocate(kernel, placement, skel, options=None) -> HopperAllocation:
     rows, partitions = [], []
     # Consumers first: the first consumer warpgroup is the default partition.
     ordered = sorted(skel.instances, key=lambda i: i.unit == Unit.PRODUCER)
@@ -163,7 +162,7 @@ def allocate(kernel, placement, skel) -> HopperAllocation:
             loc=big[0].loc if big else kernel.loc,
             objects=tuple(f"{p.name} (stages={p.stages}, {p.slot_bytes} B/slot)" for p in big),
             fix="lower stages or tile sizes")
-    partitions, maxnreg, budget = _registers(partitions, smem)
+    partitions, maxnreg, budget = _registers(partitions, smem, options)
     for part in partitions:
         kind = "default partition" if part.index == 0 else f"worker partition {part.index}"
         roles = ", ".join(skel.instances[part.instance].roles)
@@ -210,10 +209,11 @@ def allocate(kernel, placement, skel) -> HopperAllocation:
                             smem_bytes=smem)
 
 
-def _registers(partitions, smem):
-    """(partitions with their budgets, launch maxnreg, display text); see the module docstring."""
-    settings = config.current()
-    prod, cons, maxnreg = settings.nv_producer_regs, settings.nv_consumer_regs, settings.nv_maxnreg
+def _registers(partitions, smem, options=None):
+    """(partitions with their budgets, launch maxnreg, display text); see the module docstring.
+    ``options``: the nvidia ``LowerOptions`` (producer_regs, consumer_regs, maxnreg)."""
+    prod, cons, maxnreg = ((options.producer_regs, options.consumer_regs, options.maxnreg)
+                           if options is not None else (None, None, None))
     explicit = any(x is not None for x in (prod, cons, maxnreg))
     if not explicit and two_ctas_fit(partitions, smem):
         prod, cons, maxnreg = 24, MAX_CONSUMER_REGS, 128

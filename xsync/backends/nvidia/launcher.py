@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import sys
 
+from xsync.backends.nvidia.abi import ArgKind
+
 # How many CUtensorMaps each varying descriptor keeps (keyed by data pointer). A training
 # loop cycles through a handful of buffers; more distinct pointers just clear the cache.
 MAPS_PER_SLOT = 64
@@ -69,11 +71,11 @@ def prepare_c_launch(kernel, grid: tuple, argv: list, kinds: list, slots: list, 
                      current_device, current_stream, hooks_set):
     """A launch(*tensors) -> bool calling the C launcher directly, or None (see c_launch).
 
-    `kinds[i]` is "desc", "ptr", "table" or another host-argument kind for `argv[i]`;
+    `kinds[i]` is the ArgKind of `argv[i]` (a TMA store descriptor counts as DESC);
     `slots` lists (argument index, varying tensor index, descriptor template or None) as
     CompiledNvidia.prepare builds them. Tensor pointer arguments are passed as integers (the
     plan fixed their device), and the static ones stay referenced by the launch."""
-    from xsync.backends.nvidia import from_template
+    from xsync.backends.nvidia.compiled import from_template
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     found = c_launch(kernel)
@@ -84,10 +86,10 @@ def prepare_c_launch(kernel, grid: tuple, argv: list, kinds: list, slots: list, 
     descriptors = iter(metas or ())
     static, places, keep = [], [], []
     for i, (arg, kind) in enumerate(zip(argv, kinds)):
-        meta = next(descriptors, None) if kind == "desc" else None
+        meta = next(descriptors, None) if kind is ArgKind.DESC else None
         if i in varying:
             j, template = varying[i]
-            if kind == "desc":
+            if kind is ArgKind.DESC:
                 if meta is None:           # the descriptor would be passed as its tensor
                     return None
                 width = len(expand(arg, meta))
@@ -96,12 +98,12 @@ def prepare_c_launch(kernel, grid: tuple, argv: list, kinds: list, slots: list, 
             else:
                 places.append((len(static), 0, j, None, None, None))
                 static.append(None)
-        elif kind == "desc":
+        elif kind is ArgKind.DESC:
             if expand is None:
                 return None
             keep.append(arg)
             static.extend(expand(arg, meta))
-        elif kind in ("ptr", "table"):
+        elif kind in (ArgKind.PTR, ArgKind.TABLE):
             keep.append(arg)
             static.append(arg.data_ptr())
         else:

@@ -20,6 +20,7 @@ from typing import Mapping
 from xsync.backends.nvidia import prefetch, staging, tensors
 from xsync.backends.nvidia.alloc import HopperAllocation
 from xsync.backends.nvidia.layouts import ModuleLayouts, infer
+from xsync.backends.nvidia.options import RenderOptions
 from xsync.errors import BackendError
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement, Unit
@@ -47,10 +48,10 @@ def _check_supported(kernel: ir.KernelIR, placement: Placement):
 
 
 def plan(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation,
-         options: Mapping | None = None) -> RenderPlan:
+         options: RenderOptions | None = None) -> RenderPlan:
     """The decisions for rendering ``kernel`` under renderer ``options`` (``tma_store``,
     ``staging_smem_limit``, ``prefetch_tile_scalars``)."""
-    options = options or {}
+    options = options if options is not None else RenderOptions()
     _check_supported(kernel, placement)
     bodies = MappingProxyType({a.name: agent_body(kernel, a) for a in placement.agents})
     consts = dict(kernel.constexpr_values)
@@ -60,8 +61,9 @@ def plan(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation
         raise BackendError("the default partition must be a 4-warp consumer warpgroup", loc=kernel.loc,
                            objects=(), fix="give the kernel at least one matrix or vector role")
     stores = staging.plan(placement, allocation, layouts, uses.uses, uses.read, bodies,
-                          enabled=options.get("tma_store") is not False,
-                          limit=int(options.get("staging_smem_limit", staging.STAGING_SMEM_LIMIT)))
+                          enabled=options.tma_store is not False,
+                          limit=int(staging.STAGING_SMEM_LIMIT if options.staging_smem_limit is None
+                                    else options.staging_smem_limit))
     ahead = prefetch.plan_kernel(kernel, placement, allocation, layouts, consts, uses.uses, bodies,
-                                 enabled=bool(options.get("prefetch_tile_scalars")))
+                                 enabled=bool(options.prefetch_tile_scalars))
     return RenderPlan(bodies, MappingProxyType(consts), uses, layouts, stores, ahead)

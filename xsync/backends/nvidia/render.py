@@ -61,6 +61,7 @@ from xsync.lowering import ir
 from xsync.backends.nvidia.alloc import HopperAllocation, is_tma_pipe
 from xsync.backends.nvidia import exp2, planning
 from xsync.backends.nvidia.abi import ArgKind, KernelArg
+from xsync.backends.nvidia.options import RenderOptions
 from xsync.backends.nvidia.layouts import ModuleLayouts, ValueKind, nvmma_shared_repr
 from xsync.backends.nvidia.planning import RenderPlan
 from xsync.backends.nvidia.sync_ops import HangDebug, SyncSpeller, WaitSite, counters, emit_helpers, paired
@@ -340,15 +341,14 @@ class NvidiaRenderer:
     function."""
 
     def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation,
-                 plan: RenderPlan, options: dict | None = None):
+                 plan: RenderPlan, options: RenderOptions | None = None):
         self.kernel = kernel
         self.placement = placement
         self.allocation = allocation
         self.plan = plan
-        self.options = dict(options or {})
-        self.debug = HangDebug(int(self.options.get("hang_timeout_ms", 2000)),
-                               int(self.options.get("bars_smem", 0))) \
-            if self.options.get("debug_hang", False) else None
+        self.options = options if options is not None else RenderOptions()
+        self.debug = HangDebug(int(self.options.hang_timeout_ms), int(self.options.bars_smem)) \
+            if self.options.debug_hang else None
         self.wait_sites: list[WaitSite] = []
         self.tensors = plan.tensors.uses
         self.layouts = {c.name: c for c in plan.layouts.constants}
@@ -400,7 +400,7 @@ class NvidiaRenderer:
             out.depth = 1
             speller = AgentSpeller(kernel=self.kernel, placement=self.placement, allocation=self.allocation,
                                    plan=self.plan, agent=agent, out=out, wait_sites=self.wait_sites,
-                                   debug=self.debug, exp2_share=self.options.get("exp2_fma"))
+                                   debug=self.debug, exp2_share=self.options.exp2_fma)
             speller.spell(self.plan.bodies[agent.name])
             exp2_used = exp2_used or speller.values.exp2_used
             agent_src[agent.name] = out
@@ -478,7 +478,7 @@ class NvidiaRenderer:
         if exp2_used:
             o.line()
             o.line()
-            for line in exp2.helper_lines(self.options["exp2_fma"]):
+            for line in exp2.helper_lines(self.options.exp2_fma):
                 o.line(line)
 
     def agent_functions(self, o: Emitter, agent_src: dict[str, Emitter], ws_args: list[str]):
@@ -547,7 +547,8 @@ class NvidiaRenderer:
         o.dedent()
 
 
-def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation, options: dict | None = None):
+def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation,
+           options: RenderOptions | None = None):
     """The Gluon module of ``kernel``: its decisions planned (:func:`planning.plan`), then spelled."""
     plan = planning.plan(kernel, placement, allocation, options)
     return NvidiaRenderer(kernel, placement, allocation, plan, options).render()

@@ -1,6 +1,6 @@
 """Schedule passes: rewrites of the kernel's protocol IR for one placement.
 
-A pass takes the parsed kernel and the placement and returns a rewritten kernel whose
+A pass takes the parsed kernel, the placement and the backend's ``LowerOptions`` and returns a rewritten kernel whose
 per-agent programs the verifier then checks (``Kernel.lower`` verifies what the passes
 emit, not what the user wrote). Each pass states its applicability rules in dataflow terms
 in its docstring and reports, for every candidate it looks at, whether it applied and why
@@ -36,8 +36,10 @@ class PassLog:
                          f"to {n.where}: {n.why}" for n in self.notes)
 
 
-def run(kernel: ir.KernelIR, placement: Placement, log: PassLog) -> ir.KernelIR:
-    """The passes of ``placement``'s target (``Target.passes``), in order."""
+def run(kernel: ir.KernelIR, placement: Placement, log: PassLog, options=None) -> ir.KernelIR:
+    """The passes of ``placement``'s target (``Target.passes``), in order; ``options`` is the
+    backend's ``LowerOptions`` (the switches the passes read; None: every pass at its
+    default)."""
     for p in placement.target.passes:
-        kernel = p.run(kernel, placement, log)
+        kernel = p.run(kernel, placement, log, options)
     return kernel

@@ -50,7 +50,7 @@ def _sync_ops(s) -> list[ir.SyncOp]:
 
 
 # ---------------------------------------------------------------- the pass
-def run(kernel: ir.KernelIR, placement: Placement, log) -> ir.KernelIR:
+def run(kernel: ir.KernelIR, placement: Placement, log, options=None) -> ir.KernelIR:
     body = _rewrite_block(kernel, placement, kernel.body, log)
     return dataclasses.replace(kernel, body=body) if body is not kernel.body else kernel
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from xsync import config
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement, Unit
 from xsync.lowering.slicing import agent_body
@@ -29,9 +28,9 @@ def with_program(kernel: ir.KernelIR, agent, body: tuple) -> ir.KernelIR:
     return dataclasses.replace(kernel, programs=tuple(progs))
 
 
-def enabled(option: str) -> bool:
-    """A boolean pass option (``nv_fuse_mma`` ...): on unless set to off."""
-    v = config.current()[option]
+def enabled(options, option: str) -> bool:
+    """A boolean pass switch (``LowerOptions.fuse_mma`` ...): on unless set to off."""
+    v = getattr(options, option) if options is not None else None
     return True if v is None else bool(v)
 
 

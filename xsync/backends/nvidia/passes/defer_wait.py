@@ -56,11 +56,11 @@ from xsync.lowering.passes.dataflow import (is_full_wait, is_mma, leaves, mma_ac
 from xsync.lowering.protocol import NotConstant, evaluate
 
 NAME = "defer-mma-wait"
-OPTION = "nv_defer_mma_wait"
+OPTION = "defer_mma_wait"     # the LowerOptions field
 
 
-def run(kernel: ir.KernelIR, placement, log) -> ir.KernelIR:
-    if not common.enabled(OPTION):
+def run(kernel: ir.KernelIR, placement, log, options=None) -> ir.KernelIR:
+    if not common.enabled(options, OPTION):
         return kernel
     for agent in common.consumers(placement):
         body = common.program(kernel, agent)

@@ -36,11 +36,11 @@ from xsync.lowering import ir
 from xsync.lowering.passes.dataflow import assigned, leaves, mma_accumulator, replace, stmt_exprs
 
 NAME = "fuse-accumulating-mma"
-OPTION = "nv_fuse_mma"
+OPTION = "fuse_mma"     # the LowerOptions field
 
 
-def run(kernel: ir.KernelIR, placement, log) -> ir.KernelIR:
-    if not common.enabled(OPTION):
+def run(kernel: ir.KernelIR, placement, log, options=None) -> ir.KernelIR:
+    if not common.enabled(options, OPTION):
         return kernel
     for agent in common.consumers(placement):
         body = common.program(kernel, agent)

@@ -47,12 +47,12 @@ from xsync.lowering import ir
 from xsync.lowering.passes.dataflow import fresh_name, leaves, names_in, role_of_leaves, substitute
 
 NAME = "merge-pipes"
-OPTION = "nv_merge_pipes"
+OPTION = "merge_pipes"     # the LowerOptions field
 MIN_STAGES = 3
 
 
-def run(kernel: ir.KernelIR, placement, log) -> ir.KernelIR:
-    if not common.enabled(OPTION) or kernel.programs:
+def run(kernel: ir.KernelIR, placement, log, options=None) -> ir.KernelIR:
+    if not common.enabled(options, OPTION) or kernel.programs:
         return kernel
     merged: set[str] = set()
     for i, a in enumerate(kernel.pipes):

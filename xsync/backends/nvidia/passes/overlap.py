@@ -74,11 +74,11 @@ from xsync.lowering.passes.dataflow import (fresh_name, is_full_wait, is_mma, le
 from xsync.lowering.protocol import NotConstant, evaluate
 
 NAME = "overlap-softmax"
-OPTION = "nv_overlap"
+OPTION = "overlap_softmax"     # the LowerOptions field
 
 
-def run(kernel: ir.KernelIR, placement, log) -> ir.KernelIR:
-    if not common.enabled(OPTION):
+def run(kernel: ir.KernelIR, placement, log, options=None) -> ir.KernelIR:
+    if not common.enabled(options, OPTION):
         return kernel
     for agent in common.consumers(placement):
         body = common.program(kernel, agent)

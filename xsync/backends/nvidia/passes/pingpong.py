@@ -45,20 +45,19 @@ from __future__ import annotations
 
 import dataclasses
 
-from xsync import config
 from xsync.backends.nvidia.passes import common
 from xsync.lowering import ir
 from xsync.lowering.passes.dataflow import (is_mma, leaves, mma_calls, names_in, fresh_name,
                                             replica_dirty, replica_tainted, role_of_leaves, splice)
 
 NAME = "pingpong"
-OPTION = "nv_pingpong"
+OPTION = "pingpong"     # the LowerOptions field
 PLACEMENTS = ("each", "first", "wrap")   # the first is the default
 
 
-def placement_option() -> tuple[str | None, bool]:
+def placement_option(options=None) -> tuple[str | None, bool]:
     """(placement or None when off, whether the option was given)."""
-    v = config.current()[OPTION]
+    v = getattr(options, OPTION) if options is not None else None
     if v is None:
         return PLACEMENTS[0], False
     if v == "0":
@@ -66,10 +65,10 @@ def placement_option() -> tuple[str | None, bool]:
     return (PLACEMENTS[0] if v == "1" else v), True
 
 
-def run(kernel: ir.KernelIR, placement, log) -> ir.KernelIR:
+def run(kernel: ir.KernelIR, placement, log, options=None) -> ir.KernelIR:
     from xsync.backends.nvidia.passes import overlap
 
-    where, explicit = placement_option()
+    where, explicit = placement_option(options)
     if where is None:
         return kernel
     for agent in common.consumers(placement):
@@ -80,7 +79,7 @@ def run(kernel: ir.KernelIR, placement, log) -> ir.KernelIR:
             log.note(NAME, False, f"agent '{agent.name}'",
                      f"rule 1: the agent has {agent.replicas} replica(s), not two consumer warpgroups")
             continue
-        if not explicit and common.enabled(overlap.OPTION) and overlap.rotates(body, kernel, placement):
+        if not explicit and common.enabled(options, overlap.OPTION) and overlap.rotates(body, kernel, placement):
             log.note(NAME, False, f"agent '{agent.name}'",
                      "rule 4: overlap-softmax rotates the agent's loop and nv_pingpong is not given "
                      "(together they measured slower)")
