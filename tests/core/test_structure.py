@@ -43,7 +43,7 @@ DYNAMIC_IMPORTS = {
         "`xsync check|lower MODULE:KERNEL`: the user's module or .py file named on the command line",
     ("xsync/cli.py", "cmd_bench"):
         "`xsync bench NAME`: the checkout's benchmark script benchmarks/NAME.py, loaded from its file",
-    ("xsync/backends/nvidia/__init__.py", "load_module"):
+    ("xsync/backends/nvidia/modules.py", "load_module"):
         "the generated Gluon module, written to the source cache and loaded from its file",
     ("xsync/backends/ascend/__init__.py", "CompiledAscend.jit_function"):
         "the generated triton-ascend module, loaded from its file",
@@ -70,22 +70,7 @@ VOCABULARY = {   # field name -> the strings that are names of a typed vocabular
 }
 # Fields named like a vocabulary that hold another kind of thing, whose spellings overlap one:
 # file -> {compared expression: (the strings it may be compared with, why)}
-NOT_VOCABULARY = {
-    "xsync/backends/ascend/simulator.py": {
-        "core.kind": ({"cube", "vector"}, "a simulated core's kind (hardware), not a RoleKind"),
-        "c.kind": ({"cube", "vector"}, "a simulated core's kind (hardware), not a RoleKind"),
-    },
-    "xsync/backends/nvidia/layouts.py": {
-        "t.kind": ({"tile", "smem", "scalar"}, "a value's type class in the Hopper type inference"),
-    },
-    "xsync/backends/nvidia/values.py": {
-        "t.kind": ({"tile", "smem", "scalar"}, "a value's type class in the Hopper type inference"),
-    },
-    "xsync/backends/nvidia/render.py": {
-        "t.kind": ({"tile", "smem", "scalar"}, "a value's type class in the Hopper type inference"),
-        "self.type_of(e).kind": ({"tile", "smem", "scalar"}, "a value's type class in the Hopper type inference"),
-    },
-}
+NOT_VOCABULARY: dict = {}
 
 # "path" or "path:Qualified.function" -> why it must stay whole
 TOO_LONG: dict[str, str] = {}

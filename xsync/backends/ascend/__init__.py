@@ -161,11 +161,11 @@ class CompiledAscend:
 
         call, device = [], None
         for p in self.kernel.params:
-            if p.kind == "constexpr":
+            if p.kind is ir.ParamKind.CONSTEXPR:
                 continue
             v = args[p.name]
             call.append(v)
-            if p.kind == "tensor":
+            if p.kind is ir.ParamKind.TENSOR:
                 device = device or v.device
                 if v.dim() == 1:      # index tables (xs.load_scalar)
                     call += [int(v.shape[0]), 1, int(v.stride(0))]

@@ -14,6 +14,7 @@ for the vector cores' answer).
 from xsync.backends.ascend import alloc
 from xsync.errors import FlagOverflowError
 from xsync.lowering.passes import cross_agent_pipeline
+from xsync.lowering.ir import RoleKind
 from xsync.lowering.placement import Agent, Limit, Target, Unit, merge_by_replicas
 
 FLAG_MAX_PENDING = alloc.ASCEND_FLAG_MAX_PENDING
@@ -26,8 +27,8 @@ TARGET = Target(
 
 
 def place(kernel):
-    cube = [r for r in kernel.roles if r.kind in ("copy", "matrix")]
-    vector = [r for r in kernel.roles if r.kind == "vector"]
+    cube = [r for r in kernel.roles if r.kind in (RoleKind.COPY, RoleKind.MATRIX)]
+    vector = [r for r in kernel.roles if r.kind is RoleKind.VECTOR]
     agents = []
     if cube:
         serial = tuple(r.name for r in cube if r.replicas > 1)

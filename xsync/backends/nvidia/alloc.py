@@ -119,7 +119,7 @@ def is_tma_pipe(kernel: ir.KernelIR, pipe: ir.Pipe) -> bool:
     """A pipe whose producer fills every field straight from global memory (xs.load):
     on Hopper the copy engine completes the slot (expect-tx) instead of an arrive."""
     writes = [s for s in ir.walk(kernel.all_statements()) if isinstance(s, ir.SlotWrite) and s.pipe == pipe.name]
-    return bool(writes) and all(isinstance(w.value, ir.Call) and w.value.op == "load" for w in writes)
+    return bool(writes) and all(isinstance(w.value, ir.Call) and w.value.op is ir.TileOp.LOAD for w in writes)
 
 
 def allocate(kernel, placement, skel, options=None) -> HopperAllocation:

@@ -16,6 +16,7 @@ phase cannot run ahead.) Schedule passes: ``xsync.backends.nvidia.passes``.
 from xsync.backends.nvidia import alloc
 from xsync.backends.nvidia.passes import PASSES
 from xsync.errors import PhaseAliasingError
+from xsync.lowering.ir import RoleKind
 from xsync.lowering.placement import Limit, Target, Unit, merge_by_replicas
 
 TARGET = Target(
@@ -33,7 +34,7 @@ TARGET = Target(
 
 
 def place(kernel):
-    copy = [r for r in kernel.roles if r.kind == "copy"]
-    compute = [r for r in kernel.roles if r.kind != "copy"]
+    copy = [r for r in kernel.roles if r.kind is RoleKind.COPY]
+    compute = [r for r in kernel.roles if r.kind is not RoleKind.COPY]
     return (merge_by_replicas(copy, "producer", "producer warp (1 warp, TMA)", Unit.PRODUCER)
             + merge_by_replicas(compute, "consumer", "consumer warpgroup (4 warps, wgmma)", Unit.CONSUMER))
