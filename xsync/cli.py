@@ -149,8 +149,10 @@ def cmd_lower(args) -> int:
     backend = registry.get(args.backend)
     try:
         lowered = kernel.lower(backend, constexprs, dtypes)
+        with config.kernel_scope(kernel.options):      # the kernel's own defaults apply here too
+            render_options = config.render_options(backend)
         source = backend.render_source(lowered.kernel, lowered.placement, lowered.allocation,
-                                       config.render_options(backend))
+                                       render_options)
     except XSyncError as err:
         print(f"REJECTED: {type(err).__name__}\n{err}", file=sys.stderr)
         return 1

@@ -38,7 +38,7 @@ def _no_hook(kernel) -> TraceSetupError:
         f"arguments to run it (its protocol verifies, so there is no deadlock to draw)",
         fix=("add one to its decorator: @xs.kernel(example=..., trace=make_args) with "
              "def make_args(settings): return grid, args, kwargs — tiny tensors, 1-2 programs, "
-             "launched as kernel[grid](*args, **kwargs); see xsync/trace.py or kernels/gemm.py"))
+             "launched as kernel[grid](*args, **kwargs); see the xsync.trace docstring or kernels/gemm.py"))
 
 
 def trace_kernel(kernel, settings: dict | None = None, *, constexprs: dict | None = None,
@@ -49,12 +49,14 @@ def trace_kernel(kernel, settings: dict | None = None, *, constexprs: dict | Non
     verified for the example specialization (``constexprs``/``dtypes``); a deadlock is
     drawn from the verifier's counterexample, without running anything.
     """
+    from xsync.backends import get
     from xsync.backends.cpu import runtime
 
+    backend = get(backend)
     settings = dict(settings or {})
     if constexprs is None or dtypes is None:
         constexprs, dtypes = kernel.specialization()
-    if kernel.trace is None or backend != "cpu":
+    if kernel.trace is None or not backend.cpu_emulator:
         try:
             kernel.lower(backend, constexprs, dtypes, check=True)
         except DeadlockError as err:
