@@ -3,6 +3,7 @@ TMA-store staging by its numbered rules (staging.py) and the tile loops whose ta
 out ahead (prefetch.py). No triton needed: nothing is spelled."""
 import xsync as xs
 from xsync.backends.nvidia import planning, staging
+from xsync.backends.nvidia.options import RenderOptions
 from xsync.kernels.flash_attn import attention_fwd
 from xsync.kernels.gemm import gemm_persistent_2wg
 from xsync.kernels.gemm_softmax import gemm_softmax
@@ -11,7 +12,7 @@ from xsync.lowering import ir
 
 def _plan(kernel, cx=None, dtypes=None, **options):
     low = kernel.lower("nvidia", cx, dtypes)
-    return low, planning.plan(low.kernel, low.placement, low.allocation, options)
+    return low, planning.plan(low.kernel, low.placement, low.allocation, RenderOptions(**options))
 
 
 def _stores(low, plan):
