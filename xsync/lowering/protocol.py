@@ -307,7 +307,6 @@ class Note:
 @dataclass(frozen=True)
 class Skeleton:
     kernel: str
-    backend: str
     target: Target
     instances: tuple[Instance, ...]
     endpoints: tuple[Endpoint, ...]
@@ -317,6 +316,11 @@ class Skeleton:
     programs: tuple[tuple, ...]       # per instance
     notes: tuple[Note, ...]
     env: tuple[tuple[str, object], ...]   # compile-time values (constexprs)
+
+    @property
+    def backend(self) -> str:
+        """The target's name, for messages ("on the nvidia placement")."""
+        return self.target.name
 
     def link(self, name: str) -> Link:
         return next(x for x in self.links if x.obj == name)
@@ -398,11 +402,11 @@ def derive(kernel: ir.KernelIR, placement: Placement) -> Skeleton:
         agents = tuple(dict.fromkeys(instances[m].agent for m in members))
         barriers.append(BarrierMembership(b.name, b.members, members, agents,
                                           target.barrier_arrive_waits, b.loc))
-    skel = Skeleton(kernel.name, placement.backend, target, tuple(instances), tuple(endpoints),
+    skel = Skeleton(kernel.name, target, tuple(instances), tuple(endpoints),
                     links, tuple(barriers), points, (), (), tuple(kernel.constexprs))
     programs = tuple(_program(kernel, skel, inst) for inst in instances)
     notes = _notes(kernel, placement, skel)
-    return Skeleton(kernel.name, placement.backend, target, tuple(instances), tuple(endpoints),
+    return Skeleton(kernel.name, target, tuple(instances), tuple(endpoints),
                     links, tuple(barriers), points, programs, notes, tuple(kernel.constexprs))
 
 
