@@ -192,6 +192,26 @@ def not_proven_error(kernel: ir.KernelIR, report: VerifyReport) -> VerifierLimit
                                f"PROVEN): {ACCEPT_BOUNDED}"]))
 
 
+def run_time_verdict(lowered) -> str | None:
+    """What the verifier said about a kernel that then stalled or ended with synchronization
+    left at run time (the emulator's and the simulator's reports), from the compiled kernel's
+    lowering (``compiled.lowered``; None where it has none): None where verification was off
+    (the caller says so in its own words), else one sentence."""
+    if lowered is None:
+        return "this compiled kernel carries no verifier verdict"
+    report = lowered.report
+    if report is None:
+        return None
+    if report.proven:
+        return (f"the verifier proved this kernel's protocol on the {report.backend} placement for "
+                f"every trip count and scalar value, so this is outside what it checks or a bug in "
+                f"xsync: please report it with this message")
+    return (f"the verifier checked this kernel only up to bounds (not proven: "
+            f"{'; '.join(report.unproven)}) and it runs because {report.accepted_by} accepted "
+            f"that: these run-time values lie beyond what was checked; `python -m xsync check "
+            f"module:kernel` says how to help it prove the kernel")
+
+
 # ---------------------------------------------------------------- entry point
 def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None = None,
            exhaustive: bool = False) -> VerifyReport:
