@@ -208,8 +208,8 @@ def run_time_verdict(lowered) -> str | None:
                 f"xsync: please report it with this message")
     return (f"the verifier checked this kernel only up to bounds (not proven: "
             f"{'; '.join(report.unproven)}) and it runs because {report.accepted_by} accepted "
-            f"that: these run-time values lie beyond what was checked; `python -m xsync check "
-            f"module:kernel` says how to help it prove the kernel")
+            f"that: these run-time values lie beyond what was checked (its VerifierLimitError says "
+            f"how to help it prove the kernel)")
 
 
 # ---------------------------------------------------------------- entry point
