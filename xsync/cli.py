@@ -122,11 +122,12 @@ def _accept(args):
     return ACCEPT_FLAG if args.accept_bounded else None
 
 
-def lower_and_render(kernel, backend, constexprs, dtypes, args, check: bool | None = None):
+def lower_and_render(kernel, backend, constexprs=None, dtypes=None, accept_bounded=None,
+                     check: bool | None = None):
     """(lowered, source): what ``xsync lower`` produces; raises what lowering would."""
     from xsync import config
 
-    lowered = kernel.lower(backend, constexprs, dtypes, check=check, accept_bounded=_accept(args))
+    lowered = kernel.lower(backend, constexprs, dtypes, check=check, accept_bounded=accept_bounded)
     with config.kernel_scope(kernel.options):      # the kernel's own defaults apply here too
         render_options = config.render_options(backend)
     source = backend.render_source(lowered.kernel, lowered.placement, lowered.allocation,
@@ -138,6 +139,13 @@ def cmd_check(args) -> int:
     kernel = load_kernel(args.kernel)
     constexprs, dtypes = parse_settings(kernel, args.set)
     backends = [registry.get(args.backend)] if args.backend else [registry.get(t) for t in registry.target_names()]
+    return check_kernel(kernel, constexprs, dtypes, backends, _accept(args))
+
+
+def check_kernel(kernel, constexprs: dict, dtypes: dict, backends, accept_bounded=None) -> int:
+    """``xsync check`` of one specialization on ``backends``: prints the protocol, placement,
+    allocation and verdict per backend; 1 where a backend rejects it (what lowering and
+    rendering would raise), else 0."""
     spec = " ".join(f"{k}={v}" for k, v in sorted(constexprs.items()))
     spec += "".join(f" {k}={v.name}" for k, v in sorted(dtypes.items()))
     print(f"kernel {kernel.__name__}  ({kernel.fn.__code__.co_filename}:{kernel.fn.__code__.co_firstlineno})")
@@ -148,7 +156,7 @@ def cmd_check(args) -> int:
         print(f"\n=== backend {backend.name} ===")
         try:
             # the render step too: its legality errors are lowering's
-            lowered, _ = lower_and_render(kernel, backend, constexprs, dtypes, args, check=True)
+            lowered, _ = lower_and_render(kernel, backend, constexprs, dtypes, accept_bounded, check=True)
         except XSyncError as err:
             failures += 1
             print(f"REJECTED: {type(err).__name__}")
@@ -175,7 +183,7 @@ def cmd_lower(args) -> int:
     constexprs, dtypes = parse_settings(kernel, args.set)
     backend = registry.get(args.backend)
     try:
-        lowered, source = lower_and_render(kernel, backend, constexprs, dtypes, args)
+        lowered, source = lower_and_render(kernel, backend, constexprs, dtypes, _accept(args))
     except XSyncError as err:
         print(f"REJECTED: {type(err).__name__}\n{err}", file=sys.stderr)
         return 1
