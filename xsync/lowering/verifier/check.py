@@ -95,10 +95,13 @@ class Gap(str):
 
     hint: str
 
-    def __new__(cls, text: str, hint: str):
+    def __new__(cls, text: str, hint: str = ""):
         gap = super().__new__(cls, text)
         gap.hint = hint
         return gap
+
+    def __reduce__(self):
+        return (Gap, (str(self), self.hint))
 
 
 SCALARS_HINT = ("let fewer independent run-time scalars decide trip counts and conditions "
