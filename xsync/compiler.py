@@ -4,13 +4,20 @@
            --alloc--> resources --backend renderer--> generated code --> run
 
 Compiled kernels are cached by (source hash, backend, constexprs, tensor dtypes, verify,
-the backend's LowerOptions and RenderOptions). A backend name (``XSYNC_BACKEND``, a
+accept_bounded, the backend's LowerOptions and RenderOptions). A backend name (``XSYNC_BACKEND``, a
 ``backend=`` argument) becomes a :class:`~xsync.backends.base.Backend` here, once; the
 configuration becomes the backend's option objects here too (``xsync.config``), and both
 travel down as objects. ``XSYNC_DUMP=<dir>`` writes each generated source and its allocation
 table.
 ``XSYNC_VERIFY=0`` skips the verifier (the CPU emulator's stall watchdog still reports
 hangs).
+
+A verdict is proven (every trip count and scalar value), rejected (a ProtocolError with a
+counterexample) or not proven (checked only up to bounds: ``VerifyReport.unproven``). A kernel
+that is not proven is not lowered, compiled or launched: where it is verified
+(:meth:`Kernel._lower`) it raises ``VerifierLimitError`` carrying the report, unless the
+``accept_bounded`` option (``@xs.kernel(accept_bounded=True)``, ``xsync.options``,
+``XSYNC_ACCEPT_BOUNDED=1``, ``--accept-bounded``) accepts it; the report then says NOT PROVEN.
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from xsync.lowering.passes import PassLog
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
 from xsync.lowering.tile_launch import check_grid, single_tile_counts
+from xsync.lowering.verifier.check import not_proven_error
 from xsync.lowering.verify import VerifyReport, verify
 
 def _xs_dtype(torch_dtype):
@@ -73,9 +81,12 @@ class Kernel:
     (tiny tensors, 1-2 programs) that ``xsync trace`` runs on the CPU emulator as
     ``kernel[grid](*args, **kwargs)``; ``settings`` holds the ``--set NAME=VALUE`` values
     (ints, floats, strings, xs dtypes) for the hook to honour. See ``xsync.trace``.
+    accept_bounded: this kernel's default of the ``accept_bounded`` option (lower, compile
+    and launch it where its verdict is only bounded; the report says NOT PROVEN).
     """
 
-    def __init__(self, fn, example: dict | None = None, trace=None, options: dict | None = None):
+    def __init__(self, fn, example: dict | None = None, trace=None, options: dict | None = None,
+                 accept_bounded: bool | None = None):
         if trace is not None and not callable(trace):
             raise TypeError(f"@xs.kernel(trace=...) of '{fn.__name__}' must be a function "
                             f"settings -> (grid, args, kwargs), got {type(trace).__name__}")
@@ -86,6 +97,8 @@ class Kernel:
         self.signature = inspect.signature(fn)
         self.example = dict(example or {})
         # Configuration defaults of this kernel (xsync.config option names).
+        if accept_bounded is not None:
+            options = {**(options or {}), "accept_bounded": accept_bounded}
         self.options = config.kernel_options(options, fn.__name__)
         self._cache: dict = {}
         self._dumped: set = set()
@@ -133,12 +146,15 @@ class Kernel:
         return self._source_hash
 
     def lower(self, backend, constexprs: dict | None = None, tensor_dtypes: dict | None = None,
-              check: bool | None = None, options=None) -> Lowered:
+              check: bool | None = None, options=None, accept_bounded: bool | str | None = None) -> Lowered:
         """Frontend, placement, schedule passes, verification and allocation for one
         specialization. ``backend``: a Backend or its name (no availability check: lowering
         needs no hardware). ``options``: the backend's ``LowerOptions``, or a dict of its
         fields over the configuration (environment < @xs.kernel(options=) < xsync.options).
-        ``check``: run the verifier (default: the ``verify`` option)."""
+        ``check``: run the verifier (default: the ``verify`` option). ``accept_bounded``:
+        lower a kernel whose verdict is not proven (default: the ``accept_bounded`` option;
+        a text says who accepts it, as the report repeats it, e.g. ``"--accept-bounded"``);
+        without it such a kernel raises ``VerifierLimitError``."""
         from xsync.backends import get
 
         backend = get(backend)
@@ -146,9 +162,17 @@ class Kernel:
             settings = config.current()
             lower_options = config.lower_options(backend, options, settings)
             run_check = settings.verify if check is None else check
-        return self._lower(backend, constexprs, tensor_dtypes, run_check, lower_options)
+            if accept_bounded is None:
+                accept = config.set_by("accept_bounded") if settings.accept_bounded else None
+            elif accept_bounded:
+                accept = accept_bounded if isinstance(accept_bounded, str) else "accept_bounded=True"
+            else:
+                accept = None
+        return self._lower(backend, constexprs, tensor_dtypes, run_check, lower_options, accept)
 
-    def _lower(self, backend, constexprs, tensor_dtypes, check: bool, options) -> Lowered:
+    def _lower(self, backend, constexprs, tensor_dtypes, check: bool, options,
+               accept: str | None = None) -> Lowered:
+        """``accept``: who accepts a verdict that is not proven (None: nobody, it raises)."""
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
         kernel = parse_kernel(self.fn, constexprs, tensor_dtypes)
         placement = backend.place(kernel)
@@ -157,6 +181,10 @@ class Kernel:
         kernel = passes.run(kernel, placement, log, options)
         skeleton = derive(kernel, placement)
         report = verify(kernel, placement, skeleton) if check else None
+        if report is not None and not report.proven:
+            if accept is None:
+                raise not_proven_error(kernel, report)
+            report = report.accepted(accept)
         allocation = allocate(kernel, placement, skeleton, options)
         return Lowered(kernel, placement, allocation, report, backend, log, skeleton, options)
 
@@ -184,11 +212,14 @@ class Kernel:
         # The option objects are part of the key: changing an option recompiles.
         key = (self.source_hash(), backend.name, tuple(sorted(constexprs.items())),
                tuple(sorted((k, v.name) for k, v in tensor_dtypes.items())), settings.verify,
-               lower_options, render_options)
+               settings.accept_bounded, lower_options, render_options)
         with self._lock:
             compiled = self._cache.get(key)
         if compiled is None:
-            lowered = self._lower(backend, constexprs, tensor_dtypes, settings.verify, lower_options)
+            # (compile and launch run in the kernel's option scope: set_by sees its layer)
+            accept = config.set_by("accept_bounded") if settings.accept_bounded else None
+            lowered = self._lower(backend, constexprs, tensor_dtypes, settings.verify, lower_options,
+                                  accept)
             compiled = backend.compile(lowered.kernel, lowered.placement, lowered.allocation,
                                        render_options)
             compiled.lowered = lowered
@@ -277,7 +308,7 @@ class Kernel:
             raise LaunchError(f"kernel '{self.__name__}': grid {grid} must be 1-3 non-negative sizes")
         # bind() yields the constexprs and dtypes in signature order: a key without sorting
         fast = (backend, tuple(constexprs.values()), tuple(dtypes.items()), settings.verify,
-                settings.backend_options(backend))
+                settings.accept_bounded, settings.backend_options(backend))
         memo = self._launch_memo.get(fast)
         if memo is None or settings.dump:
             compiled = self._compile(backend, constexprs, dtypes, settings)

@@ -18,8 +18,9 @@ and allocator) and ``RenderOptions`` (read by its renderer and launch) whose fie
 option feeding them (:func:`xsync.backends.base.option_field`). :func:`lower_options` and
 :func:`render_options` build them here, at the entry points (``Kernel.lower/compile``,
 ``compile_ptx``, the CLI), and nothing below calls :func:`current`. The compile cache key
-is those objects (plus ``verify``). The generic options (backend, verify, dump, cache_dir,
-cpu_timeout, check_inputs, ascend_cores) are read at the entry points and passed down.
+is those objects (plus ``verify`` and ``accept_bounded``). The generic options (backend, verify,
+accept_bounded, dump, cache_dir, cpu_timeout, check_inputs, ascend_cores) are read at the entry
+points and passed down.
 """
 from __future__ import annotations
 
@@ -154,6 +155,9 @@ OPTIONS: tuple[Option, ...] = (
            aliases={"": "auto", "ascend_sim": "ascend-sim", "sim": "ascend-sim"}),
     Option("verify", "XSYNC_VERIFY", "bool", True,
            "run the protocol verifier before compiling"),
+    Option("accept_bounded", "XSYNC_ACCEPT_BOUNDED", "bool", False,
+           "lower, compile and launch a kernel whose verdict is bounded (checked up to bounds, "
+           "not proven for every trip count); its report says NOT PROVEN"),
     Option("dump", "XSYNC_DUMP", "path", None,
            "directory that receives every generated source and its allocation table"),
     Option("cache_dir", "XSYNC_CACHE_DIR", "path", None,
@@ -364,6 +368,23 @@ def kernel_scope(kernel_opts: dict):
         yield
     finally:
         _kernel_layer.reset(token)
+
+
+def set_by(name: str) -> str:
+    """Where option ``name`` got its value here, as the user wrote it: the innermost
+    ``xsync.options(...)`` block, the kernel's ``@xs.kernel(...)``, the environment, or the
+    default."""
+    opt = BY_NAME[name]
+    for layer in reversed(_overrides.get()):
+        if name in layer:
+            return f"xsync.options({name}={layer[name]!r})"
+    layer = _kernel_layer.get()
+    if name in layer:
+        return f"@xs.kernel({name}={layer[name]!r})"
+    raw = _raw_environment()[OPTIONS.index(opt)]
+    if raw is not None and name in _from_environment():
+        return f"{opt.env}={os.fsdecode(raw) if isinstance(raw, bytes) else raw}"
+    return f"the default {name}={opt.default!r}"
 
 
 def cache_dir(*parts: str) -> str:

@@ -83,8 +83,14 @@ class FlagOverflowError(CounterLimitError):
 
 
 class VerifierLimitError(XSyncError):
-    """The verifier cannot cover the kernel's scalar values within its budget (nothing is
-    accepted unchecked)."""
+    """The verifier cannot prove the protocol for every trip count and scalar value: the values
+    are too many to cover within its budget, or it checked them only up to bounds (``report``:
+    the bounded verdict, whose ``unproven`` items say what was not covered). Nothing is
+    accepted unchecked; a bounded verdict only with ``accept_bounded=True``."""
+
+    def __init__(self, what: str, *, report=None, **parts):
+        super().__init__(what, **parts)
+        self.report = report
 
 
 class AllocationError(XSyncError):

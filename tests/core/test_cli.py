@@ -44,6 +44,38 @@ def test_lower_cpu_writes_files(tmp_path):
     assert "allocation for cpu" in (tmp_path / "gemm.cpu.alloc.txt").read_text()
 
 
+def test_check_reports_what_the_render_step_refuses():
+    """check = lower: Ascend refuses, when it renders, a kernel that synchronizes cube and vector
+    cores without matrix work; check says so and exits 1 (it said OK before), as lower does."""
+    spec = "tests/core/corpus.py:hint_too_few_stages_fixed"
+    r = xsync("check", spec, "--backend", "ascend")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REJECTED: BackendError" in r.stdout and "does no matrix work" in r.stdout
+    r = xsync("lower", spec, "--backend", "ascend")
+    assert r.returncode == 1 and "does no matrix work" in r.stderr
+    r = xsync("check", spec, "--backend", "cpu")
+    assert r.returncode == 0 and "verdict: OK — verified for cpu" in r.stdout, r.stdout + r.stderr
+
+
+def test_check_and_lower_refuse_a_kernel_that_is_not_proven(tmp_path):
+    """Exit 1 and VerifierLimitError without the opt-in; with --accept-bounded (or the
+    environment) exit 0 and a verdict that says NOT PROVEN and who accepted it."""
+    spec = "tests/core/corpus.py:episode_tiles_grow"
+    r = xsync("check", spec, "--backend", "nvidia")
+    assert r.returncode == 1 and "REJECTED: VerifierLimitError" in r.stdout, r.stdout + r.stderr
+    assert "not proven on the nvidia placement" in r.stdout and "--accept-bounded" in r.stdout
+    r = xsync("check", spec, "--backend", "nvidia", "--accept-bounded")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "verdict: NOT PROVEN — accepted bounded by --accept-bounded: verified for nvidia" in r.stdout
+    r = xsync("lower", spec, "--backend", "cpu")
+    assert r.returncode == 1 and "REJECTED: VerifierLimitError" in r.stderr
+    r = xsync("lower", spec, "--backend", "cpu", "--accept-bounded")
+    assert r.returncode == 0 and "def agent_load(ag" in r.stdout, r.stderr
+    # accepted, it meets Ascend's render step, which refuses it (copy -> vector, no matrix work)
+    r = xsync("check", spec, "--backend", "ascend", "--accept-bounded")
+    assert r.returncode == 1 and "REJECTED: BackendError" in r.stdout
+
+
 def test_bad_spec_is_a_clear_error():
     r = xsync("check", "xsync.kernels.gemm:nope")
     assert r.returncode != 0 and "has no xsync kernel 'nope'" in r.stderr + r.stdout

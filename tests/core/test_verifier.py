@@ -266,10 +266,14 @@ def test_assignments_where_a_bound_has_no_value_are_skipped_and_said(backend):
     bounded -- not a KeyError from inside the verifier (as before), not a full proof. Where no
     assignment has a value, nothing could be checked: a VerifierLimitError (before, an empty
     enumeration crashed, or was accepted having checked nothing)."""
-    report = _divides_by_a_runtime_count.lower(backend, check=True).report
+    with pytest.raises(VerifierLimitError, match="not proven") as bounded:
+        _divides_by_a_runtime_count.lower(backend, check=True)
+    assert "guard the division" in bounded.value.fix
+    report = _divides_by_a_runtime_count.lower(backend, check=True, accept_bounded=True).report
     assert not report.complete
     assert any("skipped: a loop bound or condition cannot be evaluated" in u for u in report.unproven)
-    assert report.summary().startswith(f"verified for {backend} up to the bounds below")
+    assert report.summary().startswith(f"NOT PROVEN — accepted bounded by accept_bounded=True: "
+                                       f"verified for {backend} up to the bounds below")
     with pytest.raises(VerifierLimitError, match="cannot be evaluated for any value") as info:
         _divides_by_zero_always.lower(backend, check=True)
     assert "xs.maximum" in info.value.fix

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from xsync import config, files
 from xsync.backends.ascend.replicas import Core as CoreKind
 from xsync.errors import SimulationError, StallError
+from xsync.lowering.verifier.check import run_time_verdict
 
 MAX_PENDING = 15      # sets one flag counter can hold
 # Combine functions the interpreter recognises by identity and reduces with numpy (tl.max,
@@ -420,11 +421,13 @@ class Simulation:
             who = f"{name} of AI core {ais} (program {progs})" if len(cs) == 1 else \
                 f"{name} of AI cores {ais} (programs {progs})"
             lines.append(f"{who}: {state}")
+        verdict = run_time_verdict(getattr(self.compiled, "lowered", None))
         return StallError(
             f"Ascend simulation of '{self.kernel.name}' stalled: no core can move",
             details="\n".join(lines),
             fix="every wait needs its set on the other core (same flag ID); check the flag IDs and "
-                "that sets and waits run the same number of times (xsync check shows the protocol)")
+                "that sets and waits run the same number of times (xsync check shows the protocol); "
+                + ("the verifier was off (XSYNC_VERIFY=0)" if verdict is None else verdict))
 
     # ------------------------------------------------------------ running
     def enter(self, core: Core):

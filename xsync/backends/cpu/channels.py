@@ -22,8 +22,9 @@ def at_text(at) -> str:
     return (" (" + ", ".join(f"{k}={v}" for k, v in at.items()) + ")") if at else ""
 
 
-def stall_error(kernel_name, file, status, scalars) -> StallError:
-    """status: label -> "done" | (what, line, at) for every instance."""
+def stall_error(kernel_name, file, status, scalars, verdict: str | None = None) -> StallError:
+    """status: label -> "done" | (what, line, at) for every instance. verdict: what the
+    verifier said about this kernel (``run_time_verdict``; None: verification was off)."""
     lines, first_line, objects = [], None, []
     width = max(len(k) for k in status)
     for label, st in status.items():
@@ -39,17 +40,20 @@ def stall_error(kernel_name, file, status, scalars) -> StallError:
         f"and no signal can arrive", loc=SourceLoc(file, first_line or 0, kernel_name),
         objects=tuple(objects), details=scalars + "\n".join(lines),
         fix=("run `python -m xsync check module:kernel` for the counterexample; the verifier "
-             "was off (XSYNC_VERIFY=0) or the stall depends on run-time values"))
+             "was off (XSYNC_VERIFY=0) or the stall depends on run-time values" if verdict is None
+             else f"run `python -m xsync check module:kernel` for the protocol; {verdict}"))
 
 
 class Monitor:
     """Threads scheduler: one condition variable for every sync object of a program."""
 
-    def __init__(self, kernel_name: str, file: str, labels: list[str], scalars: str = ""):
+    def __init__(self, kernel_name: str, file: str, labels: list[str], scalars: str = "",
+                 verdict: str | None = None):
         self.cond = threading.Condition()
         self.kernel_name = kernel_name
         self.file = file
         self.scalars = scalars
+        self.verdict = verdict
         self.status = {label: "running" for label in labels}
         self.failure: BaseException | None = None
 
@@ -63,7 +67,7 @@ class Monitor:
             if live and all(isinstance(s, tuple) for s in live):
                 self.failure = stall_error(self.kernel_name, self.file, {
                     lb: ("done" if st == "done" else st[1:]) for lb, st in self.status.items()},
-                    self.scalars)
+                    self.scalars, self.verdict)
                 self.cond.notify_all()
                 raise Aborted()
             self.cond.wait(timeout=0.25)
@@ -231,7 +235,7 @@ class Program:
         return out
 
 
-def leftover_error(kernel, file, left, scalars) -> LeftoverError:
+def leftover_error(kernel, file, left, scalars, verdict: str | None = None) -> LeftoverError:
     obj, what, line, at = left[0]
     more = "".join(f"{w} at line {ln}{at_text(a)}\n" for _, w, ln, a in left[1:])
     return LeftoverError(
@@ -239,5 +243,6 @@ def leftover_error(kernel, file, left, scalars) -> LeftoverError:
         loc=SourceLoc(file, line or 0, kernel), objects=tuple(dict.fromkeys(o for o, _, _, _ in left)),
         details=scalars + (f"the first one: line {line}{at_text(at)}\n" if line else "") + more,
         fix=("make every loop that signals/commits run as many times as the loop that "
-             "waits/releases, and release every slot you wait for; `python -m xsync check` "
-             "finds this before running (the verifier was off, XSYNC_VERIFY=0)"))
+             "waits/releases, and release every slot you wait for; " +
+             ("`python -m xsync check` finds this before running (the verifier was off, "
+              "XSYNC_VERIFY=0)" if verdict is None else verdict)))

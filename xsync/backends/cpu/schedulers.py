@@ -14,6 +14,7 @@ from xsync.backends.cpu.recording import (ProgramTrace, RecordingAgent, Recordin
                                           link_pairs, object_infos)
 from xsync.errors import LaunchError
 from xsync.lowering.ir import ParamKind
+from xsync.lowering.verifier.check import run_time_verdict
 
 
 class CoopScheduler:
@@ -47,6 +48,11 @@ def _scalar_note(k, args) -> str:
     return ("with " + ", ".join(shown) + "\n") if shown else ""
 
 
+def _verdict(compiled) -> str | None:
+    """What the verifier said about this compiled kernel, for a stall or leftover report."""
+    return run_time_verdict(getattr(compiled, "lowered", None))
+
+
 def _run_coop(compiled, pid, grid, args, join_timeout):
     k, skel = compiled.kernel, compiled.skeleton
     labels = [inst.label for inst in skel.instances]
@@ -75,26 +81,26 @@ def _run_coop(compiled, pid, grid, args, join_timeout):
             status = {ag.label: ("done" if ag.label in done else
                                  (sched.status[ag.label][0](),) + sched.status[ag.label][1:])
                       for ag, _ in live}
-            raise stall_error(k.name, k.file, status, _scalar_note(k, args))
+            raise stall_error(k.name, k.file, status, _scalar_note(k, args), _verdict(compiled))
         if time.monotonic() > deadline:
             raise LaunchError(f"kernel '{k.name}' program {pid} did not finish within "
                               f"{join_timeout:.0f} s on the CPU emulator",
                               fix="use smaller shapes, or raise XSYNC_CPU_TIMEOUT")
     left = program.leftovers()
     if left:
-        raise leftover_error(k.name, k.file, left, _scalar_note(k, args))
+        raise leftover_error(k.name, k.file, left, _scalar_note(k, args), _verdict(compiled))
 
 
 def _run_program(compiled, pid, grid, args, join_timeout):
     k, placement, skel = compiled.kernel, compiled.placement, compiled.skeleton
     labels = [inst.label for inst in skel.instances]
-    scalars = _scalar_note(k, args)
+    scalars, verdict = _scalar_note(k, args), _verdict(compiled)
     program = Program(skel, labels)
     trace = active_trace()
     if trace is None:
-        mon = Monitor(k.name, k.file, labels, scalars)
+        mon = Monitor(k.name, k.file, labels, scalars, verdict)
     else:
-        mon = RecordingMonitor(k.name, k.file, labels, scalars, trace=trace)
+        mon = RecordingMonitor(k.name, k.file, labels, scalars, verdict, trace=trace)
         prog = ProgramTrace(pid, labels, object_infos(skel))
         trace.programs.append(prog)
         trace.kernel_name, trace.file, trace.grid = k.name, k.file, grid
@@ -147,7 +153,7 @@ def _run_program(compiled, pid, grid, args, join_timeout):
     if mon.failure is None:
         left = program.leftovers()
         if left:
-            mon.failure = leftover_error(k.name, k.file, left, scalars)
+            mon.failure = leftover_error(k.name, k.file, left, scalars, verdict)
     if trace is not None:
         for ag in agents:
             prog.ops.extend(ag.ops)

@@ -68,7 +68,7 @@ as 1, and the report names them as not proven for larger trip counts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xsync.errors import ProtocolError, VerifierLimitError, XSyncError
 from xsync.lowering import ir
@@ -89,6 +89,32 @@ LOOK_FURTHER = 48           # assignments checked for a worse bug after the firs
 TRACE_TRIAL = 64            # assignments over which tracing must pay (check_scalars)
 
 
+class Gap(str):
+    """One thing a bounded verdict did not cover (the text the report prints), with ``hint``:
+    how the kernel's author can help the verifier prove it."""
+
+    hint: str
+
+    def __new__(cls, text: str, hint: str = ""):
+        gap = super().__new__(cls, text)
+        gap.hint = hint
+        return gap
+
+    def __reduce__(self):
+        return (Gap, (str(self), self.hint))
+
+
+SCALARS_HINT = ("let fewer independent run-time scalars decide trip counts and conditions "
+                "(compute one from another, or make one a constexpr)")
+LOOP_HINT = ("compute the loop's bound before the loop from the kernel's scalars, and compare its "
+             "counter only with constants (`i % 8 == 7`, `i > 0`, `i == n - 1`)")
+TILE_DATA_HINT = "compute the bound from run-time scalars or xs.load_scalar, not from tile data"
+STEPS_HINT = ("verify a smaller specialization (fewer STAGES or replicas, larger blocks) or let "
+              "fewer run-time scalars decide trip counts")
+FAULT_HINT = ("guard the division (compute the divisor as xs.maximum(d, 1), or test it before the "
+              "loop) so that every bound and condition has a value")
+
+
 @dataclass(frozen=True)
 class VerifyReport:
     backend: str
@@ -105,6 +131,23 @@ class VerifyReport:
     # assignments whose programs were simulated; the others unrolled to programs already run,
     # or to a clean run's programs repeated (repeats_clean). Not part of the verdict.
     simulated: int = field(default=0, compare=False, repr=False)
+    # who accepted a verdict that is not proven (the accept_bounded option, as it was set):
+    # the summary then says so first
+    accepted_by: str = ""
+
+    @property
+    def proven(self) -> bool:
+        """For every trip count and scalar value (not only up to the bounds)."""
+        return not self.unproven
+
+    @property
+    def status(self) -> str:
+        """proven | bounded (not proven, accepted by ``accepted_by``) | not proven."""
+        return "proven" if self.proven else "bounded" if self.accepted_by else "not proven"
+
+    def accepted(self, by: str) -> "VerifyReport":
+        """This report, a bounded verdict accepted by ``by`` (e.g. ``XSYNC_ACCEPT_BOUNDED=1``)."""
+        return replace(self, accepted_by=by)
 
     @property
     def trip_values(self) -> tuple[int, ...]:
@@ -128,7 +171,48 @@ class VerifyReport:
                f"assignment(s) checked, {self.states} steps" + (f"; {loops}" if loops else "") + ")")
         if self.unproven:
             out += "; not proven beyond the bound: " + "; ".join(self.unproven)
+            if self.accepted_by:
+                out = f"NOT PROVEN — accepted bounded by {self.accepted_by}: {out}"
         return out
+
+
+ACCEPT_BOUNDED = ("@xs.kernel(accept_bounded=True), xsync.options(accept_bounded=True), "
+                  "XSYNC_ACCEPT_BOUNDED=1 or `xsync check/lower --accept-bounded`")
+
+
+def not_proven_error(kernel: ir.KernelIR, report: VerifyReport) -> VerifierLimitError:
+    """The error for a verdict that is not proven (``report.unproven``): what was not covered,
+    how to help the verifier, and the explicit opt-in."""
+    gaps = "\n".join(f"- {gap}" + (f" (to help: {gap.hint})" if getattr(gap, "hint", "") else "")
+                     for gap in report.unproven)
+    hints = list(dict.fromkeys(gap.hint for gap in report.unproven if getattr(gap, "hint", "")))
+    return VerifierLimitError(
+        f"{kernel.name}: the protocol is not proven on the {report.backend} placement: the "
+        f"verifier checked it only up to bounds, not for every trip count and scalar value",
+        loc=kernel.loc, report=report,
+        details=f"not covered:\n{gaps}\nchecked: {report.summary()}",
+        fix="; ".join(hints + [f"or accept the bounded check explicitly (the report then says NOT "
+                               f"PROVEN): {ACCEPT_BOUNDED}"]))
+
+
+def run_time_verdict(lowered) -> str | None:
+    """What the verifier said about a kernel that then stalled or ended with synchronization
+    left at run time (the emulator's and the simulator's reports), from the compiled kernel's
+    lowering (``compiled.lowered``; None where it has none): None where verification was off
+    (the caller says so in its own words), else one sentence."""
+    if lowered is None:
+        return "this compiled kernel carries no verifier verdict"
+    report = lowered.report
+    if report is None:
+        return None
+    if report.proven:
+        return (f"the verifier proved this kernel's protocol on the {report.backend} placement for "
+                f"every trip count and scalar value, so this is outside what it checks or a bug in "
+                f"xsync: please report it with this message")
+    return (f"the verifier checked this kernel only up to bounds (not proven: "
+            f"{'; '.join(report.unproven)}) and it runs because {report.accepted_by} accepted "
+            f"that: these run-time values lie beyond what was checked (its VerifierLimitError says "
+            f"how to help it prove the kernel)")
 
 
 # ---------------------------------------------------------------- entry point
@@ -181,8 +265,8 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: boo
     # not run again, their steps are one per action, as their run would count them.
     repeats = not leads.specs and not exhaustive
     bounds, periods, unproven = loop_bounds(sc, skel)
-    unproven = unproven + [f"{key} depends on tile data: tried as one free value for every "
-                           f"evaluation" for key in sorted(sc.opaque)]
+    unproven = unproven + [Gap(f"{key} depends on tile data: tried as one free value for every "
+                               f"evaluation", TILE_DATA_HINT) for key in sorted(sc.opaque)]
     # An episode loop that holds every action (Scalars.repeating_episode): its programs at c
     # iterations are c copies of those at one, the other scalars equal, so by the same
     # argument they are clean where those are. Only 0 and 1 iterations are checked; where
@@ -206,12 +290,11 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: boo
                 f"whose definition fails), so no run of the protocol could be checked on the "
                 f"{placement.backend} placement",
                 loc=kernel.loc,
-                fix="guard the division (compute the divisor as xs.maximum(d, 1), or test it "
-                    "before the loop) so that every bound and condition has a value")
+                fix=FAULT_HINT)
         complete = False
-        unproven = unproven + [f"{faulted} scalar assignment(s) skipped: a loop bound or "
-                               f"condition cannot be evaluated there (a division or modulo by "
-                               f"zero, or a value whose definition fails)"]
+        unproven = unproven + [Gap(f"{faulted} scalar assignment(s) skipped: a loop bound or "
+                                   f"condition cannot be evaluated there (a division or modulo by "
+                                   f"zero, or a value whose definition fails)", FAULT_HINT)]
     if leads.specs:
         err = _growth(skel, sc, results, leads, bounds, periods, tables)
         if err is not None:
@@ -242,7 +325,8 @@ def _assignments(kernel, placement, sc: Scalars, bounds, periods, unproven, copi
     if found is None:
         found, names = _coarse(sc, bounds)
         complete = False
-        unproven = unproven + ["the scalar candidates were thinned (too many combinations)"]
+        unproven = unproven + [Gap("the scalar candidates were thinned (too many combinations)",
+                                   SCALARS_HINT)]
     if found is None:
         scalars = ", ".join(scalar_name(n, sc) for n in names)
         raise VerifierLimitError(
@@ -256,7 +340,8 @@ def _assignments(kernel, placement, sc: Scalars, bounds, periods, unproven, copi
     if len(found) > MAX_RUNS:
         found = found[:MAX_RUNS]
         complete = False
-        unproven = unproven + [f"only the {MAX_RUNS} smallest scalar assignments were checked"]
+        unproven = unproven + [Gap(f"only the {MAX_RUNS} smallest scalar assignments were checked",
+                                   SCALARS_HINT)]
     return found, names, complete, unproven
 
 
@@ -315,8 +400,8 @@ class _Runs:
                     break
             if self.steps > MAX_STEPS:
                 complete = False
-                unproven = unproven + [f"the search stopped after {self.steps} steps (larger trip counts "
-                                       f"were not checked)"]
+                unproven = unproven + [Gap(f"the search stopped after {self.steps} steps (larger trip "
+                                           f"counts were not checked)", STEPS_HINT)]
                 break
         return complete, unproven
 
@@ -436,7 +521,7 @@ def loop_bounds(sc: Scalars, skel: Skeleton):
             # deadlock and leftovers, the others leads across iteration boundaries
             bounds[line] = min(bounds[line], EPISODE_TRIPS)
         if not facts.periodic:
-            unproven.append(f"loop at line {line} ({facts.why})")
+            unproven.append(Gap(f"loop at line {line} ({facts.why})", LOOP_HINT))
     return bounds, periods, unproven
 
 
