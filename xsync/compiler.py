@@ -27,7 +27,8 @@ from xsync.files import write_atomic
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation, allocate
 from xsync.lowering import passes
-from xsync.lowering.frontend import constexpr_values, parse_kernel
+from xsync.lowering.constexprs import constexpr_values
+from xsync.lowering.frontend import parse_kernel
 from xsync.lowering.passes import PassLog
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
