@@ -85,3 +85,11 @@ def unknown_kind(x, y, n, BLOCK: xs.constexpr, KIND: xs.constexpr):
     work = xs.role("work", kind=KIND)  # BUG: no such kind
     with work:
         xs.store(y, [0, 0], xs.load(x, [0, 0], [BLOCK, BLOCK]))
+
+
+@xs.kernel(example=dict(EX, DT=xs.float32))
+def dtype_by_constexpr(x, y, BLOCK: xs.constexpr, DT: xs.constexpr):
+    work = xs.role("work", kind="vector")
+    with work:
+        t = xs.load(x, [0, 0], [BLOCK, BLOCK]) + xs.zeros([BLOCK, BLOCK], DT)
+        xs.store(y, [0, 0], t.to(DT))

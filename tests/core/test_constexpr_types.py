@@ -121,3 +121,19 @@ def test_numpy_scalars_are_numbers(monkeypatch):
     assert torch.equal(y, x * 2)
     lowered = ck.kind_by_constexpr.lower("cpu", constexprs=dict(BLOCK=np.int32(16), KIND="vector"))
     assert dict(lowered.kernel.constexprs) == {"BLOCK": 16} and type(dict(lowered.kernel.constexprs)["BLOCK"]) is int
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dtype_constexpr_is_folded_and_renders(backend):
+    b = get(backend)
+    lowered = ck.dtype_by_constexpr.lower(b, constexprs=dict(BLOCK=16, DT=xs.bfloat16))
+    _, render_options = xs.config.current().backend_options(b)
+    source = b.render_source(lowered.kernel, lowered.placement, lowered.allocation, render_options)
+    compile(source, f"<{backend}>", "exec")
+
+
+def test_dtype_constexpr_launches_on_cpu(monkeypatch):
+    monkeypatch.setenv("XSYNC_BACKEND", "cpu")
+    x, y = torch.randn(16, 16), torch.zeros(16, 16)
+    ck.dtype_by_constexpr[(1,)](x, y, BLOCK=16, DT=xs.bfloat16)
+    assert torch.equal(y, x.bfloat16().float())

@@ -646,6 +646,8 @@ class _Frontend:
             self.error(node, f"constexpr `{n}` is the string {self.constexprs[n]!r} and is used as a value",
                        fix=f"pass {n}=<a number or bool>; string constexprs are for xs.role(kind=...)",
                        objects=(n,))
+        if isinstance(self.constexprs.get(n), DType):   # folded, as `xs.bfloat16` is
+            return ir.Const(self.constexprs[n])
         if n in self.home:
             self.check_owner(n, node)
             if n in self.slots:
