@@ -28,8 +28,8 @@ def test_role_kind_by_constexpr():
 def test_kinds_and_dtype_of_a_pipeline(dt):
     torch.manual_seed(0)
     a, b, out = torch.randn(16, 32).bfloat16(), torch.randn(32, 16).bfloat16(), torch.zeros(16, 16)
-    ck.kinds_of_a_pipeline[(1,)](a, b, out, 32, BM=16, BN=16, BK=16, MMA_KIND="matrix",
-                                 EPI_KIND="vector", DT=dt)
+    ck.kinds_of_a_pipeline[(1,)](a, b, out, 32, BM=16, BN=16, BK=16, LOAD_KIND="copy",
+                                 MMA_KIND="matrix", EPI_KIND="vector", DT=dt)
     narrow = torch.bfloat16 if dt is xs.bfloat16 else torch.float16
     ref = (a.float() @ b.float()).to(narrow).float()   # rounded to nearest even, as the cores do
     torch.testing.assert_close(out, ref, rtol=0, atol=0)

@@ -13,19 +13,31 @@ def kind_by_constexpr(x, y, n, BLOCK: xs.constexpr, KIND: xs.constexpr):
             xs.store(y, [i * BLOCK, 0], xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK]) * 2.0)
 
 
-@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, out=xs.float32, BM=16, BN=16, BK=16,
-                        MMA_KIND="matrix", EPI_KIND="vector", DT=xs.bfloat16))
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, out=xs.float32, BM=64, BN=64, BK=16,
+                        LOAD_KIND="copy", MMA_KIND="matrix", EPI_KIND="vector", DT=xs.bfloat16))
 def kinds_of_a_pipeline(a, b, out, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
-                        MMA_KIND: xs.constexpr, EPI_KIND: xs.constexpr, DT: xs.constexpr):
-    """Both role kinds and the hand-off dtype are constexprs."""
+                        LOAD_KIND: xs.constexpr, MMA_KIND: xs.constexpr, EPI_KIND: xs.constexpr,
+                        DT: xs.constexpr):
+    """Every role kind and the epilogue's dtype are constexprs."""
+    load = xs.role("load", kind=LOAD_KIND)
     mma = xs.role("mma", kind=MMA_KIND)
     epi = xs.role("epi", kind=EPI_KIND)
-    ring = xs.pipe(mma, epi, stages=2, c=xs.tile([BM, BN], xs.float32))
+    tiles = xs.pipe(load, mma, stages=2, a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+    ring = xs.pipe(mma, epi, stages=1, c=xs.tile([BM, BN], xs.float32))
     with mma:
         acc = xs.zeros([BM, BN], xs.float32)
-        for k in range(0, K, BK):
-            acc = xs.mma(xs.load(a, [0, k], [BM, BK]), xs.load(b, [k, 0], [BK, BN]), acc)
-        acc = xs.mma_wait(acc, pending=0)
+    for k in range(0, K, BK):
+        with load:
+            slot = tiles.acquire()
+            slot.a = xs.load(a, [0, k], [BM, BK])
+            slot.b = xs.load(b, [k, 0], [BK, BN])
+            tiles.commit()
+        with mma:
+            ab = tiles.wait()
+            acc = xs.mma(ab.a, ab.b, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release()
+    with mma:
         s = ring.acquire()
         s.c = acc
         ring.commit()

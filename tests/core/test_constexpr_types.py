@@ -17,7 +17,7 @@ BACKENDS = ("cpu", "nvidia", "ascend")
 
 
 KINDS = {ck.kind_by_constexpr: {"work": RoleKind.VECTOR},
-         ck.kinds_of_a_pipeline: {"mma": RoleKind.MATRIX, "epi": RoleKind.VECTOR}}
+         ck.kinds_of_a_pipeline: {"load": RoleKind.COPY, "mma": RoleKind.MATRIX, "epi": RoleKind.VECTOR}}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -51,8 +51,8 @@ def test_kinds_and_dtype_of_a_pipeline_launch_on_cpu(monkeypatch):
     monkeypatch.setenv("XSYNC_BACKEND", "cpu")
     torch.manual_seed(0)
     a, b, out = torch.randn(16, 32).bfloat16(), torch.randn(32, 16).bfloat16(), torch.zeros(16, 16)
-    ck.kinds_of_a_pipeline[(1,)](a, b, out, 32, BM=16, BN=16, BK=16, MMA_KIND="matrix",
-                                 EPI_KIND="vector", DT=xs.float16)
+    ck.kinds_of_a_pipeline[(1,)](a, b, out, 32, BM=16, BN=16, BK=16, LOAD_KIND="copy",
+                                 MMA_KIND="matrix", EPI_KIND="vector", DT=xs.float16)
     ref = (a.double() @ b.double()).float().half().float()
     torch.testing.assert_close(out, ref, rtol=2e-3, atol=2e-3)
 
