@@ -34,6 +34,7 @@ from xsync.files import write_atomic
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation, allocate
 from xsync.lowering import passes
+from xsync.lowering.constexprs import constexpr_values
 from xsync.lowering.frontend import parse_kernel
 from xsync.lowering.passes import PassLog
 from xsync.lowering.placement import Placement
@@ -191,11 +192,13 @@ class Kernel:
     def specialization(self, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
         """(constexprs, tensor dtypes): the given ones, else the kernel's ``example=``, with
         signature defaults (`GROUP_M: xs.constexpr = 8`) filling the constexprs left out."""
+        def is_tensor_dtype(name, value):   # a dtype-valued constexpr (`DT=xs.bfloat16`) is not
+            return isinstance(value, xs_types.DType) and name not in self._constexpr_names
         if constexprs is None:
-            constexprs = {k: v for k, v in self.example.items() if not isinstance(v, xs_types.DType)}
+            constexprs = {k: v for k, v in self.example.items() if not is_tensor_dtype(k, v)}
         if tensor_dtypes is None:
-            tensor_dtypes = {k: v for k, v in self.example.items() if isinstance(v, xs_types.DType)}
-        return {**self._constexpr_defaults, **constexprs}, dict(tensor_dtypes)
+            tensor_dtypes = {k: v for k, v in self.example.items() if is_tensor_dtype(k, v)}
+        return constexpr_values(self.fn, {**self._constexpr_defaults, **constexprs}), dict(tensor_dtypes)
 
     def compile(self, backend, constexprs: dict | None = None, tensor_dtypes: dict | None = None):
         """The compiled kernel of one specialization on ``backend`` (a Backend or its name),
@@ -309,7 +312,10 @@ class Kernel:
         # bind() yields the constexprs and dtypes in signature order: a key without sorting
         fast = (backend, tuple(constexprs.values()), tuple(dtypes.items()), settings.verify,
                 settings.accept_bounded, settings.backend_options(backend))
-        memo = self._launch_memo.get(fast)
+        try:
+            memo = self._launch_memo.get(fast)
+        except TypeError:   # an unhashable constexpr (a list, ...): _compile names it
+            memo = None
         if memo is None or settings.dump:
             compiled = self._compile(backend, constexprs, dtypes, settings)
             memo = self._launch_memo[fast] = (compiled, single_tile_counts(compiled.lowered.kernel))

@@ -84,7 +84,7 @@ def test_attention_dense(d, causal):
     q, k, v = (torch.randn(2, 2, 200, d).bfloat16() for _ in range(3))
     o, lse = attention(q, k, v, causal=causal)
     ref, ref_lse = reference(q, k, v, causal)
-    torch.testing.assert_close(o.double(), ref, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(o.double(), ref, rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
 
 
@@ -106,7 +106,7 @@ def test_attention_odd_lengths(sq, sk, causal):
     k, v = (torch.randn(1, 2, sk, 64).bfloat16() for _ in range(2))
     o, lse = attention(q, k, v, causal=causal)
     ref, ref_lse = reference(q, k, v, causal)
-    torch.testing.assert_close(o.double(), ref, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(o.double(), ref, rtol=1e-2, atol=1e-2)
     seen = torch.isfinite(ref_lse)          # causal rows that see no key are defined separately
     torch.testing.assert_close(lse.double()[seen], ref_lse[seen], rtol=1e-3, atol=1e-3)
 
@@ -123,7 +123,7 @@ def test_attention_varlen(causal):
         s, e = int(cu[i]), int(cu[i + 1])
         ref, ref_lse = reference(q[s:e].transpose(0, 1)[None], k[s:e].transpose(0, 1)[None],
                                  v[s:e].transpose(0, 1)[None], causal)
-        torch.testing.assert_close(o[s:e].transpose(0, 1)[None].double(), ref, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(o[s:e].transpose(0, 1)[None].double(), ref, rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(lse[:, s:e][None].double(), ref_lse, rtol=1e-3, atol=1e-3)
 
 
@@ -135,7 +135,7 @@ def test_scope_form_runs_one_replica_per_vector_core(monkeypatch):
     q, k, v = (torch.randn(1, 2, 300, 64).bfloat16() for _ in range(3))
     o, _ = attention(q, k, v, causal=True)
     ref, _ = reference(q, k, v, True)
-    torch.testing.assert_close(o.double(), ref, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(o.double(), ref, rtol=1e-2, atol=1e-2)
     M, N, K, BM, BN = 128, 256, 128, 64, 64
     a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
     out = torch.zeros(M, N)
@@ -265,4 +265,5 @@ def test_rotated_round_trip_numerics(n):
     bt = b.double()
     y = torch.exp2(a.double() @ bt).bfloat16().double()
     ref = y @ bt
-    torch.testing.assert_close(out[:n * BM].double(), ref[:n * BM], rtol=2e-2, atol=1e-2)
+    # the reference rounds y to bf16 as the cores do (to nearest even): only fp32 sums differ
+    torch.testing.assert_close(out[:n * BM].double(), ref[:n * BM], rtol=1e-5, atol=1e-5)

@@ -37,7 +37,8 @@ def assert_close(name, got, want, floor):
     stands in for gradients that are 0 in exact arithmetic (dq, dk of a one-key sequence)."""
     err = (got.double() - want).norm().item() / max(want.norm().item(),
                                                     0.1 * floor * want.numel() ** 0.5, 1e-6)
-    assert torch.isfinite(got).all() and err < 1.5e-2, f"{name}: relative error {err:.3g}"
+    # bf16 rounded to nearest even stays under 2.5e-3 here; truncation reaches 6e-3
+    assert torch.isfinite(got).all() and err < 5e-3, f"{name}: relative error {err:.3g}"
 
 
 @pytest.mark.parametrize("hq,hk,sq,sk,d,causal,dtype", [

@@ -20,6 +20,7 @@ from xsync import api
 from xsync.dtypes import DType
 from xsync.errors import KernelSourceError, SourceLoc
 from xsync.lowering import ir, tile_launch
+from xsync.lowering.constexprs import constexpr_values
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
            ast.Mod: "%", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
@@ -79,13 +80,19 @@ class _Frontend:
                 return obj.__name__
         return None
 
-    def const_eval(self, node, what: str):
-        """Evaluate a declaration argument from constexprs, globals and literals."""
+    def const_eval(self, node, what: str, text_ok: bool = False):
+        """Evaluate a declaration argument from constexprs, globals and literals. A string
+        constexpr is folded only where ``text_ok`` (the argument takes a string)."""
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Name):
             if node.id in self.constexprs:
-                return self.constexprs[node.id]
+                value = self.constexprs[node.id]
+                if isinstance(value, str) and not text_ok:
+                    self.error(node, f"{what} is constexpr `{node.id}`, the string {value!r}",
+                               fix=f"pass {node.id}=<a number>; string constexprs are for "
+                                   f"xs.role(kind=...)", objects=(node.id,))
+                return value
             val = self.globals.get(node.id)
             if isinstance(val, (int, float)):
                 return val
@@ -93,6 +100,9 @@ class _Frontend:
                        fix=f"annotate `{node.id}: xs.constexpr` or use a literal")
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             lhs, rhs = self.const_eval(node.left, what), self.const_eval(node.right, what)
+            if isinstance(lhs, str) or isinstance(rhs, str):
+                self.error(node, f"{what} computes with a string: `{ast.unparse(node)}`",
+                           fix="compute with numbers; strings are for xs.role(kind=...)")
             return eval(f"lhs {_BINOPS[type(node.op)]} rhs", {}, {"lhs": lhs, "rhs": rhs})
         if isinstance(node, (ast.List, ast.Tuple)):
             return [self.const_eval(e, what) for e in node.elts]
@@ -106,6 +116,8 @@ class _Frontend:
         name = self.is_xs(node)
         if name in api.DTYPES:
             return api.DTYPES[name]
+        if isinstance(node, ast.Name) and isinstance(self.constexprs.get(node.id), DType):
+            return self.constexprs[node.id]
         if (isinstance(node, ast.Attribute) and node.attr == "dtype"
                 and isinstance(node.value, ast.Name) and node.value.id in self.tensor_dtypes):
             return self.tensor_dtypes[node.value.id]
@@ -130,7 +142,8 @@ class _Frontend:
                        fix='declare at least one: `work = xs.role("work", kind="vector")`')
         kernel = ir.KernelIR(
             name=fdef.name, file=self.file, params=tuple(self.params),
-            constexprs=tuple(sorted(self.constexprs.items())),
+            # string constexprs are folded into declarations; the generated code never names them
+            constexprs=tuple(sorted((n, v) for n, v in self.constexprs.items() if not isinstance(v, str))),
             roles=tuple(self.roles.values()), pipes=pipes, events=events, barriers=barriers,
             body=tuple(body), loc=self.loc(fdef), source=self.source)
         tile_launch.single_tile_counts(kernel)   # the host can check a one-tile-per-program grid
@@ -149,6 +162,7 @@ class _Frontend:
                 if a.arg not in self.constexprs:
                     self.error(a, f"constexpr parameter `{a.arg}` has no value",
                                fix=f"pass {a.arg}=... when launching or compiling")
+                self.constexprs.update(constexpr_values(self.fn, {a.arg: self.constexprs[a.arg]}))
                 kind = ir.ParamKind.CONSTEXPR
             elif a.arg in self.tensor_dtypes:
                 kind = ir.ParamKind.TENSOR
@@ -468,7 +482,7 @@ class _Frontend:
             name = call.args[0].value
             if any(r.name == name for r in self.roles.values()):
                 self.error(s, f"role '{name}' is declared twice")
-            kind = self.const_eval(kw.pop("kind"), "kind") if "kind" in kw else "vector"
+            kind = self.const_eval(kw.pop("kind"), "kind", text_ok=True) if "kind" in kw else "vector"
             replicas = self.const_eval(kw.pop("replicas"), "replicas") if "replicas" in kw else 1
             if kw:
                 self.error(s, f"xs.role got unknown arguments {sorted(kw)}", fix="use kind= and replicas=")
@@ -628,6 +642,12 @@ class _Frontend:
         n = node.id
         if n in self.roles or n in self.objects:
             self.error(node, f"`{n}` is a role or sync object and cannot be used as a value")
+        if isinstance(self.constexprs.get(n), str):
+            self.error(node, f"constexpr `{n}` is the string {self.constexprs[n]!r} and is used as a value",
+                       fix=f"pass {n}=<a number or bool>; string constexprs are for xs.role(kind=...)",
+                       objects=(n,))
+        if isinstance(self.constexprs.get(n), DType):   # folded, as `xs.bfloat16` is
+            return ir.Const(self.constexprs[n])
         if n in self.home:
             self.check_owner(n, node)
             if n in self.slots:

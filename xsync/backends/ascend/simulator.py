@@ -605,6 +605,7 @@ def _language_patched(sim: Simulation, fns):
                 return TensorHandle(np.matmul(_as_f32(a), _as_f32(b), dtype=np.float32)
                                     + d.data.astype(np.float32), d.dtype.scalar)
             interpreter_builder.create_dot = create_dot
+            _round_casts_to_nearest_even(interpreter_builder)
             generic = ReduceOps.apply_impl
 
             def apply_impl(self, input):
@@ -667,6 +668,61 @@ def _as_f32(handle):
     if scalar == tl.bfloat16:
         return (data.astype(np.uint32) << 16).view(np.float32)
     return data.astype(np.float32)
+
+
+def _round_casts_to_nearest_even(builder):
+    """Make the interpreter's float casts round like the hardware: to nearest, ties to even.
+
+    The interpreter casts fp32 <-> bf16 by truncation (its ``cast_impl`` passes no rounding
+    mode), its RTNE rounds ties away and can carry a full mantissa into the sign, and it casts
+    any other type to or from bf16 (kept as raw uint16 bits) with ``astype`` of the bits.
+    Casts that involve fp8 keep the interpreter's own conversion."""
+    import numpy as np
+    import triton.language as tl
+    import triton.runtime.interpreter as interpreter
+    from triton.runtime.interpreter import TensorHandle
+
+    cast_impl, fp_to_fp = builder.cast_impl, builder.create_fp_to_fp
+    toward_zero = interpreter._ir.ROUNDING_MODE.RTZ
+
+    def convert(src, dst_type, rounding_mode=None):
+        src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
+        value = _as_f32(src) if src_ty == tl.bfloat16 else src.data
+        if dst_ty == tl.bfloat16:
+            data = bf16_bits(value.astype(np.float32), rounding_mode == toward_zero)
+        else:
+            data = value.astype(interpreter._get_np_dtype(dst_ty))
+            if rounding_mode == toward_zero and dst_ty.is_floating():
+                wide = value.astype(np.float64)
+                away = np.abs(data.astype(np.float64)) > np.abs(wide)
+                data = np.where(away, np.nextafter(data, np.zeros_like(data)), data)
+        return TensorHandle(np.asarray(data).reshape(np.shape(src.data)), dst_ty)
+
+    def bf16_bits(f32, toward_zero_):
+        bits = f32.view(np.uint32)
+        nan = (bits & 0x7FFFFFFF) > 0x7F800000
+        if toward_zero_:
+            rounded = bits >> 16
+        else:   # add just under half an ulp, plus one when the kept lsb is odd: ties to even
+            rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16
+        return np.where(nan, (bits >> 16) | 0x0040, rounded).astype(np.uint16)
+
+    def rounded_cast_impl(self, src, dst_type):
+        # create_fp_trunc, create_fp_ext, create_si_to_fp, ... all call self.cast_impl.
+        src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
+        with np.errstate(over="ignore", invalid="ignore"):   # overflow to inf, as the hardware
+            if tl.bfloat16 in (src_ty, dst_ty) and not src_ty.is_fp8() and not dst_ty.is_fp8():
+                return convert(src, dst_type)
+            return cast_impl(src, dst_type)
+
+    def rounded_fp_to_fp(self, src, dst_type, rounding_mode):
+        if src.dtype.scalar.is_fp8() or dst_type.scalar.is_fp8():
+            return fp_to_fp(src, dst_type, rounding_mode)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return convert(src, dst_type, rounding_mode)
+
+    builder.cast_impl = types.MethodType(rounded_cast_impl, builder)
+    builder.create_fp_to_fp = types.MethodType(rounded_fp_to_fp, builder)
 
 
 def simulate(compiled, grid, args: dict, source_module=None, timeout: float | None = None):
