@@ -19,13 +19,19 @@ def lowered(kernel, **cx):
     return kernel.lower("ascend", c, dt)
 
 
-def test_rmsnorm_need_grows_with_the_row():
+def test_rmsnorm_need_grows_with_the_row(monkeypatch):
     small = memory.plan(lowered(mc.rmsnorm, BN=1024).kernel, lowered(mc.rmsnorm, BN=1024).placement)
     (ub,) = small.cores
     assert ub.memory == memory.Memory.UB and ub.capacity == 192 * 1024
-    # t, t*t, the reduction's half-tile work buffer, the weight row and the row sums
-    assert ub.need == 2 * 65536 + 32768 + 4096 + 2 * 64 + 32 * 2 and ub.fits
+    # t, t*t, the reduction's half-tile work buffer, the weight row, the row sums (16 x f32
+    # each: the row sums and their [:, None] view, which + eps reuses), the compiler's scratch
+    assert ub.need == 2 * 65536 + 32768 + 4096 + 2 * 64 + memory.SCRATCH and ub.fits
+    assert ub.need >= 168544                         # the HIVM compiler's plan-memory peak
+    with pytest.raises(AllocationError):             # lowering refuses it
+        lowered(mc.rmsnorm, BM=16, BN=4096)
+    monkeypatch.setattr(memory, "ENFORCE", False)
     lw = lowered(mc.rmsnorm, BM=16, BN=4096)
+    monkeypatch.setattr(memory, "ENFORCE", True)
     (big,) = memory.plan(lw.kernel, lw.placement).cores
     assert not big.fits and big.need >= 655424       # the HIVM compiler: 655424 B
     with pytest.raises(AllocationError) as err:

@@ -191,7 +191,7 @@ def allocate(kernel, placement, skel, options=None) -> AscendAllocation:
         rows.append(Row("workspace", "GM per program", f"{workspace} B",
                         "host allocates programs x this; base = workspace + program_index * size"))
     # local memories: not in the table (the table is part of the rendered source)
-    local = memory.plan(kernel, placement)   # recorded; memory.check raises (not yet enforced)
+    local = memory.check(kernel, placement)
     return AscendAllocation("ascend", tuple(rows), event_ids=tuple(ids), workspace_bytes=workspace,
                             workspace=tuple(rings), block_barriers=tuple(blocks), memory=local)
 
