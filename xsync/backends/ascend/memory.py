@@ -36,7 +36,7 @@ Rules (a tile is a value with a shape; scalars cost nothing):
    estimate counts one copy: multi-buffering never turns a fit into an overflow.
 7. **Cube.** Results of ``xs.mma`` and the accumulators passed to it (and ``xs.zeros`` /
    ``xs.full`` that become accumulators) live in L0C; every other tile of the cube's roles
-   (loaded operands, slots of same-core pipes) lives in L1, double-buffered inside loops (6).
+   (loaded operands, slots of same-core pipes) lives in L1, counted once (6).
 8. **Replicas and sub-block binding.** A vector agent with replicas runs them in lockstep in
    one device function. Without a cube (an ``aiv`` kernel) that function holds every
    replica's named tiles (x replicas); a statement's temporaries die before the next
@@ -64,7 +64,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from xsync.dtypes import DType, float32, int32
+from xsync.dtypes import DType, float32, int1, int32
 from xsync.errors import AllocationError, SourceLoc
 from xsync.lowering import ir
 from xsync.lowering.placement import Unit
@@ -146,6 +146,11 @@ class _Value:
     shape: tuple[int, ...]
     dtype: DType
     named: str = ""           # the name it is read from ("" = a temporary)
+    fresh: int = 0            # bytes of a buffer this node needs and nobody has booked yet
+    what: str = ""            # how the buffer is named in messages
+    acc: bool = False         # an mma result (L0C)
+    select: bool = False      # the result of a compare + select
+    copies: int = 1           # multi-buffered copies
 
     @property
     def bytes(self) -> int:
@@ -164,6 +169,7 @@ class _Step:
     defines: set = field(default_factory=set)
     temps: list = field(default_factory=list)       # (memory, Tile)
     loops: tuple = ()                                # enclosing loop ids
+    maybe_reuse: list = field(default_factory=list) # (bytes, names): a result a dying name may hold
 
 
 def plan(kernel: ir.KernelIR, placement) -> MemoryPlan:
@@ -285,17 +291,17 @@ class _Walker:
         old = self.sizes.get(name, (0, memory))
         if old[1] == Memory.L0C:            # an accumulator stays one (mma_wait passes it on)
             memory = Memory.L0C
-        size = v.bytes * getattr(v, "copies", 1)
+        size = v.bytes * v.copies
         self.sizes[name] = (max(old[0], size), memory)
         step.defines.add(name)
         self.defined_at.setdefault(name, step.loc)
-        if getattr(v, "select", False):
+        if v.select:
             self.selected.add(name)
 
     def memory_of(self, name, v) -> str:
         if not self.cube:
             return Memory.UB
-        return Memory.L0C if name in self.accumulators or getattr(v, "acc", False) else Memory.L1
+        return Memory.L0C if name in self.accumulators or v.acc else Memory.L1
 
     def crosses(self, pipe: str) -> bool:
         return self.placement.crosses(self.pipes[pipe])
@@ -305,10 +311,10 @@ class _Walker:
         """The value of ``e``; its fresh tile buffers go to ``step.temps`` (rules 4-7). ``top``:
         the value becomes a name's buffer (not a temporary)."""
         v = self._expr(e, step, loops)
-        fresh = getattr(v, "fresh", 0)
+        fresh = v.fresh
         if fresh and not top:
-            mem = Memory.L0C if getattr(v, "acc", False) else (Memory.L1 if self.cube else Memory.UB)
-            step.temps.append((mem, Tile(getattr(v, "what", "temporary"), fresh, step.loc)))
+            mem = Memory.L0C if v.acc else (Memory.L1 if self.cube else Memory.UB)
+            step.temps.append((mem, Tile(v.what, fresh, step.loc)))
         return v
 
     def _expr(self, e, step, loops) -> _Value:
@@ -336,7 +342,7 @@ class _Walker:
             shape = ()
             for v in vals:
                 shape = _broadcast(shape, v.shape)
-            dtype = vals[0].dtype if isinstance(e, ir.UnaryOp) else ir_int1()
+            dtype = vals[0].dtype if isinstance(e, ir.UnaryOp) else int1
             return self.elementwise(vals, shape, dtype, step, "compare")
         if isinstance(e, ir.Subscript):
             inner = self.expr(e.value, step, loops, True)
@@ -442,14 +448,14 @@ class _Walker:
 
     def book(self, v: _Value, step: _Step):
         """An operand temporary consumed by a node that does not reuse it: it stays booked."""
-        f = getattr(v, "fresh", 0)
+        f = v.fresh
         if f:
-            mem = Memory.L0C if getattr(v, "acc", False) else (Memory.L1 if self.cube else Memory.UB)
-            step.temps.append((mem, Tile(getattr(v, "what", "temporary"), f, step.loc)))
+            mem = Memory.L0C if v.acc else (Memory.L1 if self.cube else Memory.UB)
+            step.temps.append((mem, Tile(v.what, f, step.loc)))
             v.fresh = 0
 
     def multi(self, v: _Value, loops) -> _Value:
-        if loops and getattr(v, "fresh", 0) and MULTI_BUFFER > 1:
+        if loops and v.fresh and MULTI_BUFFER > 1:
             v.fresh *= MULTI_BUFFER
             v.copies = MULTI_BUFFER
             v.what = f"{v.what} x{MULTI_BUFFER} (multi-buffered)"
@@ -463,7 +469,7 @@ class _Walker:
         inplace = None
         cands = []
         for o in operands:
-            f = getattr(o, "fresh", 0)
+            f = o.fresh
             if f and inplace is None and f >= need and what not in SELECTS:
                 inplace = o                  # carried on, booked by whoever ends the chain
             elif f:
@@ -479,10 +485,10 @@ class _Walker:
             v.select = True
         if inplace is not None:
             v.fresh, v.what = inplace.fresh, inplace.what
-            v.select = getattr(inplace, "select", False)
+            v.select = inplace.select
         elif need:
             if cands:
-                step.maybe_reuse = getattr(step, "maybe_reuse", []) + [(need, tuple(cands))]
+                step.maybe_reuse.append((need, tuple(cands)))
             v.fresh, v.what = need, what
         return v
 
@@ -545,7 +551,7 @@ class _Walker:
     def credit_reuse(self, step, tiles, live, mem):
         """Rule 4 for names: a fresh elementwise result takes the buffer of a name whose last
         use is this statement (and is not kept alive past it by a loop)."""
-        for need, names in getattr(step, "maybe_reuse", []):
+        for need, names in step.maybe_reuse:
             dying = [n for n in names if live.get(n, (0, -1))[1] == step.pos
                      and n not in step.defines and self.sizes.get(n, (0, ""))[1] == mem]
             if dying:
@@ -585,11 +591,6 @@ class _Walker:
                         s[0], s[1] = min(s[0], lo), max(s[1], hi)
                         changed = True
         return {n: (s[0], s[1]) for n, s in span.items()}
-
-
-def ir_int1() -> DType:
-    from xsync.dtypes import int1
-    return int1
 
 
 def _broadcast(a: tuple, b: tuple) -> tuple:
