@@ -15,6 +15,7 @@ import memory_cases as mc
 from test_ascend_hivm import specializations
 from xsync.backends.ascend import hivm, memory
 from xsync.errors import AllocationError
+from xsync.kernels.gemm import gemm
 from xsync.kernels.gemm_softmax import gemm_softmax
 from xsync.lowering.placement import Unit
 
@@ -28,6 +29,9 @@ SAMPLE = [  # (kernel, constexprs): fits and overflows on both sides of the boun
     (mc.chain, dict(BM=16, BN=1024)), (mc.softmax, dict(BM=16, BN=1024)),
     (mc.column_loop, dict(BM=16, BN=1024)), (mc.column_loop, dict(BM=32, BN=1024)),
     (gemm_softmax, dict(BM=64, BN=64)), (gemm_softmax, dict(BM=256, BN=256)),
+    # the cube: L1 full without multi-buffering (fits), then over (cbuf overflow), L0C over
+    (gemm, dict(BM=128, BN=128, BK=1024)), (gemm, dict(BM=256, BN=128, BK=1024)),
+    (gemm, dict(BM=256, BN=256, BK=256)),
 ]
 SIZES = [(16, 512), (16, 1024), (16, 1536), (16, 2048), (8, 4096), (16, 4096), (32, 1024), (1, 8192)]
 CORPUS = [(k, dict(BM=bm, BN=bn)) for k in (mc.rmsnorm, mc.softmax, mc.chain, mc.column_loop)
@@ -37,6 +41,7 @@ CORPUS = [(k, dict(BM=bm, BN=bn)) for k in (mc.rmsnorm, mc.softmax, mc.chain, mc
 # 116 KB at 128 x 128), and the carried loop fills UB to the last byte (SCRATCH).
 EARLY = {("softmax", 16, 1536), ("column_loop", 16, 1536), ("gemm_softmax", 128, 128)}
 MIX = [(gemm_softmax, dict(BM=bm, BN=bn)) for bm, bn in ((128, 128), (128, 512), (256, 256))]
+MIX += [(gemm, dict(BM=bm, BN=bn, BK=bk)) for bm, bn, bk in ((128, 128, 512), (128, 256, 512), (128, 256, 64))]
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +84,14 @@ def agree(kernel, constexprs, monkeypatch, early=frozenset()):
 
 
 @pytest.mark.parametrize("kernel,constexprs", SAMPLE,
-                         ids=[f"{k.__name__}-{c['BM']}x{c['BN']}" for k, c in SAMPLE])
+                         ids=[f"{k.__name__}-" + "x".join(str(v) for v in c.values()) for k, c in SAMPLE])
 def test_lowering_accepts_what_the_compiler_places(kernel, constexprs, compiler, monkeypatch):
     agree(kernel, constexprs, monkeypatch)
 
 
 @slow
 @pytest.mark.parametrize("kernel,constexprs", CORPUS + MIX,
-                         ids=[f"{k.__name__}-{c['BM']}x{c['BN']}" for k, c in CORPUS + MIX])
+                         ids=[f"{k.__name__}-" + "x".join(str(v) for v in c.values()) for k, c in CORPUS + MIX])
 def test_corpus_agrees_with_the_compiler(kernel, constexprs, compiler, monkeypatch):
     agree(kernel, constexprs, monkeypatch, EARLY)
 
