@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xsync.backends.ascend import memory
 from xsync.errors import AllocationError
 from xsync.lowering.alloc import Allocation, Row
 
@@ -70,6 +71,7 @@ class AscendAllocation(Allocation):
     workspace_bytes: int = 0                          # per program
     workspace: tuple[WorkspaceRing, ...] = ()         # GM ring layout per pipe
     block_barriers: tuple[BlockBarrier, ...] = ()
+    memory: memory.MemoryPlan | None = None           # UB / L1 / L0C need per core (memory.py)
 
     def block_barrier(self, obj: str) -> BlockBarrier:
         return next(b for b in self.block_barriers if b.obj == obj)
@@ -188,8 +190,10 @@ def allocate(kernel, placement, skel, options=None) -> AscendAllocation:
     if workspace:
         rows.append(Row("workspace", "GM per program", f"{workspace} B",
                         "host allocates programs x this; base = workspace + program_index * size"))
+    # local memories: not in the table (the table is part of the rendered source)
+    local = memory.check(kernel, placement)
     return AscendAllocation("ascend", tuple(rows), event_ids=tuple(ids), workspace_bytes=workspace,
-                            workspace=tuple(rings), block_barriers=tuple(blocks))
+                            workspace=tuple(rings), block_barriers=tuple(blocks), memory=local)
 
 
 def _ascend_ring(p, link, offset) -> WorkspaceRing:
