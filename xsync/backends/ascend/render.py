@@ -497,7 +497,7 @@ class AscendRenderer(PythonRenderer):
                 self.emit_if(s, self.block)
             else:
                 self.simple(s)
-        if len(o.lines) == n0:
+        if no_code(o, n0):
             o.line("pass")
 
     def reps_for(self, role: str) -> list:
@@ -530,6 +530,13 @@ class AscendRenderer(PythonRenderer):
         if len(o.lines) == n0:
             o.line("pass")
 
+    def compound_body(self, stmts):
+        """The body of a loop or branch shared by the replicas in lockstep (a statement at least)."""
+        n0 = len(self.out.lines)
+        self.role_body(stmts)
+        if no_code(self.out, n0):
+            self.out.line("pass")
+
     def lockstep_compound(self, s):
         """A sync op, or a loop/branch holding sync ops, shared by all unrolled replicas."""
         o = self.out
@@ -545,7 +552,7 @@ class AscendRenderer(PythonRenderer):
             o.line(head)
             o.indent()
             self.shared.append({s.var})
-            self.role_body(s.body)
+            self.compound_body(s.body)
             self.shared.pop()
             o.dedent()
         elif isinstance(s, ir.If):
@@ -553,12 +560,12 @@ class AscendRenderer(PythonRenderer):
             self.rep = None
             o.line(f"if {cond}:")
             o.indent()
-            self.role_body(s.body)
+            self.compound_body(s.body)
             o.dedent()
             if s.orelse:
                 o.line("else:")
                 o.indent()
-                self.role_body(s.orelse)
+                self.compound_body(s.orelse)
                 o.dedent()
         else:
             raise TypeError(f"cannot render {s!r}")
@@ -578,7 +585,7 @@ class AscendRenderer(PythonRenderer):
         n0 = len(self.out.lines)
         for s in stmts:
             self.role_stmt(s)
-        if len(self.out.lines) == n0:
+        if no_code(self.out, n0):
             self.out.line("pass")
 
     def simple(self, s):
@@ -718,6 +725,12 @@ class AscendRenderer(PythonRenderer):
 
 
 # ---------------------------------------------------------------- helpers
+def no_code(out: Emitter, first: int) -> bool:
+    """Whether the lines emitted since line index ``first`` hold no statement (only comments:
+    a block then needs ``pass``)."""
+    return all(not ln.strip() or ln.lstrip().startswith("#") for ln in out.lines[first:])
+
+
 def _role_locals(body) -> set[str]:
     out: set[str] = set()
     for s in ir.walk(body):
