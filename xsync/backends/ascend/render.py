@@ -108,6 +108,12 @@ computed by ``xs.mma`` would run on the vector core while its set runs on the cu
 release form rejects it (BackendError) instead of racing. A kernel with cross-core sync
 but no ``xs.mma`` at all is compiled vector-only (``mix_mode = "aiv"``) and would hang:
 rejected too.
+
+Vector-only kernels (copy and vector roles, no matrix work): the placement puts every role on
+one vector core (``placement.vector_only_agent``), so nothing crosses cores. A pipe there is a
+GM ring of ``stages`` slots written and read in program order (``ring_sync``): no flag, a
+``tl.debug_barrier()`` orders a slot's write before its read and its last read before it is
+written again; events are program order.
 """
 from __future__ import annotations
 
