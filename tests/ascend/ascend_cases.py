@@ -109,7 +109,7 @@ def sixteen_pending_sets(a, b, out, K, BM: xs.constexpr, BN: xs.constexpr, BK: x
 
 @xs.kernel(example=dict(x=xs.float32, y=xs.float32, BLOCK=16))
 def no_cube_work(x, y, n, BLOCK: xs.constexpr):
-    load = xs.role("load", kind="copy")
+    load = xs.role("load", kind="matrix")   # a matrix role without xs.mma: no cube side runs
     work = xs.role("work", kind="vector")
     ring = xs.pipe(load, work, stages=2, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
     for i in range(n):

@@ -68,7 +68,7 @@ def test_cross_core_sync_without_cube_work():
     msg = str(err.value)
     assert "does no matrix work" in msg and 'mix_mode "aiv"' in msg and "wait forever" in msg
     assert f"ascend_cases.py:{bug_line(cases.no_cube_work)}" in msg
-    assert "ring (cube -> vector)" in msg and "kind='vector'" in err.value.fix
+    assert "ring (cube -> vector)" in msg and "kind 'copy' or 'vector'" in err.value.fix
 
 
 @pytest.mark.parametrize("form", ["release", "scope"])

@@ -224,7 +224,7 @@ def late_found_arrive_stops_after_8(x, y, n, BLOCK: xs.constexpr, STAGES: xs.con
             b0.sync()
         with r2:
             if i < 8:
-                b0.arrive()  # BUG ascend
+                b0.arrive()
         with r1:
             b0.sync()  # BUG
 
@@ -580,7 +580,7 @@ def consistent_range_one_short(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexp
     ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
     with load:
         for i in range(n):
-            s = ring.acquire()
+            s = ring.acquire()  # BUG ascend (one vector core: per-role loops)
             s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
             ring.commit()
     with work:
@@ -597,7 +597,7 @@ def consistent_cdiv_vs_floor(x, y, K, BLOCK: xs.constexpr, STAGES: xs.constexpr)
     ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
     with load:
         for k in range(xs.cdiv(K, BLOCK)):
-            s = ring.acquire()
+            s = ring.acquire()  # BUG ascend (one vector core: per-role loops)
             s.t = xs.load(x, [k * BLOCK, 0], [BLOCK, BLOCK])
             ring.commit()
     with work:
@@ -864,7 +864,7 @@ def hint_arrive_waits_on_ascend(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constex
     go = xs.event(cube, vec)  # BUG nvidia (arrive does not wait there: no back-pressure)
     for i in range(n):
         with vec:
-            xs.wait(go)
+            xs.wait(go)  # BUG ascend (one vector core: source order)
             team.sync()
         with cube:
             team.arrive()  # BUG
@@ -879,7 +879,7 @@ def hint_arrive_waits_on_ascend_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.c
     go = xs.event(cube, vec)  # BUG nvidia (still no back-pressure on Hopper)
     for i in range(n):
         with vec:
-            xs.wait(go)
+            xs.wait(go)  # BUG ascend (one vector core: source order)
             team.sync()
         with cube:
             xs.signal(go)
@@ -934,7 +934,7 @@ def pairing_broadcast_one_replica_skips(x, y, n, BLOCK: xs.constexpr, STAGES: xs
         with work:
             got = ring.wait()
             xs.store(y, [i * BLOCK, 0], got.t)
-            if xs.replica_id() == 0 or i % 2 == 0:
+            if xs.replica_id() == 0 or i % 2 == 0:  # BUG ascend
                 ring.release()
 
 
@@ -965,7 +965,7 @@ def pairing_gather_needs_every_source(x, y, n, BLOCK: xs.constexpr, STAGES: xs.c
     ack = xs.event(load, work)
     for i in range(n):
         with work:
-            if xs.replica_id() == 0 or i > 0:
+            if xs.replica_id() == 0 or i > 0:  # BUG ascend
                 xs.signal(done)
         with load:
             xs.wait(done)  # BUG

@@ -7,7 +7,8 @@ can count, which schedule passes it runs and how it allocates: the verifier and 
 allocator ask the target ("how far may a signaller run ahead of its waiter?") instead of
 branching on the backend's name. Roles placed on one agent run in source order inside it;
 a pipe between two roles of one agent carries its payload in registers (one value at a
-time) and needs no cross-agent synchronization.
+time; in a ring of ``stages`` slots where the agent has ``memory_pipes``) and needs no
+cross-agent synchronization.
 
 This module only holds the types; it imports no backend (the backends import it).
 """
@@ -38,6 +39,9 @@ class Agent:
     hardware: str  # what runs it, in the backend's words ("consumer warpgroup", "cube core")
     unit: Unit     # the kind of hardware agent
     serial: tuple[str, ...] = ()  # roles whose replicas this single agent runs one by one
+    # pipes between its roles keep their stages: a ring in memory, used in program order
+    # (Ascend vector-only kernels), instead of a register hand-off of one value
+    memory_pipes: bool = False
 
 
 @dataclass(frozen=True)

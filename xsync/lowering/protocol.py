@@ -171,12 +171,19 @@ class Link:
     crosses: bool        # links two agents (needs hardware sync)
     stages: int          # pipes: declared slots; events: 0
     loc: SourceLoc
+    in_memory: bool = False   # inside one agent, but a ring of `stages` slots (Agent.memory_pipes)
 
     @property
     def capacity(self) -> int:
         """Slots that may be committed-or-held at once: inside one agent a pipe is a register
-        hand-off (one value, program order), whatever its stages."""
-        return self.stages if self.crosses else 1
+        hand-off (one value, program order), whatever its stages, unless the agent keeps its
+        pipes in memory."""
+        return self.stages if self.crosses or self.in_memory else 1
+
+    @property
+    def register_handoff(self) -> bool:
+        """A pipe inside one agent that holds one value at a time (stages do not help)."""
+        return self.kind == "pipe" and not self.crosses and not self.in_memory
 
     @property
     def rings(self) -> int:
@@ -423,8 +430,10 @@ def _link(obj, kind, by_role, placement) -> Link:
         pairing = "N -> 1 gather"
         channels = (Channel(obj.name, 0, tuple(src), tuple(dst)),)
     stages = obj.stages if kind == "pipe" else 0
-    return Link(obj.name, kind, obj.src, obj.dst, pairing, channels, placement.crosses(obj),
-                stages, obj.loc)
+    crosses = placement.crosses(obj)
+    in_memory = kind == "pipe" and not crosses and placement.agent_of(obj.src).memory_pipes
+    return Link(obj.name, kind, obj.src, obj.dst, pairing, channels, crosses, stages, obj.loc,
+                in_memory)
 
 
 # ---------------------------------------------------------------- barrier meetings
@@ -622,7 +631,13 @@ def _notes(kernel, placement, skel: Skeleton) -> tuple[Note, ...]:
     out = []
     backend = placement.backend
     for link in skel.links:
-        if not link.crosses and link.kind == "pipe":
+        if link.in_memory:
+            agent = placement.agent_of(link.src).name
+            out.append(Note((link.obj, link.src, link.dst),
+                            f"on the {backend} placement '{link.src}' and '{link.dst}' share agent "
+                            f"'{agent}', which runs them in source order: pipe '{link.obj}' is a "
+                            f"ring of {link.stages} slot(s) in memory inside that agent"))
+        elif not link.crosses and link.kind == "pipe":
             agent = placement.agent_of(link.src).name
             out.append(Note((link.obj, link.src, link.dst),
                             f"on the {backend} placement '{link.src}' and '{link.dst}' share agent "

@@ -1,5 +1,6 @@
 """Ascend allocation: cross-core flags (event IDs), sync_block_all modes and the global-memory
-workspace rings of the pipes that cross between the cube and the vector cores.
+workspace rings of the pipes that cross between the cube and the vector cores (and of the
+pipes a vector-only kernel keeps in memory on one vector core, ``Link.in_memory``).
 
 * one event ID per cross-core direction (a pipe's full and empty flags, an event's flag, a
   barrier's sync_block_all), from the top of the range the installed CANN documents
@@ -132,20 +133,24 @@ def allocate(kernel, placement, skel, options=None) -> AscendAllocation:
     for a in placement.agents:
         rows.append(Row(a.name, "core", f"{a.replicas} x {a.hardware}", f"roles: {', '.join(a.roles)}"))
     for p in kernel.pipes:
-        if not skel.link(p.name).crosses:
+        link = skel.link(p.name)
+        if not link.crosses and not link.in_memory:
             rows.append(Row(p.name, "same core", "no flag", "program order on one core"))
             continue
-        if p.stages > ASCEND_FLAG_MAX_PENDING:
-            raise AllocationError(
-                f"pipe '{p.name}' has stages={p.stages}: its producer could push {p.stages} pending "
-                f"sets on one flag, and an Ascend flag counts at most {ASCEND_FLAG_MAX_PENDING}",
-                loc=p.loc, objects=(p.name,), fix=f"use stages <= {ASCEND_FLAG_MAX_PENDING}")
-        s, d = core(p.src), core(p.dst)
-        full = take(f"{p.name}:full", p, f"{s}->{d}")
-        empty = take(f"{p.name}:empty", p, f"{d}->{s}")
-        rows.append(Row(p.name, "full flag", f"flag {full} ({s} -> {d})", "set after the slot is written"))
-        rows.append(Row(p.name, "empty flag", f"flag {empty} ({d} -> {s})",
-                        f"set after the slot is read; producer pre-counts {p.stages} free slots"))
+        if link.in_memory:
+            rows.append(Row(p.name, "same core", "no flag", "a GM ring written and read in program order"))
+        else:
+            if p.stages > ASCEND_FLAG_MAX_PENDING:
+                raise AllocationError(
+                    f"pipe '{p.name}' has stages={p.stages}: its producer could push {p.stages} pending "
+                    f"sets on one flag, and an Ascend flag counts at most {ASCEND_FLAG_MAX_PENDING}",
+                    loc=p.loc, objects=(p.name,), fix=f"use stages <= {ASCEND_FLAG_MAX_PENDING}")
+            s, d = core(p.src), core(p.dst)
+            full = take(f"{p.name}:full", p, f"{s}->{d}")
+            empty = take(f"{p.name}:empty", p, f"{d}->{s}")
+            rows.append(Row(p.name, "full flag", f"flag {full} ({s} -> {d})", "set after the slot is written"))
+            rows.append(Row(p.name, "empty flag", f"flag {empty} ({d} -> {s})",
+                            f"set after the slot is read; producer pre-counts {p.stages} free slots"))
         if p.fields:
             ring = _ascend_ring(p, skel.link(p.name), workspace)
             rings.append(ring)

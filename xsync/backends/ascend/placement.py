@@ -1,5 +1,7 @@
 """Ascend placement: data movement and matrix work on the cube core, vector roles on
-the vector cores (replicas=2 -> the two vector cores of an AI core).
+the vector cores (replicas=2 -> the two vector cores of an AI core). A kernel without matrix
+work (no ``xs.mma``, no role of kind 'matrix') that has copy roles runs vector-only: every role
+on one vector core (:func:`vector_only_agent`).
 
 An AI core has one cube: cube roles with replicas run their replicas one after another
 on it (e.g. the cube computes S for the rows of vector core 0, then of vector core 1).
@@ -12,9 +14,10 @@ Schedule pass: ``cross-agent-pipeline`` (the cube issues the next hand-off befor
 for the vector cores' answer).
 """
 from xsync.backends.ascend import alloc
+from xsync.backends.ascend.replicas import all_exprs
 from xsync.errors import FlagOverflowError
 from xsync.lowering.passes import cross_agent_pipeline
-from xsync.lowering.ir import RoleKind
+from xsync.lowering.ir import RoleKind, TileOp, expr_calls
 from xsync.lowering.placement import Agent, Limit, Target, Unit, merge_by_replicas
 
 FLAG_MAX_PENDING = alloc.ASCEND_FLAG_MAX_PENDING
@@ -27,6 +30,8 @@ TARGET = Target(
 
 
 def place(kernel):
+    if vector_only(kernel):
+        return [vector_only_agent(kernel)]
     cube = [r for r in kernel.roles if r.kind in (RoleKind.COPY, RoleKind.MATRIX)]
     vector = [r for r in kernel.roles if r.kind is RoleKind.VECTOR]
     agents = []
@@ -34,3 +39,28 @@ def place(kernel):
         serial = tuple(r.name for r in cube if r.replicas > 1)
         agents.append(Agent("cube", tuple(r.name for r in cube), 1, "cube core (AIC)", Unit.CUBE, serial))
     return agents + merge_by_replicas(vector, "vector", "vector core (AIV)", Unit.VECTOR)
+
+
+def does_matrix_work(kernel) -> bool:
+    """Whether the kernel calls ``xs.mma`` or declares a role of kind 'matrix'."""
+    if any(r.kind is RoleKind.MATRIX for r in kernel.roles):
+        return True
+    return any(c.op is TileOp.MMA for e in all_exprs(kernel.body) for c in expr_calls(e))
+
+
+def vector_only(kernel) -> bool:
+    """A kernel of copy and vector roles without matrix work: triton-ascend compiles it
+    vector-only (``mix_mode "aiv"``), where no cube core runs, so its copy roles run on the
+    vector core too."""
+    return any(r.kind is RoleKind.COPY for r in kernel.roles) and not does_matrix_work(kernel)
+
+
+def vector_only_agent(kernel) -> Agent:
+    """Every role on one vector core, in source order: each event becomes program order (no
+    flag), each pipe a ring of ``stages`` slots in the GM workspace written and read in
+    program order (no flag; ``memory_pipes``, so stages mean what they mean across cores) and
+    replicated roles run their replicas in lockstep (``Agent.serial``), as the cube does. In ``aiv`` mode a program is one vector core, so
+    replicas never sit on two cores that would exchange data through cross-core flags."""
+    serial = tuple(r.name for r in kernel.roles if r.replicas > 1)
+    return Agent("vector", tuple(r.name for r in kernel.roles), 1, "vector core (AIV)",
+                 Unit.VECTOR, serial, memory_pipes=True)

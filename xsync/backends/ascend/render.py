@@ -108,6 +108,12 @@ computed by ``xs.mma`` would run on the vector core while its set runs on the cu
 release form rejects it (BackendError) instead of racing. A kernel with cross-core sync
 but no ``xs.mma`` at all is compiled vector-only (``mix_mode = "aiv"``) and would hang:
 rejected too.
+
+Vector-only kernels (copy and vector roles, no matrix work): the placement puts every role on
+one vector core (``placement.vector_only_agent``), so nothing crosses cores. A pipe there is a
+GM ring of ``stages`` slots written and read in program order (``ring_sync``): no flag, a
+``tl.debug_barrier()`` orders a slot's write before its read and its last read before it is
+written again; events are program order.
 """
 from __future__ import annotations
 
@@ -244,6 +250,11 @@ class AscendRenderer(PythonRenderer):
     def crossing(self, obj) -> bool:
         return self.placement.crosses(obj)
 
+    def in_gm(self, pipe: ir.Pipe) -> bool:
+        """Whether the pipe's payload lives in a GM workspace ring (a cross-core pipe, or one
+        a vector-only kernel keeps in memory on its core) rather than in a plain value."""
+        return pipe.name in self.rings
+
     def slots(self, pipe: ir.Pipe) -> int:
         """GM slots of a cross-core pipe's ring (the slot of the i-th hand-off is i % slots)."""
         ring = self.rings.get(pipe.name)
@@ -263,7 +274,7 @@ class AscendRenderer(PythonRenderer):
 
     def slot_field(self, slot: str, field: str) -> str:
         pipe = self.kernel.sync_object(self.slot_pipe.get(slot, ""))
-        if pipe is not None and not self.crossing(pipe):
+        if pipe is not None and not self.in_gm(pipe):
             return self.payload_name(pipe, field)
         return f"{self.name(slot)}_{field}"
 
@@ -452,7 +463,7 @@ class AscendRenderer(PythonRenderer):
                 a = workspace_arg(d)
                 o.line(f"{a} = {a} + xs_prog.to(tl.int64) * (XS_WS_BYTES // {d.bytes})")
         for p in k.pipes:
-            if not self.crossing(p):
+            if not self.crossing(p) and not self.in_gm(p):
                 continue
             if p.src in agent.roles:
                 o.line(f"xs_{p.name}_acq = 0  # slots acquired from pipe '{p.name}'")
@@ -492,7 +503,7 @@ class AscendRenderer(PythonRenderer):
                 self.emit_if(s, self.block)
             else:
                 self.simple(s)
-        if len(o.lines) == n0:
+        if no_code(o, n0):
             o.line("pass")
 
     def reps_for(self, role: str) -> list:
@@ -525,6 +536,13 @@ class AscendRenderer(PythonRenderer):
         if len(o.lines) == n0:
             o.line("pass")
 
+    def compound_body(self, stmts):
+        """The body of a loop or branch shared by the replicas in lockstep (a statement at least)."""
+        n0 = len(self.out.lines)
+        self.role_body(stmts)
+        if no_code(self.out, n0):
+            self.out.line("pass")
+
     def lockstep_compound(self, s):
         """A sync op, or a loop/branch holding sync ops, shared by all unrolled replicas."""
         o = self.out
@@ -540,7 +558,7 @@ class AscendRenderer(PythonRenderer):
             o.line(head)
             o.indent()
             self.shared.append({s.var})
-            self.role_body(s.body)
+            self.compound_body(s.body)
             self.shared.pop()
             o.dedent()
         elif isinstance(s, ir.If):
@@ -548,12 +566,12 @@ class AscendRenderer(PythonRenderer):
             self.rep = None
             o.line(f"if {cond}:")
             o.indent()
-            self.role_body(s.body)
+            self.compound_body(s.body)
             o.dedent()
             if s.orelse:
                 o.line("else:")
                 o.indent()
-                self.role_body(s.orelse)
+                self.compound_body(s.orelse)
                 o.dedent()
         else:
             raise TypeError(f"cannot render {s!r}")
@@ -573,7 +591,7 @@ class AscendRenderer(PythonRenderer):
         n0 = len(self.out.lines)
         for s in stmts:
             self.role_stmt(s)
-        if len(self.out.lines) == n0:
+        if no_code(self.out, n0):
             self.out.line("pass")
 
     def simple(self, s):
@@ -582,7 +600,7 @@ class AscendRenderer(PythonRenderer):
             o.line(f"{', '.join(self.name(t) for t in s.targets)} = {self.expr(s.value)}")
         elif isinstance(s, ir.SlotWrite):
             pipe = self.kernel.sync_object(s.pipe)
-            if not self.crossing(pipe):
+            if not self.in_gm(pipe):
                 o.line(f"{self.payload_name(pipe, s.field)} = {self.expr(s.value)}"
                        f"  # {pipe.name}.{s.field}: same core, plain value")
                 return
@@ -619,6 +637,9 @@ class AscendRenderer(PythonRenderer):
         if isinstance(obj, ir.Pipe):
             if s.target:
                 self.slot_pipe[s.target] = obj.name
+            if not self.crossing(obj) and self.in_gm(obj):
+                self.ring_sync(s, obj)
+                return
             if not self.crossing(obj):
                 o.line(f"# {obj.name}.{s.verb}() (line {line}): same core, program order")
                 return
@@ -677,7 +698,45 @@ class AscendRenderer(PythonRenderer):
             note = "" if s.verb is ir.Verb.SYNC else " (arrive: no arrive-only form, full barrier)"
             self.emit(self.barrier_op(mode, self.ids[obj.name], f"{obj.name}.{s.verb}() line {line}{note}"))
 
+    def ring_sync(self, s: ir.SyncOp, pipe: ir.Pipe):
+        """A verb of a pipe kept in a GM ring on one core (vector-only kernels): program order
+        orders the roles, so no flag; a fence orders the GM write (MTE3) before the read (MTE2)
+        of a slot, and the read before the slot is written again."""
+        o, line = self.out, s.loc.line
+        fence = "tl.debug_barrier()  # pipe_barrier(PIPE_ALL): GM ring on this core"
+        if s.verb is ir.Verb.ACQUIRE:
+            o.line(f"# {pipe.name}.acquire() (line {line}): same core, GM ring in program order")
+            o.line(f"if xs_{pipe.name}_acq >= {pipe.stages}:")
+            o.indent()
+            o.line(f"{fence}, the slot's last read before it is written again")
+            o.dedent()
+            if s.target:
+                o.line(f"{s.target}_i = xs_{pipe.name}_acq % {self.slots(pipe)}")
+            o.line(f"xs_{pipe.name}_acq += 1")
+        elif s.verb is ir.Verb.WAIT:
+            o.line(f"{fence}, the slot's write before this read ({pipe.name}.wait() line {line})")
+            target = s.target or f"xs_{pipe.name}_slot"
+            o.line(f"{target}_i = xs_{pipe.name}_got % {self.slots(pipe)}")
+            o.line(f"xs_{pipe.name}_got += 1")
+            saved = self.rep
+            for r in (self.reps if self.rep is None else [self.rep]):
+                self.rep = r
+                ring = self.ring_of(pipe)
+                for f in pipe.fields:
+                    o.line(f"{self.name(target)}_{f.name} = "
+                           f"tl.load({self.field_ptr(pipe, f.name, f'{target}_i', ring)})")
+            self.rep = saved
+        else:
+            o.line(f"# {pipe.name}.{s.verb}() (line {line}): same core, GM ring in program order")
+
+
 # ---------------------------------------------------------------- helpers
+def no_code(out: Emitter, first: int) -> bool:
+    """Whether the lines emitted since line index ``first`` hold no statement (only comments:
+    a block then needs ``pass``)."""
+    return all(not ln.strip() or ln.lstrip().startswith("#") for ln in out.lines[first:])
+
+
 def _role_locals(body) -> set[str]:
     out: set[str] = set()
     for s in ir.walk(body):

@@ -13,6 +13,9 @@ Rules, checked in this order (each a :class:`~xsync.errors.BackendError` with a 
 2. Cube work. A kernel that synchronizes cube and vector cores (a cross-core pipe or event, or a
    barrier spelled ``all`` / ``all_cube``) must call ``xs.mma``: triton-ascend compiles a kernel
    without ``tl.dot`` vector-only (``mix_mode "aiv"``) and the vector side would wait forever.
+   (Copy and vector roles without matrix work never get here: the placement puts them all on one
+   vector core, ``xsync.backends.ascend.placement.vector_only``; what remains is a role of kind
+   'matrix' that calls no ``xs.mma``.)
 3. Cube producers (release form only). 3.2.0 places work that does not feed or drain a
    ``tl.dot`` on the vector core, so every slot write of a cube -> vector cross-core pipe must be
    computed by ``xs.mma`` (an mma-taint dataflow over the kernel's assignments).
@@ -30,7 +33,7 @@ from enum import StrEnum
 from xsync.errors import BackendError
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation
-from xsync.lowering.placement import Agent, Placement
+from xsync.lowering.placement import Agent, Placement, Unit
 from xsync.lowering.slicing import slice_agent
 
 FORMS = ("release", "scope")
@@ -44,7 +47,14 @@ class Core(StrEnum):
 
 
 def core_of_kind(kind: ir.RoleKind) -> Core:
+    """The core a role of ``kind`` runs on in a kernel with matrix work (vector-only kernels
+    put every role on a vector core: :func:`core_of_role`)."""
     return Core.CUBE if kind in (ir.RoleKind.COPY, ir.RoleKind.MATRIX) else Core.VECTOR
+
+
+def core_of_role(placement: Placement, role: str) -> Core:
+    """The core ``role`` runs on: the unit of its agent in ``placement``."""
+    return Core.CUBE if placement.agent_of(role).unit is Unit.CUBE else Core.VECTOR
 
 
 @dataclass(frozen=True)
@@ -96,7 +106,7 @@ def analyze(kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
             form: str = "release") -> ReplicaAnalysis:
     """Decide cores, lockstep and barrier spellings; check rules 1-5 (module docstring)."""
     check_form(form)
-    cores = {r.name: core_of_kind(r.kind) for r in kernel.roles}
+    cores = {r.name: core_of_role(placement, r.name) for r in kernel.roles}
     modes = {b.name: barrier_mode(allocation.block_barrier(b.name).mode, form)
              for b in kernel.barriers}
     agents = {a.name: plan_agent(kernel, a, cores, form) for a in placement.agents}
@@ -206,9 +216,9 @@ def check_cube_work(k: ir.KernelIR, placement: Placement, a: ReplicaAnalysis) ->
             f"so no cube core runs the cube side and the vector side would wait forever",
             loc=objs[0].loc, objects=tuple(o.name for o in objs),
             details=f"cross-core sync: {listing}",
-            fix=("give roles that only move data kind='vector' so the whole kernel sits on the "
-                 "vector cores (their pipes become program order), or do the matrix work "
-                 "(xs.mma) in a role of kind 'matrix'"))
+            fix=("do the matrix work (xs.mma) in the role of kind 'matrix', or give that role kind "
+                 "'copy' or 'vector': a kernel without matrix roles and without xs.mma runs "
+                 "vector-only, every role on one vector core in source order"))
 
 
 def check_cube_producers(k: ir.KernelIR, placement: Placement, a: ReplicaAnalysis) -> None:

@@ -263,7 +263,7 @@ def diagnose(run: Run, state, stuck) -> tuple[int, str, list]:
     for i in stuck:
         a = run.progs[i][state[i]].action
         if any(j == i and state[j] < t for j, t in run.reqs[i][state[i]]):
-            return i, _self_wait_fix(run, i, a), []
+            return i, _ring_self_wait_fix(run, a, state) or _self_wait_fix(run, i, a), []
     # 3. a cycle: slots held and never released, too few stages, or crossed waits
     for i in stuck:
         a = run.progs[i][state[i]].action
@@ -276,7 +276,7 @@ def diagnose(run: Run, state, stuck) -> tuple[int, str, list]:
                 w, r = run.total((d, Verb.WAIT, a.obj)), run.total((d, Verb.RELEASE, a.obj))
                 if w > r:
                     return i, _missing_release_fix(run, a, d, w, r), []
-                if not link.crosses:
+                if link.register_handoff:
                     return i, _one_agent_pipe_fix(run, link), []
                 return i, (f"'{d.role}' holds {held} slot(s) of pipe '{a.obj}' and waits for "
                            f"another before it releases one, while '{a.endpoint.role}' needs a "
@@ -320,7 +320,7 @@ def _self_wait_fix(run, i, a) -> str:
     skel = run.skel
     link = run.links.get(a.obj)
     agent = skel.instances[i].agent
-    if link is not None and link.kind == "pipe" and not link.crosses:
+    if link is not None and link.register_handoff:
         return _one_agent_pipe_fix(run, link)
     if link is not None:
         other = link.src if a.endpoint.role == link.dst else link.dst
@@ -330,6 +330,32 @@ def _self_wait_fix(run, i, a) -> str:
                 f"block of '{other}' before the block of '{a.endpoint.role}' in the loop")
     return (f"agent '{agent}' waits on itself at line {a.loc.line}: its roles run in source order; "
             f"move the meeting after the work it waits for")
+
+
+def _ring_self_wait_fix(run, a, state) -> str | None:
+    """An acquire on a pipe kept in memory inside one agent (``Link.in_memory``) that needs a
+    release its own agent would only reach later: what the consumer does with its slots."""
+    link = run.links.get(a.obj)
+    if link is None or not link.in_memory or a.verb is not Verb.ACQUIRE:
+        return None
+    for d in link.channel_of(a.endpoint).consumers:
+        w, r = run.total((d, Verb.WAIT, a.obj)), run.total((d, Verb.RELEASE, a.obj))
+        if w > r:
+            return _missing_release_fix(run, a, d, w, r)
+        held = run.count((d, Verb.WAIT, a.obj), state) - run.count((d, Verb.RELEASE, a.obj), state)
+        if run.total((a.endpoint, Verb.ACQUIRE, a.obj)) > r + link.capacity:
+            return _trip_fix(run, a, [d], Verb.RELEASE, "acquires (beyond the free slots)")
+        if held > 0:
+            return (f"'{d.role}' holds {held} slot(s) of pipe '{a.obj}' and waits for another "
+                    f"before it releases one: release each slot as soon as it is read, or raise "
+                    f"stages to at least {held + 1} (now {link.stages})")
+    agent = run.skel.instances[link.channels[0].producers[0].instance].agent
+    return (f"pipe '{link.obj}' runs from '{link.src}' to '{link.dst}', which share agent "
+            f"'{agent}' on the {run.skel.backend} placement: it is a ring of {link.stages} slot(s) "
+            f"and the agent runs its roles in source order, so '{link.src}' cannot run more than "
+            f"{link.stages} step(s) ahead. Put both roles' steps in one shared loop (`for ...: "
+            f"with {link.src}: ... {link.obj}.commit()` then `with {link.dst}: ... "
+            f"{link.obj}.wait() ... {link.obj}.release()`)")
 
 
 def _one_agent_pipe_fix(run, link) -> str:
