@@ -19,6 +19,7 @@ from xsync.errors import BackendError, LaunchError, SourceLoc, StallError
 from xsync.lowering import ir
 from xsync.lowering.ir import Verb
 from xsync.lowering.placement import Placement
+from xsync.lowering.verifier.check import run_time_verdict
 
 # Floating-point fusion (a*b+c contracted to fma) is passed to every compile and launch
 # instead of left to Triton's default: 3.6-3.9 default to on, 3.9 warns that 3.10 turns
@@ -302,7 +303,7 @@ class CompiledNvidia:
                 continue
             first_line = first_line or s.line
             kind = "pipe" if s.verb in (Verb.ACQUIRE, Verb.WAIT) and \
-                self.kernel.sync_object(s.obj).__class__.__name__ == "Pipe" else "event"
+                isinstance(self.kernel.sync_object(s.obj), ir.Pipe) else "event"
             side = {Verb.ACQUIRE: "a free slot", Verb.WAIT: "a full slot"}.get(s.verb, "a signal") \
                 if kind == "pipe" else "a signal"
             lines.append(f"{label} (role '{s.role}'): line {s.line}: `{s.what}` waits for {side} of "
@@ -314,8 +315,17 @@ class CompiledNvidia:
             f"on an mbarrier (XSYNC_DEBUG_HANG)",
             loc=SourceLoc(self.kernel.file, first_line or self.kernel.loc.line, self.kernel.name),
             objects=tuple(dict.fromkeys(objects)), details="\n".join(lines),
-            fix=("run `python -m xsync check module:kernel` with XSYNC_VERIFY=1 for the counterexample; "
-                 "the CUDA context is unusable after the trap, restart the process"))
+            fix=_stall_fix(self.lowered))
+
+
+def _stall_fix(lowered) -> str:
+    """What to do about a reported GPU stall, from what the verifier said about the kernel."""
+    restart = "the CUDA context is unusable after the trap, restart the process"
+    verdict = run_time_verdict(lowered)
+    if verdict is None:     # verification was off
+        return (f"run `python -m xsync check module:kernel` with XSYNC_VERIFY=1 for the "
+                f"counterexample; {restart}")
+    return f"{verdict}; {restart}"
 
 
 def tma_aligned(x) -> bool:
