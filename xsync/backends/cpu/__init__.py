@@ -65,10 +65,6 @@ class CpuBackend(Backend):
 CPU = CpuBackend("cpu", TARGET, place, device="cpu")
 
 
-def availability() -> tuple[bool, str]:
-    return True, ""
-
-
 def render_source(kernel: ir.KernelIR, placement: Placement, allocation, options: dict | None = None) -> str:
     """The emulator's source of a lowered kernel; ``options``: RenderOptions fields (``mode``)
     over the configuration."""
