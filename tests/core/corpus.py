@@ -1443,3 +1443,30 @@ def late_carried_value_meets_constant(x, y, n, BLOCK: xs.constexpr, STAGES: xs.c
             xs.store(y, [offset * BLOCK, 0], got.t)
             if offset != 20:
                 ring.release()
+
+
+@xs.kernel(example=EX)
+def bounded_carried_count(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # correct, but not provable for every trip count: a count carried from one iteration to
+    # the next decides which blocks are handed over twice (checked only up to a bound)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    c = 0
+    for i in range(n):
+        c = c + 3
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+            if c % 7 == 0:
+                s = ring.acquire()
+                s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got.t)
+            ring.release()
+            if c % 7 == 0:
+                got = ring.wait()
+                ring.release()

@@ -61,7 +61,7 @@ def test_check_reports_what_the_render_step_refuses():
 def test_check_and_lower_refuse_a_kernel_that_is_not_proven(tmp_path):
     """Exit 1 and VerifierLimitError without the opt-in; with --accept-bounded (or the
     environment) exit 0 and a verdict that says NOT PROVEN and who accepted it."""
-    spec = "tests/core/corpus.py:episode_tiles_grow"
+    spec = "tests/core/corpus.py:bounded_carried_count"
     r = xsync("check", spec, "--backend", "nvidia")
     assert r.returncode == 1 and "REJECTED: VerifierLimitError" in r.stdout, r.stdout + r.stderr
     assert "not proven on the nvidia placement" in r.stdout and "--accept-bounded" in r.stdout

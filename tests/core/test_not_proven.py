@@ -146,7 +146,7 @@ def _xsync(*args, env=None):
 
 
 def test_cli_check_fails_on_not_proven_and_accepts_loudly():
-    spec = "tests/core/corpus.py:episode_tiles_grow"
+    spec = "tests/core/corpus.py:bounded_carried_count"
     r = _xsync("check", spec, "--backend", "cpu")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REJECTED: VerifierLimitError" in r.stdout and "not covered:" in r.stdout
@@ -160,10 +160,10 @@ def test_cli_check_fails_on_not_proven_and_accepts_loudly():
 
 
 def test_cli_lower_refuses_not_proven_unless_accepted(tmp_path):
-    spec = "tests/core/corpus.py:episode_tiles_grow"
+    spec = "tests/core/corpus.py:bounded_carried_count"
     r = _xsync("lower", spec, "--backend", "cpu")
     assert r.returncode == 1 and "REJECTED: VerifierLimitError" in r.stderr, r.stdout + r.stderr
     r = _xsync("lower", spec, "--backend", "cpu", "--accept-bounded", "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
-    table = (tmp_path / "episode_tiles_grow.cpu.alloc.txt").read_text()
+    table = (tmp_path / "bounded_carried_count.cpu.alloc.txt").read_text()
     assert "NOT PROVEN — accepted bounded by --accept-bounded" in table

@@ -86,6 +86,7 @@ class Scalars:
         self._atoms: set = set()   # every free scalar any assignment, bound or condition reads
         # episodes: check each episode loop iteration by iteration (see episode_loops)
         self.episodes = episode_loops(skel) if episodes else {}
+        self.episodes_wanted = episodes
         # episode loops: (name, line) of the counter and the values computed from it -> the
         # values they take (see episode_loops)
         self.episode_images: dict[tuple[str, int], list[int]] = {}
@@ -111,6 +112,7 @@ class Scalars:
             # a carried value can depend on any scalar: observe them all by value
             for a in sorted(self._atoms, key=lambda a: a.key):
                 self.observations[Observation("raw", a, ())] = None
+        self.relaxed: dict[tuple[str, int], object] = {}   # (name, line) -> definition (relax)
         self._cuts()
         self._unit_memo: dict = {}      # free scalar -> unit_and_constants (observations final)
 
@@ -290,7 +292,13 @@ class Scalars:
                             # counter-free values are observed where a bound or condition
                             # reads them (inlined there)
                             self._dynamic_form(v, guard, loops)
-                        env[t] = v if not has_node(v, lambda x: x is DYN) else DYN
+                        if has_node(v, lambda x: x is DYN):
+                            env[t] = DYN
+                        elif is_dynamic(v) or isinstance(v, (ir.Const, Opaque)) or not free_scalars(v):
+                            env[t] = v
+                        else:
+                            # the same value at every iteration: named, so that it can be relaxed
+                            env[t] = Named(t, n.loc.line, v)
                     elif (t, n.loc.line) in self.episode_images:
                         env[t] = CutVar(t, n.loc.line)
                     else:
@@ -469,6 +477,40 @@ class Scalars:
                                  for o in self.observations}
             forms = self._all_forms()
 
+    def relax(self) -> str | None:
+        """Take one more named value as a free integer of its own (``docs/verifier.md``,
+        "Relaxed values"): the largest one that a bound or condition reads, whose definition is
+        the same in every instance and reads only free scalars. The runs it then allows include
+        every run the kernel can make (its value is one of the integers tried, whatever the
+        other scalars are), and more: a verdict found clean is a proof, a bug found may be one
+        no real values reach (``check.falsify`` looks for them). None: nothing left to relax."""
+        forms = self._all_forms()
+        named = {n for f in forms for n in form_nodes(f) if isinstance(n, Named)}
+        by_key: dict = {}
+        for n in named:
+            by_key.setdefault((n.name, n.line), set()).add(n)
+        for nm in sorted(named, key=lambda n: (-form_size(n), n.name, n.line)):
+            key = (nm.name, nm.line)
+            inside = free_scalars(nm.value)
+            if len(by_key[key]) > 1 or key in self.cut or key in self.episode_images:
+                continue          # per instance (a replica's rows): one value would merge them
+            if not inside or not all(isinstance(a, (Atom, CutVar)) for a in inside):
+                continue
+            self.cut[key] = nm.value
+            self.relaxed[key] = nm.value
+            repl = CutVar(nm.name, nm.line)
+            sub = lambda x, c=nm, r=repl: r if x == c else None  # noqa: E731
+            self.observations = {Observation(o.kind, substitute(o.form, sub), substitute(o.guard, sub),
+                                             o.loop_line, o.uses_var): None
+                                 for o in self.observations}
+            self._counter_trips = {Observation(o.kind, substitute(o.form, sub), substitute(o.guard, sub),
+                                               o.loop_line, o.uses_var): None
+                                   for o in self._counter_trips}
+            self._unit_memo.clear()
+            self._unrollers = self._tracers = None
+            return nm.name
+        return None
+
     def _all_forms(self):
         out = []
         for o in self.observations:
@@ -560,7 +602,8 @@ class Scalars:
     def unit(self, var) -> int:
         return self.unit_and_constants(var)[0]
 
-    def enumerate(self, bounds: dict[int, int], limit: int = 2_000_000, fixed=None):
+    def enumerate(self, bounds: dict[int, int], limit: int = 2_000_000, fixed=None, sample=None,
+                  keep=None):
         """Distinct observations -> (Assignment, observation values), smallest first; None
         when the product of the candidate sets exceeds ``limit``.
 
@@ -571,7 +614,12 @@ class Scalars:
         epilogue, so its bound is 44 trips) has 96 x 96 x 4 x 7 candidates (~1 s); the causal
         dK/dV kernel on the Ascend placement 28 x 64 x 14 x 2 x 28 = 1.4M, which its causal
         branches prune to 184 assignments (0.3 s). Past the limit the candidates are thinned
-        and the verdict is not proven."""
+        and the verdict is not proven.
+
+        ``sample`` (a ``random.Random``): each candidate set is cut to a random subset so that
+        the product stays within ``limit`` (``check.falsify``: looking for a bug among values the
+        smallest ones leave out; never a proof). ``keep``: only so many assignments (the smallest;
+        with ``sample``, a random choice)."""
         free = self.free()
         # scalars that branch conditions read go first: the loops over the others are then
         # skipped wherever those conditions rule the rest out
@@ -594,6 +642,8 @@ class Scalars:
                 names.append(v)
                 if fixed and isinstance(v, Atom) and v.key in fixed:
                     dims.append(list(fixed[v.key]))
+                elif isinstance(v, CutVar) and (v.name, v.line) in self.relaxed:
+                    dims.append(self.candidates(v, self.reach(v, reaching, bounds) * scale))
                 elif isinstance(v, CutVar) and (v.name, v.line) in self.episode_images:
                     dims.append(episode_dims.get((v.name, v.line)) or
                                 self.episode_images[(v.name, v.line)])
@@ -605,13 +655,15 @@ class Scalars:
                 names.append(Opaque(key))
                 dims.append([False, True] if kind == "bool" else
                             list(range(0, max(bounds.values(), default=8) + 2)))
-            found = self._enumerate(names, dims, limit)
+            if sample is not None:
+                dims = thinned(dims, limit, sample)
+            found = self._enumerate(names, dims, limit, keep, sample)
             if found is None:
                 return None, names
             # every loop reaches its bound, where the scalars allow it
             short = [o for o in trips if o.loop_line in bounds and
                      max((trip_of(v) for v in self._column(found, o)), default=-1) < bounds[o.loop_line]]
-            if not short or scale >= 8:
+            if not short or scale >= 8 or sample is not None:
                 return found, names
             scale *= 2
 
@@ -649,7 +701,7 @@ class Scalars:
                 pass
         return sorted(out)
 
-    def _enumerate(self, names, dims, limit):
+    def _enumerate(self, names, dims, limit, keep=None, rng=None):
         """Run the observation function over the product of ``dims``: nested loops, each
         observation computed at the depth of the last scalar it reads, and the deeper loops
         skipped when every deeper observation sits under a branch not taken.
@@ -667,9 +719,12 @@ class Scalars:
         found = independent(names, dims, obs)
         if found is None:
             found = product(names, dims, obs)
-        result = [(self._assignment(names, combo), ObsValues(self, key)) for key, combo in found.items()]
-        result.sort(key=lambda item: magnitude(obs, item[1].values))
-        return result
+        order = lambda item: magnitude(obs, item[0])  # noqa: E731
+        items = sorted(found.items(), key=order)   # stable: loop order
+        if keep is not None and len(items) > keep:
+            # a sample (check.falsify) keeps assignments from every size, not the smallest only
+            items = sorted(rng.sample(items, keep), key=order) if rng is not None else items[:keep]
+        return [(self._assignment(names, combo), ObsValues(self, key)) for key, combo in items]
 
 
     def _assignment(self, names, combo) -> Assignment:
@@ -765,3 +820,22 @@ class Scalars:
                 continue
             parts.append(f"{k} = {v}")
         return ", ".join(parts)
+
+
+def thinned(dims, limit: int, rng) -> list:
+    """``dims`` with the largest sets cut, one at a time, to random subsets (order kept) until
+    their product is at most ``limit``; every set keeps at least two values (or all it has)."""
+    keep = [len(d) for d in dims]
+
+    def size():
+        out = 1
+        for k in keep:
+            out *= max(1, k)
+        return out
+    while size() > limit:
+        i = max(range(len(keep)), key=lambda j: keep[j])
+        if keep[i] <= 2:
+            break
+        keep[i] = max(2, keep[i] // 2)
+    return [d if k >= len(d) else [d[j] for j in sorted(rng.sample(range(len(d)), k))]
+            for d, k in zip(dims, keep)]

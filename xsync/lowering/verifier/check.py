@@ -68,6 +68,7 @@ as 1, and the report names them as not proven for larger trip counts.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field, replace
 
 from xsync.errors import ProtocolError, VerifierLimitError, XSyncError
@@ -134,6 +135,9 @@ class VerifyReport:
     # who accepted a verdict that is not proven (the accept_bounded option, as it was set):
     # the summary then says so first
     accepted_by: str = ""
+    # named values taken as free integers of their own (Scalars.relax): the runs checked
+    # include every run the kernel can make
+    relaxed: tuple[str, ...] = ()
 
     @property
     def proven(self) -> bool:
@@ -169,6 +173,9 @@ class VerifyReport:
         bounded = " up to the bounds below, not for every trip count" if self.unproven else ""
         out = (f"verified for {self.backend}{bounded}: {what} {scal} ({self.assignments} scalar "
                f"assignment(s) checked, {self.states} steps" + (f"; {loops}" if loops else "") + ")")
+        if self.relaxed:
+            out += (f"; {', '.join(self.relaxed)} taken as free values of their own (every value "
+                    f"each can take, whatever the other scalars are: more runs than the kernel can make)")
         if self.unproven:
             out += "; not proven beyond the bound: " + "; ".join(self.unproven)
             if self.accepted_by:
@@ -273,7 +280,7 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: boo
     # that finds a bug the check runs again over every count, so the bug reported is the one
     # the full check reports.
     copies_of = sc.repeating_episode() if repeats and one_copy else None
-    found, names, complete, unproven = _assignments(kernel, placement, sc, bounds, periods, unproven, copies_of)
+    found, names, complete, unproven = _assignments(kernel, placement, skel, sc, bounds, periods, unproven, copies_of)
     tables = Tables(skel, sc)
     runs = _Runs(skel, sc, leads, tables, repeats, exhaustive, found)
     complete, unproven = runs.run(found, complete, unproven)
@@ -281,6 +288,11 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: boo
     if worst is not None:
         if copies_of is not None:
             return _check(kernel, placement, skel, sc, exhaustive, one_copy=False)
+        if sc.relaxed:
+            # a run of the relaxed values: real only where some values of the kernel's own
+            # scalars reach a bug
+            raise falsify(kernel, placement, skel, sc.episodes_wanted, bounds, periods, exhaustive,
+                          smallest=True) or _unrealized(kernel, placement, sc, worst)
         raise worst[1].error(worst)
     if faulted or not found:
         if faulted == len(found):       # (no assignment at all: every combination failed)
@@ -299,6 +311,11 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: boo
         err = _growth(skel, sc, results, leads, bounds, periods, tables)
         if err is not None:
             raise err
+    if unproven and not exhaustive:
+        # checked only up to bounds: look for a bug among values the smallest ones leave out
+        err = falsify(kernel, placement, skel, sc.episodes_wanted, bounds, periods, exhaustive)
+        if err is not None:
+            raise err
     shown = tuple(scalar_name(n, sc) for n in names)
     runtime = {o.loop_line for o in sc.observations if o.kind == "trip" and free_scalars(o.form)}
     loops = tuple((ln, sc.loops[ln].key, bounds[ln], periods[ln]) for ln in sorted(bounds)
@@ -306,10 +323,11 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: boo
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
                         tuple(unproven), sum(r[2].cross_checked for r in results),
                         tuple(sorted(sc.episodes)),
-                        (sc.episode_trip_lines[copies_of],) if copies_of is not None else (), simulated)
+                        (sc.episode_trip_lines[copies_of],) if copies_of is not None else (), simulated,
+                        relaxed=tuple(name for name, _ in sc.relaxed))
 
 
-def _assignments(kernel, placement, sc: Scalars, bounds, periods, unproven, copies_of):
+def _assignments(kernel, placement, skel, sc: Scalars, bounds, periods, unproven, copies_of, relax=True):
     """(assignments with their observations, the scalars they name, complete, unproven): the
     scalar assignments to check, smallest first (thinned where they are too many)."""
     reach = {ln: b + periods[ln] for ln, b in bounds.items()}
@@ -322,12 +340,26 @@ def _assignments(kernel, placement, sc: Scalars, bounds, periods, unproven, copi
         none.discard(min(none, default=None))
         found = [x for k, x in enumerate(found) if k not in none]
     complete = not unproven
+    if (found is None or len(found) > MAX_RUNS) and relax:
+        # too many combinations: take named values as free integers of their own, largest
+        # first, until the candidates combine (a clean verdict is then a proof; a bug found is
+        # checked for values that reach it: _check)
+        while (found is None or len(found) > MAX_RUNS) and sc.relax() is not None:
+            found, names = sc.enumerate(reach, fixed={copies_of: (0, 1)} if copies_of else None)
+        if found is not None and copies_of is not None:
+            none = {k for k, (a, _) in enumerate(found) if a.get(copies_of) == 0}
+            none.discard(min(none, default=None))
+            found = [x for k, x in enumerate(found) if k not in none]
     if found is None:
         found, names = _coarse(sc, bounds)
         complete = False
         unproven = unproven + [Gap("the scalar candidates were thinned (too many combinations)",
                                    SCALARS_HINT)]
     if found is None:
+        # refused as too many: a bug at values of the kernel's scalars is still worth naming
+        err = falsify(kernel, placement, skel, sc.episodes_wanted, bounds, periods, False)
+        if err is not None:
+            raise err
         scalars = ", ".join(scalar_name(n, sc) for n in names)
         raise VerifierLimitError(
             f"{kernel.name}: too many combinations of the run-time scalars ({scalars}) to "
@@ -498,6 +530,53 @@ def _divisors(g: int) -> list[int]:
             out |= {d, g // d}
         d += 1
     return sorted(out - {1})
+
+
+# ---------------------------------------------------------------- bugs beyond the smallest values
+FALSIFY_ROUNDS = 4          # random thinnings of the candidate sets tried
+FALSIFY_LIMIT = 200_000     # the product of one thinning
+
+
+def falsify(kernel, placement, skel, episodes: bool, bounds, periods, exhaustive,
+            smallest: bool = False) -> ProtocolError | None:
+    """A bug at values of the kernel's own scalars (no relaxed value): with ``smallest``, first
+    among the smallest values (``_coarse``, for the smallest counterexample), then in a few random
+    thinnings of the candidate sets: where the full product is too large, the smallest values
+    alone leave out the ones that a bug needs (a window wider than two blocks). Never a proof:
+    None where none is found."""
+    reach = {ln: b + periods.get(ln, 1) for ln, b in bounds.items()}
+    sc = Scalars(kernel, skel, episodes=episodes)
+    leads = Leads(skel)
+    tables = Tables(skel, sc)
+    for seed in range(-1 if smallest else 0, FALSIFY_ROUNDS):
+        if seed < 0:
+            found, _ = _coarse(sc, bounds)
+            found = (found or [])[:MAX_RUNS]
+        else:
+            found, _ = sc.enumerate(reach, limit=FALSIFY_LIMIT, sample=random.Random(seed), keep=MAX_RUNS)
+        if not found:
+            continue
+        runs = _Runs(skel, sc, leads, tables, False, exhaustive, found)
+        runs.run(found, True, [])
+        if runs.worst is not None:
+            return runs.worst[1].error(runs.worst)
+    return None
+
+
+def _unrealized(kernel, placement, sc: Scalars, worst) -> VerifierLimitError:
+    """Not proven: the relaxed check found a bug that no values tried of the kernel's scalars
+    reach."""
+    found = worst[1].error(worst)
+    relaxed = ", ".join(name for name, _ in sc.relaxed)
+    gap = Gap(f"with {relaxed} taken as free values of their own the check finds a run that fails "
+              f"({type(found).__name__}: {found.what}), and no values tried of the kernel's scalars "
+              f"reach it", SCALARS_HINT)
+    return VerifierLimitError(
+        f"{kernel.name}: the protocol is not proven on the {placement.backend} placement: its "
+        f"run-time scalars are too many to combine, and with some named values taken as free "
+        f"values of their own a run fails that may not be reachable",
+        loc=kernel.loc, details=f"not covered:\n- {gap}",
+        fix=f"{SCALARS_HINT}; or accept the bounded check explicitly: {ACCEPT_BOUNDED}")
 
 
 def loop_bounds(sc: Scalars, skel: Skeleton):
