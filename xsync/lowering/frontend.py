@@ -157,6 +157,7 @@ class _Frontend:
             self.error(fdef, "kernel parameters must be plain positional names",
                        fix="remove *args, **kwargs and keyword-only parameters")
         for a in args.args:
+            frontend_rules.check_user_name(self, a.arg, a)
             is_const = a.annotation is not None and (
                 self.is_xs(a.annotation) == "constexpr"
                 or (isinstance(a.annotation, ast.Name) and a.annotation.id == "constexpr"))
@@ -246,6 +247,7 @@ class _Frontend:
     def bind(self, names, value, s):
         line = self.loc(s).line
         for n in names:
+            frontend_rules.check_user_name(self, n, s)
             if n in self.roles or n in self.objects:
                 self.error(s, f"`{n}` names a role or sync object and cannot be reassigned")
             if n in self.home and self.home[n][0] != self.role_ctx:
@@ -475,6 +477,7 @@ class _Frontend:
     def declare(self, decl, var, call: ast.Call, s):
         if var in self.objects or var in self.roles:
             self.error(s, f"`{var}` is declared twice")
+        frontend_rules.check_user_name(self, var, s)
         kw = {k.arg: k.value for k in call.keywords}
         loc = self.loc(s)
         if decl == "role":

@@ -81,3 +81,20 @@ def identity_compare(fe, node: ast.Compare):
                      "and test `if HAS_BIAS:`; compare run-time values with == / !=")
     fe.error(node, f"`{ast.unparse(node)}`: membership (`{spelled}`) is not supported on run-time "
                    f"values", fix="compare with == and combine with `or`: `a == 1 or a == 2`")
+
+
+RESERVED_PREFIX = "xs_"                                    # the generators' own names
+RESERVED_BUILTINS = frozenset({"range", "float", "int", "getattr"})   # generated code calls them
+
+
+def check_user_name(fe, name: str, node):
+    """Refuse a kernel name the generated code cannot hold apart from its own: the ``xs_``
+    prefix (every backend's generated names) and the builtins generated code calls. Every
+    other name is the user's: the generators spell theirs around it."""
+    if name.startswith(RESERVED_PREFIX):
+        fe.error(node, f"`{name}`: names beginning with `{RESERVED_PREFIX}` are reserved for "
+                       f"xsync's generated code", objects=(name,),
+                 fix=f"rename it (e.g. `{name[len(RESERVED_PREFIX):] or 'x'}_`)")
+    if name in RESERVED_BUILTINS:
+        fe.error(node, f"`{name}` shadows Python's builtin {name}(), which the generated code "
+                       f"calls", objects=(name,), fix=f"rename it (e.g. `{name}_`)")

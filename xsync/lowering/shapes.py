@@ -90,9 +90,10 @@ class ShapeCheck:
             value = evaluate(e, self.consts)
         except NotConstant:
             value = None
-        except (ZeroDivisionError, OverflowError, TypeError, ValueError) as exc:
-            self.fail(f"{what} cannot be computed: {exc}", "compute it from integers, without "
-                      "division by zero")
+        except ZeroDivisionError:
+            self.fail(f"{what} divides by zero", "check the constexpr values it is computed from")
+        except (OverflowError, TypeError, ValueError) as exc:
+            self.fail(f"{what} cannot be computed: {exc}", "compute it from integers")
         if value is not None and (isinstance(value, float) or not isinstance(value, int)):
             self.fail(f"{what} is {value!r}, not an integer",
                       "use an integer (int(...) of a constexpr, or `//` instead of `/`)")
@@ -206,7 +207,9 @@ class ShapeCheck:
         except NotConstant:
             items = e.items if isinstance(e, ir.TupleExpr) else ()
             return tuple(self.dim(i) for i in items) if items else UNKNOWN
-        except (ZeroDivisionError, OverflowError, TypeError, ValueError) as exc:
+        except ZeroDivisionError:
+            self.fail(f"{what} divides by zero", "check the constexpr values it is computed from")
+        except (OverflowError, TypeError, ValueError) as exc:
             self.fail(f"{what} cannot be computed: {exc}", "compute dimensions from integers")
         return tile_dims(values, what, self.loc)
 
