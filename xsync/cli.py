@@ -52,6 +52,11 @@ def load_kernel(spec: str):
                                  f"or an importable module (dots, no slashes)")
         if not os.path.isfile(path):
             raise UsageError(f"no such file {mod_name!r}")
+        # as `python kern.py` runs it: the file's folder first on sys.path, so a kernel file
+        # may import its sibling modules
+        folder = os.path.dirname(path)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         module_spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
         module = importlib.util.module_from_spec(module_spec)
         try:
@@ -102,8 +107,13 @@ def parse_settings(kernel, settings: list[str]) -> tuple[dict, dict]:
                 except ValueError:
                     raise UsageError(f"--set {name}={raw}: constexpr {name} takes a number") from None
             continue
+        valid = ", ".join(d for d in api.DTYPES if d != "int1")
+        if name not in dtypes and (raw not in api.DTYPES or raw == "int1"):
+            raise UsageError(f"--set {name}={raw}: {name} is a run-time scalar parameter, not "
+                             f"settable by --set (check verifies every value of it; --set sets "
+                             f"constexprs ({', '.join(sorted(const_names)) or 'none'}) and tensor "
+                             f"dtypes ({valid})); fix: drop --set {name}=...")
         if raw not in api.DTYPES or raw == "int1":
-            valid = ", ".join(d for d in api.DTYPES if d != "int1")
             raise UsageError(f"--set {name}={raw}: tensor {name}'s dtype is one of {valid}")
         dtypes[name] = api.DTYPES[raw]
     missing = [n for n in kernel.constexpr_names() if n not in constexprs]

@@ -39,7 +39,7 @@ from xsync.lowering.frontend import parse_kernel
 from xsync.lowering.passes import PassLog
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
-from xsync.lowering.tile_launch import check_grid, single_tile_counts
+from xsync.lowering.tile_launch import check_grid, check_int_scalars, single_tile_counts
 from xsync.lowering.verifier.check import not_proven_error
 from xsync.lowering.verify import VerifyReport, verify
 
@@ -320,6 +320,8 @@ class Kernel:
             compiled = self._compile(backend, constexprs, dtypes, settings)
             memo = self._launch_memo[fast] = (compiled, single_tile_counts(compiled.lowered.kernel))
         compiled, counts = memo
+        if compiled.lowered.kernel.int_scalars:
+            check_int_scalars(compiled.lowered.kernel, run_args)
         if counts:   # one program per tile: a smaller grid would skip tiles
             check_grid(compiled.lowered.kernel, counts, grid, run_args, constexprs)
         compiled.launch(grid, run_args, settings)

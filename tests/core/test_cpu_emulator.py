@@ -71,14 +71,22 @@ def test_verifier_runs_on_every_compile_unless_disabled(monkeypatch):
 
 
 def test_agent_failure_is_reported_and_others_stop():
-    # A float K breaks range() inside the agents; the launcher re-raises that error
-    # promptly instead of leaving the other agents waiting forever.
+    # A 1-D table where xs.load reads a 2-D tile breaks the load inside the 'load' agent; the
+    # launcher re-raises that error promptly instead of leaving the other agents waiting forever.
     a = torch.randn(8, 8).bfloat16()
     start = time.monotonic()
-    with pytest.raises(TypeError):
+    with pytest.raises(IndexError):
+        gemm[(1, 1)](torch.arange(64, dtype=torch.int32), a, torch.zeros(8, 8), 8, 8, 8, BM=16,
+                     BN=16, BK=16, STAGES=1, backend="cpu")
+    assert time.monotonic() - start < 5
+
+
+def test_float_loop_bound_is_refused_at_launch():
+    # (it used to break range() inside the agents)
+    a = torch.randn(8, 8).bfloat16()
+    with pytest.raises(xs.LaunchError, match="scalar `K` is 8.5"):
         gemm[(1, 1)](a, a, torch.zeros(8, 8), 8, 8, 8.5, BM=16, BN=16, BK=16, STAGES=1,
                      backend="cpu")
-    assert time.monotonic() - start < 5
 
 
 def test_launch_rejects_non_2d_tensor():

@@ -25,6 +25,21 @@ def float_literal(v: float) -> str:
     return repr(v)
 
 
+def label(text: str) -> str:
+    """A user's label (a role name is any string) as comment or docstring text: as written when
+    it is printable and has no quote or backslash, else escaped (no newline or quotes survive)."""
+    if text.isprintable() and not set(text) & set("\"'\\"):
+        return text
+    return ascii(text).replace('"', "\\x22")
+
+
+def doc_text(text: str) -> str:
+    """A line of a generated docstring: as written unless it could end the docstring early."""
+    if text.isprintable() and "\\" not in text and '"' not in text:
+        return text
+    return label(text)
+
+
 class Emitter:
     """Collects indented lines."""
 
@@ -33,6 +48,8 @@ class Emitter:
         self.depth = 0
 
     def line(self, text: str = ""):
+        if "\n" in text or "\r" in text:   # a user's label in a comment: one line stays one line
+            text = text.replace("\r", "\\r").replace("\n", "\\n")
         self.lines.append(("    " * self.depth + text) if text else "")
 
     def indent(self):

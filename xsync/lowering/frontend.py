@@ -12,6 +12,7 @@ role owns every value, and rejects misuse with the kernel's own file:line:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import textwrap
 import types
@@ -19,7 +20,7 @@ import types
 from xsync import api
 from xsync.dtypes import DType
 from xsync.errors import KernelSourceError, SourceLoc
-from xsync.lowering import ir, tile_launch
+from xsync.lowering import frontend_rules, ir, shapes, tile_launch
 from xsync.lowering.constexprs import constexpr_values
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -98,12 +99,12 @@ class _Frontend:
                 return val
             self.error(node, f"{what} must be known at compile time, but `{node.id}` is not",
                        fix=f"annotate `{node.id}: xs.constexpr` or use a literal")
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        if isinstance(node, ast.BinOp) and type(node.op) in frontend_rules.CONST_BINOPS:
             lhs, rhs = self.const_eval(node.left, what), self.const_eval(node.right, what)
             if isinstance(lhs, str) or isinstance(rhs, str):
                 self.error(node, f"{what} computes with a string: `{ast.unparse(node)}`",
                            fix="compute with numbers; strings are for xs.role(kind=...)")
-            return eval(f"lhs {_BINOPS[type(node.op)]} rhs", {}, {"lhs": lhs, "rhs": rhs})
+            return frontend_rules.fold_binop(self, node, what, lhs, rhs)
         if isinstance(node, (ast.List, ast.Tuple)):
             return [self.const_eval(e, what) for e in node.elts]
         dtype = self.dtype_of(node)
@@ -146,8 +147,9 @@ class _Frontend:
             constexprs=tuple(sorted((n, v) for n, v in self.constexprs.items() if not isinstance(v, str))),
             roles=tuple(self.roles.values()), pipes=pipes, events=events, barriers=barriers,
             body=tuple(body), loc=self.loc(fdef), source=self.source)
+        int_scalars = shapes.check(kernel)   # every tile shape, before any backend meets one
         tile_launch.single_tile_counts(kernel)   # the host can check a one-tile-per-program grid
-        return kernel
+        return dataclasses.replace(kernel, int_scalars=tuple(sorted(int_scalars.items())))
 
     def parse_params(self, fdef: ast.FunctionDef):
         args = fdef.args
@@ -155,6 +157,7 @@ class _Frontend:
             self.error(fdef, "kernel parameters must be plain positional names",
                        fix="remove *args, **kwargs and keyword-only parameters")
         for a in args.args:
+            frontend_rules.check_user_name(self, a.arg, a)
             is_const = a.annotation is not None and (
                 self.is_xs(a.annotation) == "constexpr"
                 or (isinstance(a.annotation, ast.Name) and a.annotation.id == "constexpr"))
@@ -244,6 +247,7 @@ class _Frontend:
     def bind(self, names, value, s):
         line = self.loc(s).line
         for n in names:
+            frontend_rules.check_user_name(self, n, s)
             if n in self.roles or n in self.objects:
                 self.error(s, f"`{n}` names a role or sync object and cannot be reassigned")
             if n in self.home and self.home[n][0] != self.role_ctx:
@@ -473,6 +477,7 @@ class _Frontend:
     def declare(self, decl, var, call: ast.Call, s):
         if var in self.objects or var in self.roles:
             self.error(s, f"`{var}` is declared twice")
+        frontend_rules.check_user_name(self, var, s)
         kw = {k.arg: k.value for k in call.keywords}
         loc = self.loc(s)
         if decl == "role":
@@ -489,7 +494,7 @@ class _Frontend:
             if kind not in api.ROLE_KINDS:
                 self.error(s, f"role '{name}' has kind {kind!r}",
                            fix=f"kind is one of {', '.join(api.ROLE_KINDS)}", objects=(name,))
-            if not isinstance(replicas, int) or not 1 <= replicas <= 4:
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or not 1 <= replicas <= 4:
                 self.error(s, f"role '{name}' has replicas={replicas!r}",
                            fix="replicas is an integer from 1 to 4", objects=(name,))
             self.roles[var] = ir.Role(name, ir.RoleKind(kind), replicas, loc)
@@ -500,10 +505,15 @@ class _Frontend:
                 self.error(s, "xs.pipe needs stages=N (ring slots)", fix="e.g. stages=2")
             stages = self.const_eval(kw.pop("stages"), "stages")
             name = var
-            if not isinstance(stages, int) or stages < 1:
+            if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
                 self.error(s, f"pipe '{name}' has stages={stages!r}; a pipe needs at least one slot",
                            fix="use stages=1 (no overlap) or more (2-4 for double/triple buffering)",
                            objects=(name,))
+            if stages > frontend_rules.MAX_STAGES:
+                self.error(s, f"pipe '{name}' has stages={stages}, more than "
+                              f"{frontend_rules.MAX_STAGES} slots", objects=(name,),
+                           fix="2-4 stages (double/triple buffering) hide the latency; more only "
+                               "take memory")
             if src == dst:
                 self.error(s, f"pipe '{name}' runs from role '{src.name}' to itself",
                            fix="a value stays inside its role without a pipe", objects=(name,))
@@ -522,10 +532,8 @@ class _Frontend:
                 if not isinstance(dtype, DType):
                     self.error(s, f"field {fname} of pipe '{name}' needs a dtype such as xs.bfloat16",
                                objects=(name,))
-                if not (isinstance(shape, list) and all(isinstance(d, int) and d > 0 for d in shape)):
-                    self.error(s, f"field {fname} of pipe '{name}' needs a shape of positive ints",
-                               objects=(name,))
-                fields.append(ir.TileSpec(fname, tuple(shape), dtype))
+                shape = shapes.tile_dims(shape, f"the shape of field {fname} of pipe '{name}'", loc)
+                fields.append(ir.TileSpec(fname, shape, dtype))
             self.objects[var] = ir.Pipe(name, src.name, dst.name, stages, tuple(fields), loc)
             return
         if decl == "event":
@@ -618,10 +626,14 @@ class _Frontend:
                 self.error(node, f"operator in `{ast.unparse(node)}` is not supported")
             return ir.BinOp(_BINOPS[type(node.op)], self.expr(node.left), self.expr(node.right))
         if isinstance(node, ast.UnaryOp):
+            if type(node.op) not in _UNOPS:
+                self.error(node, f"operator in `{ast.unparse(node)}` is not supported")
             return ir.UnaryOp(_UNOPS[type(node.op)], self.expr(node.operand))
         if isinstance(node, ast.Compare):
             if len(node.ops) != 1:
                 self.error(node, "chained comparisons are not supported", fix="split into `a < b and b < c`")
+            if type(node.ops[0]) not in _CMPOPS:   # in / not in / is / is not
+                return frontend_rules.identity_compare(self, node)
             return ir.Compare(_CMPOPS[type(node.ops[0])], self.expr(node.left), self.expr(node.comparators[0]))
         if isinstance(node, ast.BoolOp):
             return ir.BoolOp("and" if isinstance(node.op, ast.And) else "or",

@@ -381,6 +381,9 @@ class KernelIR:
     # Set by schedule passes that rewrite agents one by one (placement-specific): these
     # agents run their program here instead of their slice of ``body``.
     programs: tuple[AgentProgram, ...] = ()
+    # the run-time scalar parameters the kernel uses as integers (loop bounds, offsets), each
+    # with the first line that does: the launch refuses a float for them (xsync/lowering/shapes.py)
+    int_scalars: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     def role(self, name: str) -> Role:
         return next(r for r in self.roles if r.name == name)

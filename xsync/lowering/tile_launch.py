@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsync.errors import KernelSourceError, LaunchError
+from xsync.errors import KernelSourceError, LaunchError, SourceLoc
 from xsync.lowering import ir
 from xsync.lowering.protocol import NotConstant, evaluate, text
 
@@ -122,3 +122,17 @@ def check_grid(kernel: ir.KernelIR, counts: tuple[TileCount, ...], grid: tuple, 
                 loc=count.loop.loc, objects=(count.loop.var,),
                 fix=f"launch {needed} programs on axis 0, or compile it persistent "
                     f"(persistent=True walks every tile with any number of programs)")
+
+
+def check_int_scalars(kernel: ir.KernelIR, scalars: dict) -> None:
+    """LaunchError for a float passed to a run-time scalar the kernel uses as an integer (a loop
+    bound, an offset): the generated code could not take it (``range(4.0)``)."""
+    for name, line in kernel.int_scalars:
+        value = scalars.get(name)
+        if isinstance(value, float) or not isinstance(value, int):
+            exact = f" ({name}={int(value)})" if isinstance(value, float) and value.is_integer() else ""
+            raise LaunchError(
+                f"kernel '{kernel.name}': scalar `{name}` is {value!r} ({type(value).__name__}), but the "
+                f"kernel uses it as an integer (line {line})",
+                loc=SourceLoc(kernel.file, line, kernel.name), objects=(name,),
+                fix=f"pass an int for `{name}`{exact}")

@@ -122,7 +122,7 @@ from enum import StrEnum
 
 # FORMS: the launcher reads it here
 from xsync.backends.ascend.replicas import FORMS, Core, ReplicaAnalysis, analyze, has_sync  # noqa: F401
-from xsync.backends.source import Emitter, PythonRenderer
+from xsync.backends.source import Emitter, PythonRenderer, doc_text, label
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation
 from xsync.lowering.placement import Agent, Placement
@@ -384,7 +384,7 @@ class AscendRenderer(PythonRenderer):
         o.line(f"{form_text}.")
         o.line("Flags, sync_block_all modes and the GM workspace come from the xsync allocation:")
         for r in self.alloc.rows:
-            o.line(f"    {r.obj}: {r.what}: {r.resource}" + (f" ({r.rule})" if r.rule else ""))
+            o.line(doc_text(f"    {r.obj}: {r.what}: {r.resource}" + (f" ({r.rule})" if r.rule else "")))
         o.line('"""')
         o.line("import triton")
         o.line("import triton.language as tl")
@@ -428,7 +428,7 @@ class AscendRenderer(PythonRenderer):
         plan = self.analysis.agents[agent.name]
         unroll = plan.unroll
         self.agent, self.plan = agent, plan
-        o.line(f"# {'=' * 8} {hw}: role(s) {', '.join(agent.roles)}"
+        o.line(f"# {'=' * 8} {hw}: role(s) {', '.join(label(r) for r in agent.roles)}"
                + (f" x {agent.replicas} replicas" if agent.replicas > 1 else "") + f" {'=' * 8}")
         serial = plan.serial
         if unroll or serial:
@@ -493,7 +493,7 @@ class AscendRenderer(PythonRenderer):
         n0 = len(o.lines)
         for s in stmts:
             if isinstance(s, ir.RoleBlock):
-                o.line(f"# role '{s.role}' (line {s.loc.line})")
+                o.line(f"# role '{label(s.role)}' (line {s.loc.line})")
                 self.reps = self.reps_for(s.role)
                 self.role_body(s.body)
                 self.reps = [None]

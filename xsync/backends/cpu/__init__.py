@@ -8,7 +8,7 @@ from xsync import config
 from xsync.backends.base import Backend
 from xsync.backends.cpu import options as cpu_options
 from xsync.backends.cpu.placement import TARGET, place
-from xsync.backends.cpu.render import render
+from xsync.backends.cpu.render import function_names, render
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 
@@ -58,7 +58,8 @@ class CpuBackend(Backend):
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         namespace: dict = {}
         exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-        functions = {a.name: namespace[f"agent_{a.name}"] for a in placement.agents}
+        names = function_names(kernel, placement)
+        functions = {a.name: namespace[names[a.name]] for a in placement.agents}
         return CompiledCpu(kernel, placement, source, functions, skeleton, options.mode)
 
 

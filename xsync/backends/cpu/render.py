@@ -9,18 +9,52 @@ the agent functions are generators the runtime interleaves in one thread.
 """
 from __future__ import annotations
 
-from xsync.backends.source import Emitter, PythonRenderer
+from xsync.backends.source import Emitter, PythonRenderer, label
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 from xsync.lowering.slicing import slice_agent
 
 _RT_OPS = {
-    ir.TileOp.CDIV: "rt.cdiv", ir.TileOp.ARANGE: "rt.arange", ir.TileOp.ZEROS: "rt.zeros",
-    ir.TileOp.FULL: "rt.full", ir.TileOp.LOAD: "rt.load", ir.TileOp.LOAD_SCALAR: "rt.load_scalar",
-    ir.TileOp.TRANS: "rt.trans", ir.TileOp.MAX: "rt.reduce_max", ir.TileOp.SUM: "rt.reduce_sum",
-    ir.TileOp.EXP2: "rt.exp2", ir.TileOp.LOG2: "rt.log2", ir.TileOp.WHERE: "rt.where",
-    ir.TileOp.MAXIMUM: "rt.maximum", ir.TileOp.MINIMUM: "rt.minimum"
+    ir.TileOp.CDIV: "cdiv", ir.TileOp.ARANGE: "arange", ir.TileOp.ZEROS: "zeros",
+    ir.TileOp.FULL: "full", ir.TileOp.LOAD: "load", ir.TileOp.LOAD_SCALAR: "load_scalar",
+    ir.TileOp.TRANS: "trans", ir.TileOp.MAX: "reduce_max", ir.TileOp.SUM: "reduce_sum",
+    ir.TileOp.EXP2: "exp2", ir.TileOp.LOG2: "log2", ir.TileOp.WHERE: "where",
+    ir.TileOp.MAXIMUM: "maximum", ir.TileOp.MINIMUM: "minimum"
 }
+
+
+def user_names(kernel: ir.KernelIR) -> set[str]:
+    """Every identifier the kernel's own code binds or reads (the generator's names avoid them)."""
+    names = {p.name for p in kernel.params} | {n for n, _ in kernel.constexprs}
+    for s in ir.walk(kernel.all_statements()):
+        names.update(getattr(s, "targets", None) or ())
+        for attr in ("var", "target", "slot"):
+            if isinstance(getattr(s, attr, None), str):
+                names.add(getattr(s, attr))
+        for attr in ("value", "cond", "start", "stop", "step", "guard"):
+            e = getattr(s, attr, None)
+            if e is not None and not isinstance(e, (str, int)):
+                names |= ir.expr_names(e)
+        for e in (getattr(s, "offsets", None) or ()) + (getattr(s, "bounds", None) or ()):
+            names |= ir.expr_names(e)
+    return names
+
+
+def fresh(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_``, ``base__``, ... : the first spelling no name in ``taken`` has."""
+    while base in taken:
+        base += "_"
+    taken.add(base)
+    return base
+
+
+def function_names(kernel: ir.KernelIR, placement: Placement) -> dict[str, str]:
+    """Agent name -> its generated function's name (an identifier whatever the role's name)."""
+    taken, out = user_names(kernel), {}
+    for agent in placement.agents:
+        safe = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in agent.name)
+        out[agent.name] = fresh(f"agent_{safe}", taken)
+    return out
 
 
 class CpuRenderer(PythonRenderer):
@@ -31,33 +65,37 @@ class CpuRenderer(PythonRenderer):
         self.kernel = kernel
         self.placement = placement
         self.skeleton = skeleton or derive(kernel, placement)
-        self.verb_prefix = "yield from ag." if cooperative else "ag."
+        # the generator's own names, spelled apart from every name of the kernel's
+        taken = user_names(kernel) | {"range", "float"}
+        self.rt, self.ag, self.torch = (fresh(n, taken) for n in ("rt", "ag", "torch"))
+        self.functions = function_names(kernel, placement)
+        self.verb_prefix = f"yield from {self.ag}." if cooperative else f"{self.ag}."
         self.cooperative = cooperative
         self.out = Emitter()
         self.loop_vars: list[str] = []
 
     # ------------------------------------------------------------ expressions
     def dtype(self, d) -> str:
-        return f"torch.{d.name}" if d.name != "int1" else "torch.bool"
+        return f"{self.torch}.{d.name}" if d.name != "int1" else f"{self.torch}.bool"
 
     def attr(self, e: ir.Attr) -> str:
         return f"{self.expr(e.value, 99)}[{e.attr!r}]"
 
     def call(self, e: ir.Call) -> str:
         if e.op is ir.TileOp.PROGRAM_ID:
-            return f"ag.program_id({self.args(e)})"
+            return f"{self.ag}.program_id({self.args(e)})"
         if e.op is ir.TileOp.NUM_PROGRAMS:
-            return f"ag.num_programs({self.args(e)})"
+            return f"{self.ag}.num_programs({self.args(e)})"
         if e.op is ir.TileOp.REPLICA_ID:
-            return "ag.replica"
+            return f"{self.ag}.replica"
         if e.op is ir.TileOp.MMA:
             slots = sorted({x.value.id for operand in e.args[:2] for x in ir.subexprs(operand)
                             if isinstance(x, ir.Attr) and isinstance(x.value, ir.Name)})
             reads = f", reads=({''.join(s + ', ' for s in slots)})" if slots else ""
-            return f"ag.mma({self.args(e)}{reads})"
+            return f"{self.ag}.mma({self.args(e)}{reads})"
         if e.op is ir.TileOp.MMA_WAIT:
-            return f"ag.mma_wait({self.args(e)})"
-        return f"{_RT_OPS[e.op]}({self.args(e)})"
+            return f"{self.ag}.mma_wait({self.args(e)})"
+        return f"{self.rt}.{_RT_OPS[e.op]}({self.args(e)})"
 
     # ------------------------------------------------------------ statements
     def render(self) -> str:
@@ -65,8 +103,8 @@ class CpuRenderer(PythonRenderer):
         o.line(f"# Generated by xsync: kernel '{k.name}' ({k.file}) on the CPU emulator.")
         o.line("# One function per agent; each agent instance runs it "
                + ("as a generator (cooperative scheduler)." if self.cooperative else "in its own thread."))
-        o.line("import torch")
-        o.line("from xsync.backends.cpu import runtime as rt")
+        o.line("import torch" if self.torch == "torch" else f"import torch as {self.torch}")
+        o.line(f"from xsync.backends.cpu import runtime as {self.rt}")
         o.line()
         for name, value in k.constexprs:
             o.line(f"{name} = {self.const(value)}  # constexpr")
@@ -74,9 +112,9 @@ class CpuRenderer(PythonRenderer):
         for agent in self.placement.agents:
             o.line()
             o.line()
-            o.line(f"def agent_{agent.name}(ag, {params}):")
+            o.line(f"def {self.functions[agent.name]}({self.ag}, {params}):")
             o.indent()
-            o.line(f'"""{agent.hardware}: roles {", ".join(agent.roles)}."""')
+            o.line(f'"""{agent.hardware}: roles {", ".join(label(r) for r in agent.roles)}."""')
             self.agent = agent
             self.block(slice_agent(k.body, agent.roles))
             if self.cooperative:
@@ -95,7 +133,7 @@ class CpuRenderer(PythonRenderer):
             self.stmt(s)
 
     def loop_body(self, stmts):
-        self.out.line("ag.tick()")      # stops a computing agent once the program failed
+        self.out.line(f"{self.ag}.tick()")      # stops a computing agent once the program failed
         self.block(stmts)
 
     def stmt(self, s):
@@ -110,9 +148,9 @@ class CpuRenderer(PythonRenderer):
             bounds = ""
             if s.bounds:
                 bounds = f", bounds=[{', '.join(self.expr(x) for x in s.bounds)}]"
-            o.line(f"rt.store({s.tensor}, [{offs}], {self.expr(s.value)}{bounds})")
+            o.line(f"{self.rt}.store({s.tensor}, [{offs}], {self.expr(s.value)}{bounds})")
         elif isinstance(s, ir.RoleBlock):
-            o.line(f"# role '{s.role}' (line {s.loc.line})")
+            o.line(f"# role '{label(s.role)}' (line {s.loc.line})")
             self.block(s.body)
         elif isinstance(s, ir.For):
             self.loop_vars.append(s.var)

@@ -22,7 +22,7 @@ from xsync.backends.nvidia.alloc import HopperAllocation
 from xsync.backends.nvidia.layouts import ModuleLayouts, infer
 from xsync.backends.nvidia.options import RenderOptions
 from xsync.errors import BackendError
-from xsync.lowering import ir
+from xsync.lowering import ir, shapes
 from xsync.lowering.placement import Placement, Unit
 from xsync.lowering.slicing import agent_body
 
@@ -38,6 +38,12 @@ class RenderPlan:
 
 
 def _check_supported(kernel: ir.KernelIR, placement: Placement):
+    for shape, what, loc in shapes.written_tiles(kernel):
+        if any(not isinstance(d, int) or d <= 0 or d & (d - 1) for d in shape):
+            raise BackendError(f"{what} has shape {list(shape)}; Gluon tiles have power-of-two "
+                               f"dimensions", loc=loc or kernel.loc,
+                               fix="use powers of two (16, 32, 64, 128) and mask the edges: xs.load "
+                                   "reads 0 beyond the tensor, xs.store(..., bounds=...) drops them")
     for p in kernel.pipes:
         if placement.crosses(p):
             for f in p.fields:

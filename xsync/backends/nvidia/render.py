@@ -55,7 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xsync.dtypes import DType
-from xsync.backends.source import Emitter
+from xsync.backends.source import Emitter, label
 from xsync.errors import BackendError
 from xsync.lowering import ir
 from xsync.backends.nvidia.alloc import HopperAllocation, is_tma_pipe
@@ -148,7 +148,7 @@ class AgentSpeller:
         elif isinstance(s, ir.Store):
             self.store(s)
         elif isinstance(s, ir.RoleBlock):
-            o.line(f"# role '{s.role}' (line {s.loc.line})")
+            o.line(f"# role '{label(s.role)}' (line {s.loc.line})")
             sync = self.sync
             sync.role, outer = s.role, sync.role_block
             sync.role_block = s.role
@@ -490,7 +490,7 @@ class NvidiaRenderer:
             o.line("@gluon.jit")
             o.line(f"def {k.name}_{agent.name}({', '.join(ws_args)}, REPLICA: gl.constexpr, AGENT_ID: gl.constexpr):")
             o.indent()
-            o.line(f'"""{agent.hardware}: roles {", ".join(agent.roles)}'
+            o.line(f'"""{agent.hardware}: roles {", ".join(label(r) for r in agent.roles)}'
                    + (f" ({agent.replicas} replicas)" if agent.replicas > 1 else "") + '."""')
             for cname, note in counters(k, self.placement, self.plan.bodies[agent.name]):
                 o.line(f"{cname} = 0  # {note}")

@@ -1,0 +1,100 @@
+"""Rules of the frontend (xsync/lowering/frontend.py) that fold or refuse Python constructs
+with a meaning only at compile time: arithmetic in declarations (``stages=2 ** 3``,
+``xs.tile([BLOCK // 2, ...])``) and the identity/membership comparisons (``is``, ``in``)."""
+from __future__ import annotations
+
+import ast
+import operator
+
+from xsync.dtypes import DType
+
+MAX_STAGES = 64      # ring slots per pipe: far beyond what hides any latency (2-4 do)
+MAX_EXPONENT = 64    # `**` in a declaration: enough for any size, bounded time
+
+CONST_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+                ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+                ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
+                ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.Pow: operator.pow}
+_NOT_CONSTANT = object()
+
+
+def fold_binop(fe, node: ast.BinOp, what: str, lhs, rhs):
+    """``lhs <op> rhs`` of a declaration argument, or a KernelSourceError naming ``what``."""
+    text = ast.unparse(node)
+    if isinstance(lhs, DType) or isinstance(rhs, DType):
+        fe.error(node, f"{what} computes with a dtype: `{text}`", fix="compute with numbers")
+    big = isinstance(node.op, (ast.Pow, ast.LShift)) and isinstance(rhs, (int, float)) and (
+        abs(rhs) > MAX_EXPONENT)
+    if big:
+        fe.error(node, f"{what} is `{text}`, far too large", fix="use sizes a core can hold")
+    try:
+        return CONST_BINOPS[type(node.op)](lhs, rhs)
+    except ZeroDivisionError:
+        fe.error(node, f"{what} divides by zero: `{text}`",
+                 fix="check the constexpr values the kernel is specialized with")
+    except (TypeError, ValueError, OverflowError) as exc:
+        fe.error(node, f"{what} cannot be computed: `{text}` ({exc})", fix="compute with integers")
+
+
+def constant(fe, node):
+    """The compile-time value of ``node`` (literals, constexprs, numeric globals, tuples of
+    them), or ``_NOT_CONSTANT``."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in fe.constexprs:
+            return fe.constexprs[node.id]
+        if node.id not in fe.home:
+            g = fe.globals.get(node.id, _NOT_CONSTANT)
+            if g is None or isinstance(g, (int, float, str)):
+                return g
+    if isinstance(node, (ast.Tuple, ast.List)):
+        items = [constant(fe, e) for e in node.elts]
+        return _NOT_CONSTANT if any(i is _NOT_CONSTANT for i in items) else tuple(items)
+    return _NOT_CONSTANT
+
+
+def identity_compare(fe, node: ast.Compare):
+    """``a is None`` / ``a is not b`` / ``a in (..)`` / ``a not in (..)``: folded to a constant
+    when both sides are known at compile time (constexprs, literals); refused otherwise, since
+    run-time values (tensors, scalars, tiles) are never None and have no membership."""
+    from xsync.lowering import ir
+
+    op = node.ops[0]
+    lhs, rhs = constant(fe, node.left), constant(fe, node.comparators[0])
+    spelled = {ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}[type(op)]
+    if lhs is not _NOT_CONSTANT and rhs is not _NOT_CONSTANT:
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            if not any(v is None or isinstance(v, bool) for v in (lhs, rhs)):
+                fe.error(node, f"`{ast.unparse(node)}` compares numbers by identity",
+                         fix="compare values with == / != (`is` is for None, True and False)")
+            same = lhs is rhs or (lhs == rhs and type(lhs) is type(rhs))
+            return ir.Const(same if isinstance(op, ast.Is) else not same)
+        if not isinstance(rhs, tuple):
+            fe.error(node, f"`{ast.unparse(node)}`: the right side of `{spelled}` is not a "
+                           f"tuple or list", fix="write `X in (1, 2)`")
+        return ir.Const((lhs in rhs) if isinstance(op, ast.In) else (lhs not in rhs))
+    if isinstance(op, (ast.Is, ast.IsNot)):
+        fe.error(node, f"`{ast.unparse(node)}`: `{spelled}` is known only on compile-time values "
+                       f"(constexprs, None, literals); run-time values are never None",
+                 fix="for an optional feature pass a bool constexpr (`HAS_BIAS: xs.constexpr`) "
+                     "and test `if HAS_BIAS:`; compare run-time values with == / !=")
+    fe.error(node, f"`{ast.unparse(node)}`: membership (`{spelled}`) is not supported on run-time "
+                   f"values", fix="compare with == and combine with `or`: `a == 1 or a == 2`")
+
+
+RESERVED_PREFIX = "xs_"                                    # the generators' own names
+RESERVED_BUILTINS = frozenset({"range", "float", "int", "getattr"})   # generated code calls them
+
+
+def check_user_name(fe, name: str, node):
+    """Refuse a kernel name the generated code cannot hold apart from its own: the ``xs_``
+    prefix (every backend's generated names) and the builtins generated code calls. Every
+    other name is the user's: the generators spell theirs around it."""
+    if name.startswith(RESERVED_PREFIX):
+        fe.error(node, f"`{name}`: names beginning with `{RESERVED_PREFIX}` are reserved for "
+                       f"xsync's generated code", objects=(name,),
+                 fix=f"rename it (e.g. `{name[len(RESERVED_PREFIX):] or 'x'}_`)")
+    if name in RESERVED_BUILTINS:
+        fe.error(node, f"`{name}` shadows Python's builtin {name}(), which the generated code "
+                       f"calls", objects=(name,), fix=f"rename it (e.g. `{name}_`)")
