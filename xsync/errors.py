@@ -112,3 +112,7 @@ class SimulationError(XSyncError):
 
 class LaunchError(XSyncError):
     """The kernel was launched with arguments that do not fit its signature."""
+
+
+class CacheWarning(UserWarning):
+    """The cache folder (``XSYNC_CACHE_DIR``) cannot be written; xsync uses a fallback."""
