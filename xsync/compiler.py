@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
+import operator
 import os
 import textwrap
 import threading
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from xsync import config
 from xsync import dtypes as xs_types
-from xsync.errors import LaunchError
+from xsync.errors import LaunchError, SourceLoc
 from xsync.files import write_atomic
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation, allocate
@@ -333,11 +334,7 @@ class Kernel:
         settings = config.current()
         backend = select(backend, settings.backend)
         run_args, constexprs, dtypes = self.bind(args, kwargs)
-        if callable(grid):
-            grid = grid(constexprs)
-        grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
-        if not grid or any(g < 0 for g in grid) or len(grid) > 3:
-            raise LaunchError(f"kernel '{self.__name__}': grid {grid} must be 1-3 non-negative sizes")
+        grid = launch_grid(self.__name__, grid(constexprs) if callable(grid) else grid)
         # bind() yields the constexprs and dtypes in signature order: a key without sorting
         fast = (backend, self.captured(), tuple(constexprs.values()), tuple(dtypes.items()), settings.verify,
                 settings.accept_bounded, settings.backend_options(backend))
@@ -374,6 +371,45 @@ def dump(directory: str, lowered: Lowered, source: str, tag: str | None = None) 
 
 
 _UNBOUND = object()
+MAX_GRID = 2**31 - 1      # programs along one axis (CUDA's x limit; the others are smaller)
+
+
+def launch_grid(name: str, grid) -> tuple[int, ...]:
+    """``kernel[grid]``'s grid as 1-3 non-negative ints, or a LaunchError at the caller's line
+    (a string, None, a float or a bool is a slip, not a size)."""
+    dims = grid if isinstance(grid, (tuple, list)) else (grid,)
+    out = []
+    for g in dims:
+        try:
+            size = operator.index(g) if not isinstance(g, bool) else None
+        except TypeError:
+            size = None
+        if size is None or not 0 <= size <= MAX_GRID:
+            what = (f"{g!r} is a {type(g).__name__}, not a number of programs" if size is None
+                    else f"{size} programs along one axis is outside 0..{MAX_GRID}")
+            raise LaunchError(f"kernel '{name}': grid {grid!r}: {what}", loc=caller_loc(),
+                              fix=f"launch with {name}[(n,)] or {name}[(n, m)], n and m ints "
+                                  f"(e.g. triton.cdiv(M, BM) or math.ceil(...), not a float)")
+        out.append(size)
+    if not 1 <= len(out) <= 3:
+        raise LaunchError(f"kernel '{name}': grid {grid!r} has {len(out)} axes", loc=caller_loc(),
+                          fix=f"launch with 1 to 3 sizes: {name}[(n,)], {name}[(n, m)] or {name}[(n, m, k)]")
+    return tuple(out)
+
+
+def caller_loc() -> SourceLoc | None:
+    """The innermost frame outside xsync (and its library kernels' ops): the user's call."""
+    import sys
+
+    root = os.path.dirname(os.path.abspath(__file__))
+    ours = (root + os.sep, os.path.join(os.path.dirname(root), "kernels") + os.sep)  # + a checkout's kernels/
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(ours) and frame.f_code.co_filename[:1] != "<":
+            return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
 
 
 def _dump_error(directory: str, exc: OSError) -> config.ConfigError:

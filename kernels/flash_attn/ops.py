@@ -387,6 +387,10 @@ def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     batch = cu_seqlens_q.numel() - 1
     o = torch.empty_like(q) if checked else torch.zeros_like(q)
     lse = (torch.empty if checked else torch.zeros)((hq, total_q), dtype=torch.float32, device=q.device)
+    if checked and batch > 0:
+        # max_seqlen_q only bounds the lengths: where they were read, launch for the longest
+        # (a max_seqlen_q of 1e9 over short sequences would walk millions of empty row blocks)
+        max_seqlen_q = min(int(max_seqlen_q), int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max()))
     if batch <= 0 or total_q == 0 or max_seqlen_q == 0:
         if total_q and not checked:
             lse.fill_(float("inf"))
