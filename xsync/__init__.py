@@ -12,9 +12,10 @@ from xsync.api import (  # noqa: F401
 )
 from xsync.config import ConfigError, options  # noqa: F401
 from xsync.errors import (  # noqa: F401
-    AllocationError, BackendError, CounterLimitError, DeadlockError, FlagOverflowError,
+    AllocationError, BackendError, CacheWarning, CounterLimitError, DeadlockError, FlagOverflowError,
     KernelSourceError, LaunchError, LeftoverError, PhaseAliasingError, ProtocolError,
-    SimulationError, SlotOrderError, StallError, VerifierLimitError, XSyncError,
+    SimulationError, SlotOrderError, StallError, UnsupportedError, VerifierLimitError,
+    XSyncError,
 )
 
 __version__ = "0.1.0"

@@ -3,8 +3,9 @@
     source --frontend--> KernelIR --placement--> agents --verify--> (ok)
            --alloc--> resources --backend renderer--> generated code --> run
 
-Compiled kernels are cached by (source hash, backend, constexprs, tensor dtypes, verify,
-accept_bounded, the backend's LowerOptions and RenderOptions). A backend name (``XSYNC_BACKEND``, a
+Compiled kernels are cached by (source hash, the values of the globals and closure variables
+the source names, backend, constexprs, tensor dtypes, verify, accept_bounded, the backend's
+LowerOptions and RenderOptions): rebinding a module-level constant the kernel reads recompiles. A backend name (``XSYNC_BACKEND``, a
 ``backend=`` argument) becomes a :class:`~xsync.backends.base.Backend` here, once; the
 configuration becomes the backend's option objects here too (``xsync.config``), and both
 travel down as objects. ``XSYNC_DUMP=<dir>`` writes each generated source and its allocation
@@ -21,15 +22,18 @@ that is not proven is not lowered, compiled or launched: where it is verified
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
+import operator
 import os
+import textwrap
 import threading
 from dataclasses import dataclass
 
 from xsync import config
 from xsync import dtypes as xs_types
-from xsync.errors import LaunchError
+from xsync.errors import LaunchError, SourceLoc
 from xsync.files import write_atomic
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation, allocate
@@ -105,6 +109,7 @@ class Kernel:
         self._dumped: set = set()
         self._lock = threading.Lock()
         self._source_hash: str | None = None
+        self._free_names: tuple[str, ...] | None = None   # globals/closures the source names
         self._launch_memo: dict = {}     # launch-path key (no sorting) -> (compiled, tile counts)
         self.generation = 0              # bumped by clear_cache()
         # Launch-path facts, computed once (every launch needs them).
@@ -145,6 +150,28 @@ class Kernel:
         if self._source_hash is None:
             self._source_hash = hashlib.sha256(inspect.getsource(self.fn).encode()).hexdigest()[:16]
         return self._source_hash
+
+    def captured(self) -> tuple:
+        """The values of the globals and closure variables the kernel's source names, as a
+        cache key: the frontend folds numeric globals into the program, so a rebinding
+        (``SCALE = 3.0`` between launches) must compile again, never reuse the stale kernel."""
+        names = self._free_names
+        if names is None:
+            names = self._free_names = _free_names(self.fn)
+        fn = self.fn
+        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__)) if fn.__closure__ else {}
+        out = []
+        for name in names:
+            cell = cells.get(name)
+            if cell is not None:
+                try:
+                    value = cell.cell_contents
+                except ValueError:        # a closure variable not bound yet
+                    value = _UNBOUND
+            else:
+                value = fn.__globals__.get(name, _UNBOUND)
+            out.append(_fingerprint(value))
+        return tuple(out)
 
     def lower(self, backend, constexprs: dict | None = None, tensor_dtypes: dict | None = None,
               check: bool | None = None, options=None, accept_bounded: bool | str | None = None) -> Lowered:
@@ -213,7 +240,7 @@ class Kernel:
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
         lower_options, render_options = settings.backend_options(backend)
         # The option objects are part of the key: changing an option recompiles.
-        key = (self.source_hash(), backend.name, tuple(sorted(constexprs.items())),
+        key = (self.source_hash(), self.captured(), backend.name, tuple(sorted(constexprs.items())),
                tuple(sorted((k, v.name) for k, v in tensor_dtypes.items())), settings.verify,
                settings.accept_bounded, lower_options, render_options)
         with self._lock:
@@ -231,7 +258,10 @@ class Kernel:
         dump_dir = settings.dump
         if dump_dir and (dump_dir, key) not in self._dumped:
             # once per specialization, under its own names: specializations never overwrite
-            dump(dump_dir, compiled.lowered, compiled.source, tag=_digest(repr(key))[:8])
+            try:
+                dump(dump_dir, compiled.lowered, compiled.source, tag=_digest(repr(key))[:8])
+            except OSError as exc:
+                raise _dump_error(dump_dir, exc) from exc
             self._dumped.add((dump_dir, key))
         return compiled
 
@@ -304,13 +334,9 @@ class Kernel:
         settings = config.current()
         backend = select(backend, settings.backend)
         run_args, constexprs, dtypes = self.bind(args, kwargs)
-        if callable(grid):
-            grid = grid(constexprs)
-        grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
-        if not grid or any(g < 0 for g in grid) or len(grid) > 3:
-            raise LaunchError(f"kernel '{self.__name__}': grid {grid} must be 1-3 non-negative sizes")
+        grid = launch_grid(self.__name__, grid(constexprs) if callable(grid) else grid)
         # bind() yields the constexprs and dtypes in signature order: a key without sorting
-        fast = (backend, tuple(constexprs.values()), tuple(dtypes.items()), settings.verify,
+        fast = (backend, self.captured(), tuple(constexprs.values()), tuple(dtypes.items()), settings.verify,
                 settings.accept_bounded, settings.backend_options(backend))
         try:
             memo = self._launch_memo.get(fast)
@@ -344,6 +370,86 @@ def dump(directory: str, lowered: Lowered, source: str, tag: str | None = None) 
     for path, text in zip(paths, (source, table)):
         write_atomic(path, text)
     return paths
+
+
+_UNBOUND = object()
+MAX_GRID = 2**31 - 1      # programs along one axis (CUDA's x limit; the others are smaller)
+
+
+def launch_grid(name: str, grid) -> tuple[int, ...]:
+    """``kernel[grid]``'s grid as 1-3 non-negative ints, or a LaunchError at the caller's line
+    (a string, None, a float or a bool is a slip, not a size)."""
+    dims = grid if isinstance(grid, (tuple, list)) else (grid,)
+    out = []
+    for g in dims:
+        try:
+            size = operator.index(g) if not isinstance(g, bool) else None
+        except TypeError:
+            size = None
+        if size is None or not 0 <= size <= MAX_GRID:
+            what = (f"{g!r} is a {type(g).__name__}, not a number of programs" if size is None
+                    else f"{size} programs along one axis is outside 0..{MAX_GRID}")
+            raise LaunchError(f"kernel '{name}': grid {grid!r}: {what}", loc=caller_loc(),
+                              fix=f"launch with {name}[(n,)] or {name}[(n, m)], n and m ints "
+                                  f"(e.g. triton.cdiv(M, BM) or math.ceil(...), not a float)")
+        out.append(size)
+    if not 1 <= len(out) <= 3:
+        raise LaunchError(f"kernel '{name}': grid {grid!r} has {len(out)} axes", loc=caller_loc(),
+                          fix=f"launch with 1 to 3 sizes: {name}[(n,)], {name}[(n, m)] or {name}[(n, m, k)]")
+    return tuple(out)
+
+
+def caller_loc() -> SourceLoc | None:
+    """The innermost frame outside xsync (and its library kernels' ops): the user's call."""
+    import sys
+
+    root = os.path.dirname(os.path.abspath(__file__))
+    ours = (root + os.sep, os.path.join(os.path.dirname(root), "kernels") + os.sep)  # + a checkout's kernels/
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(ours) and frame.f_code.co_filename[:1] != "<":
+            return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
+
+
+def _dump_error(directory: str, exc: OSError) -> config.ConfigError:
+    """XSYNC_DUMP names something that cannot receive files (a file, a read-only folder)."""
+    what = ("is a file, not a folder" if os.path.exists(directory) and not os.path.isdir(directory)
+            else f"cannot be written ({exc.strerror or exc})")
+    return config.ConfigError(f"the dump folder {directory} {what} ({config.set_by('dump')})",
+                              fix="set XSYNC_DUMP (or xsync.options(dump=...)) to a writable folder, "
+                                  "or unset it")
+
+
+def _free_names(fn) -> tuple[str, ...]:
+    """Names the kernel's source reads that are neither its parameters nor assigned in it
+    (globals, closure variables, builtins: a superset of what the frontend looks up)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return ()    # the frontend reports an unreadable source with its own error
+    fdef = tree.body[0] if tree.body else None
+    if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return ()
+    params = set(inspect.signature(fn).parameters)
+    body = [n for stmt in fdef.body for n in ast.walk(stmt) if isinstance(n, ast.Name)]
+    stored = {n.id for n in body if not isinstance(n.ctx, ast.Load)}
+    read = {n.id for n in body if isinstance(n.ctx, ast.Load)}
+    return tuple(sorted(read - params - stored))
+
+
+def _fingerprint(value):
+    """A hashable stand-in for a captured value: numbers and strings by type and value
+    (1 and 1.0 and True fold differently), anything else by identity (a module, a function)."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return (type(value).__name__, value)
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return ("obj", value)
 
 
 def _digest(text: str) -> str:

@@ -112,3 +112,12 @@ class SimulationError(XSyncError):
 
 class LaunchError(XSyncError):
     """The kernel was launched with arguments that do not fit its signature."""
+
+
+class UnsupportedError(XSyncError, NotImplementedError):
+    """A valid request that xsync does not implement (a ``torch.func`` transform or forward-mode
+    AD through a library op, double backward): refused, never answered wrongly."""
+
+
+class CacheWarning(UserWarning):
+    """The cache folder (``XSYNC_CACHE_DIR``) cannot be written; xsync uses a fallback."""

@@ -27,6 +27,7 @@ from xsync.kernels.flash_attn import ops, schedule
 from xsync.kernels.flash_attn.backward import (attention_bwd_dkdv, attention_bwd_dq,
                                                attention_bwd_preprocess)
 from xsync.kernels.flash_attn.ops import _check, _check_varlen_args, _fail
+from xsync.errors import UnsupportedError
 
 
 def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0) -> dict:
@@ -233,3 +234,24 @@ def _grad_like(grad, out):
 torch.library.register_autograd("xsync::attention", _backward_dense, setup_context=_setup_dense)
 torch.library.register_autograd("xsync::attention_varlen", _backward_varlen,
                                 setup_context=_setup_varlen)
+
+
+# Double backward: the backward ops have no derivative of their own. Registered so that the
+# second differentiation names what is missing, instead of torch's "no autograd formula".
+def _setup_nothing(ctx, inputs, output):
+    pass
+
+
+def _no_double_backward(ctx, *grads):
+    raise UnsupportedError(
+        "attention: double backward (differentiating the gradient of attention, e.g. a gradient "
+        "penalty or a Hessian-vector product) is not supported: the backward kernels have no "
+        "derivative of their own",
+        fix="differentiate attention once (create_graph=False); for second-order terms use "
+            "torch.nn.functional.scaled_dot_product_attention on that path")
+
+
+torch.library.register_autograd("xsync::attention_backward", _no_double_backward,
+                                setup_context=_setup_nothing)
+torch.library.register_autograd("xsync::attention_varlen_backward", _no_double_backward,
+                                setup_context=_setup_nothing)

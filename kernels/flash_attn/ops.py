@@ -23,7 +23,7 @@ import torch
 from xsync import config as _config
 from xsync.kernels.flash_attn import schedule, tiles
 from xsync.kernels.flash_attn.kernel import attention_fwd
-from xsync.errors import LaunchError
+from xsync.errors import LaunchError, UnsupportedError
 
 HEAD_DIMS = (64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
@@ -41,6 +41,10 @@ def block_sizes(backend, head_dim: int = 128, causal: bool = False, max_seq: int
 # The kernels take the scale as a float32: below the smallest normal float32 it may be 0 there
 # (or flushed to 0), and a masked score's -inf times 0 is NaN.
 _SMALLEST_NORMAL_F32 = 2.0 ** -126
+
+
+_LOG2E = 1.4426950408889634          # the kernels scale by sm_scale * log2(e) (exp2 softmax)
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 def scale_constexprs(sm_scale: float | None) -> dict:
@@ -91,6 +95,13 @@ def _check(q, k, v, packed: bool, sm_scale):
     if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale):
         _fail(f"sm_scale={sm_scale!r} is not a finite number",
               "pass a finite softmax scale, or None for 1/sqrt(head_dim)")
+    if abs(sm_scale) * _LOG2E > _FLOAT32_MAX:
+        # finite as a Python float, inf where the kernels compute (float32, times log2(e)):
+        # every output would be NaN, so it is refused as inf is
+        _fail(f"sm_scale={sm_scale!r} is not finite in float32, where the kernels scale the scores "
+              f"(|sm_scale| * log2(e) must stay below {_FLOAT32_MAX:.4g})",
+              f"pass a softmax scale of magnitude below {_FLOAT32_MAX / _LOG2E:.4g}, or None for "
+              f"1/sqrt(head_dim)")
 
 
 def _check_varlen_args(q, k, cu_q, cu_k, max_q, max_k):
@@ -106,7 +117,8 @@ def _check_varlen_args(q, k, cu_q, cu_k, max_q, max_k):
         _fail(f"cu_seqlens_q has {cu_q.numel()} entries and cu_seqlens_k {cu_k.numel()}",
               "one entry per sequence plus one, in both")
     for name, m in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
-        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+        # a SymInt under torch.compile(dynamic=True) is a length too
+        if isinstance(m, bool) or not isinstance(m, (int, torch.SymInt)) or m < 0:
             _fail(f"{name}={m!r} is not a length", f"pass the longest sequence's length as {name}")
 
 
@@ -387,6 +399,10 @@ def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     batch = cu_seqlens_q.numel() - 1
     o = torch.empty_like(q) if checked else torch.zeros_like(q)
     lse = (torch.empty if checked else torch.zeros)((hq, total_q), dtype=torch.float32, device=q.device)
+    if checked and batch > 0:
+        # max_seqlen_q only bounds the lengths: where they were read, launch for the longest
+        # (a max_seqlen_q of 1e9 over short sequences would walk millions of empty row blocks)
+        max_seqlen_q = min(int(max_seqlen_q), int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max()))
     if batch <= 0 or total_q == 0 or max_seqlen_q == 0:
         if total_q and not checked:
             lse.fill_(float("inf"))
@@ -428,11 +444,41 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, s
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
+_TRANSFORMS = {"Grad": "torch.func.grad (or vjp/jacrev)", "Jvp": "torch.func.jvp (forward-mode AD)",
+               "Vmap": "torch.func.vmap", "Functionalize": "torch.func.functionalize"}
+
+
+def _refuse_transforms(op: str, *tensors):
+    """torch.func transforms and forward-mode AD are not implemented for the xsync ops: the
+    kernels would run on the unwrapped data and the transform would see a constant (jvp
+    returned zero tangents, silently). Refused by name; reverse-mode autograd is supported."""
+    if torch.compiler.is_compiling():
+        return      # dynamo cannot trace the interpreter stack; the compiled graph runs the op
+    interp = torch._C._functorch.peek_interpreter_stack()
+    if interp is not None and any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tensors):
+        kind = interp.key().name
+        raise UnsupportedError(
+            f"{op}: {_TRANSFORMS.get(kind, f'the torch.func {kind} transform')} is not supported "
+            f"through xsync's attention ops (the kernels run outside the transform)",
+            fix=("compute gradients with reverse-mode autograd (loss.backward() or "
+                 "torch.autograd.grad), which the ops support" if kind != "Vmap" else
+                 "the ops take a batch dimension already: stack the inputs to [B, H, S, D] "
+                 "(or loop over the vmapped dimension)"))
+    if torch.autograd.forward_ad._current_level >= 0 and any(
+            torch.autograd.forward_ad.unpack_dual(t).tangent is not None for t in tensors):
+        raise UnsupportedError(
+            f"{op}: forward-mode AD (torch.autograd.forward_ad dual tensors) is not supported "
+            f"through xsync's attention ops; the tangents would be lost",
+            fix="use reverse-mode autograd (loss.backward() or torch.autograd.grad)")
+
+
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
     """Attention forward on [B, H, S, D] tensors; returns (o, lse).
 
     The checks run inside the op (and its fake implementation), so a bad input gives the same
-    error eagerly, through torch.ops.xsync.attention and under torch.compile."""
+    error eagerly, through torch.ops.xsync.attention and under torch.compile. Reverse-mode
+    autograd is supported; torch.func transforms and forward-mode AD raise UnsupportedError."""
+    _refuse_transforms("attention", q, k, v)
     if type(q) is torch.Tensor and q.is_cuda and type(sm_scale) in (float, type(None)) and _direct(q, k, v):
         # the eager fast path: a plan for these shapes exists (the checks passed when it was made)
         hit = _planned(q, k, v, bool(causal), _default_scale(q, sm_scale))
@@ -455,6 +501,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     with ``xsync.options(check_inputs=True)`` (XSYNC_CHECK_INPUTS=1), elsewhere; see
     attention_varlen_impl for the cost."""
     _tensor_args(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    _refuse_transforms("attention_varlen", q, k, v)
     if _direct(q, k, v, cu_seqlens_q, cu_seqlens_k):
         return attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, _int_arg(max_seqlen_q),
                                      _int_arg(max_seqlen_k), bool(causal), _scale_arg(q, sm_scale))
@@ -479,6 +526,6 @@ def _scale_arg(q, sm_scale):
 def _int_arg(m):
     if isinstance(m, torch.Tensor) and m.numel() == 1 and not m.is_floating_point():
         return int(m)
-    if isinstance(m, bool) or not isinstance(m, int):
+    if isinstance(m, bool) or not isinstance(m, (int, torch.SymInt)):
         _fail(f"a max_seqlen of {m!r} is not an integer", "pass the longest sequence's length as an int")
     return m

@@ -12,6 +12,7 @@ role owns every value, and rejects misuse with the kernel's own file:line:
 from __future__ import annotations
 
 import ast
+import collections
 import dataclasses
 import inspect
 import textwrap
@@ -51,7 +52,15 @@ class _Frontend:
                 f"cannot read the source of kernel {fn.__name__!r}",
                 fix="define kernels in a .py file (xsync reads their source)") from exc
         self.source = textwrap.dedent("".join(lines))
-        self.globals = fn.__globals__
+        # closure variables shadow globals, as in Python (the compile cache keys both)
+        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+        bound = {}
+        for name, cell in cells.items():
+            try:
+                bound[name] = cell.cell_contents
+            except ValueError:      # not bound yet: the name stays unknown
+                pass
+        self.globals = collections.ChainMap(bound, fn.__globals__)
         self.roles: dict[str, ir.Role] = {}      # variable name -> role
         self.objects: dict[str, object] = {}     # variable name -> Pipe | Event | Barrier
         self.home: dict[str, tuple[str | None, int]] = {}  # value -> (owning role, line)

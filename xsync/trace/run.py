@@ -2,9 +2,11 @@
 counterexample when the protocol deadlocks."""
 from __future__ import annotations
 
+import inspect
+import math
 from dataclasses import dataclass
 
-from xsync.errors import DeadlockError, StallError, XSyncError
+from xsync.errors import DeadlockError, SourceLoc, StallError, XSyncError
 from xsync.trace.timeline import Timeline, TraceSetupError, from_counterexample, from_recording
 
 
@@ -41,6 +43,31 @@ def _no_hook(kernel) -> TraceSetupError:
              "launched as kernel[grid](*args, **kwargs); see the xsync.trace docstring or kernels/gemm.py"))
 
 
+MAX_PROGRAMS = 64      # lanes beyond this are neither drawable in bounded time nor readable
+
+
+def _drawable_grid(kernel, grid, from_caller: bool) -> tuple[int, ...]:
+    from xsync.compiler import launch_grid
+
+    grid = launch_grid(kernel.__name__, grid)
+    programs = math.prod(grid)
+    if programs > MAX_PROGRAMS:
+        who = "--grid" if from_caller else f"the trace= hook of '{kernel.__name__}'"
+        raise TraceSetupError(
+            f"{who} asks for grid {grid}: {programs} programs; xsync trace runs and draws at most "
+            f"{MAX_PROGRAMS} programs", loc=kernel_loc(kernel),
+            fix="trace a small launch (e.g. --grid 2); every program repeats the same protocol")
+    return grid
+
+
+def kernel_loc(kernel) -> SourceLoc | None:
+    try:
+        return SourceLoc(inspect.getsourcefile(kernel.fn) or "<unknown>",
+                         inspect.getsourcelines(kernel.fn)[1], kernel.__name__)
+    except (OSError, TypeError):
+        return None
+
+
 def trace_kernel(kernel, settings: dict | None = None, *, constexprs: dict | None = None,
                  dtypes: dict | None = None, grid=None, backend: str = "cpu") -> TraceResult:
     """Run ``kernel`` small on the CPU emulator under the recorder and build its timeline.
@@ -71,8 +98,7 @@ def trace_kernel(kernel, settings: dict | None = None, *, constexprs: dict | Non
         raise TraceSetupError(f"trace= hook of '{kernel.__name__}' returned {type(made).__name__}",
                               fix="return (grid, args, kwargs) for kernel[grid](*args, **kwargs)")
     hook_grid, args, kwargs = made
-    grid = tuple(grid) if grid is not None else hook_grid
-    grid = tuple(grid) if isinstance(grid, (tuple, list)) else (int(grid),)
+    grid = _drawable_grid(kernel, grid if grid is not None else hook_grid, grid is not None)
     kwargs = dict(kwargs)
     kwargs.pop("backend", None)
     _, cx, dts = kernel.bind(tuple(args), kwargs)

@@ -124,7 +124,7 @@ class CompiledAscend:
                 name = f"xsync_ascend_{self.kernel.name}_{os.path.basename(self.path)[:-3].split('_')[-1]}"
                 spec = importlib.util.spec_from_file_location(name, self.path)
                 module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
+                files.exec_generated(spec, module)     # heals a damaged .pyc
                 self._fn = getattr(module, self.kernel.name)
             return self._fn
 

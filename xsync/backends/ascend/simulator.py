@@ -332,7 +332,7 @@ class Simulation:
                                              "# (xsync simulator: al is provided)")
                 exec(compile(text_for_exec, path, "exec"), mod.__dict__)  # noqa: S102 - our own generated code
             else:
-                spec.loader.exec_module(mod)
+                files.exec_generated(spec, mod)     # heals a damaged .pyc
             jit = getattr(mod, self.kernel.name)
             self.fns[core] = InterpretedFunction(jit.fn)
             self.paths[core] = path

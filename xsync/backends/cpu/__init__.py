@@ -8,7 +8,7 @@ from xsync import config
 from xsync.backends.base import Backend
 from xsync.backends.cpu import options as cpu_options
 from xsync.backends.cpu.placement import TARGET, place
-from xsync.backends.cpu.render import function_names, render
+from xsync.backends.cpu.render import function_names, render, render_mapped
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 
@@ -21,6 +21,9 @@ class CompiledCpu:
     agent_functions: dict
     skeleton: object = None      # xsync.lowering.protocol.Skeleton: the sync objects' meaning
     mode: str = "threads"        # "threads" | "cooperative" (XSYNC_CPU_MODE)
+    filename: str = ""           # the generated source's name in frames and linecache
+    line_map: tuple = ()         # (generated line, kernel line) per statement (the watchdog)
+    loop_names: dict = None      # generated loop variable -> kernel loop variable
 
     def launch(self, grid: tuple[int, ...], args: dict, settings=None):
         """``settings``: the configuration the caller resolved (xsync.config.Settings; default:
@@ -52,7 +55,7 @@ class CpuBackend(Backend):
         from xsync.lowering.protocol import derive
 
         skeleton = getattr(allocation, "skeleton", None) or derive(kernel, placement)
-        source = render(kernel, placement, skeleton, options.mode == "cooperative")
+        source, line_map, loop_names = render_mapped(kernel, placement, skeleton, options.mode == "cooperative")
         filename = f"<xsync-cpu {kernel.name} {abs(hash(source)):x}>"
         # Register the generated source so tracebacks show its lines.
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -60,7 +63,8 @@ class CpuBackend(Backend):
         exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
         names = function_names(kernel, placement)
         functions = {a.name: namespace[names[a.name]] for a in placement.agents}
-        return CompiledCpu(kernel, placement, source, functions, skeleton, options.mode)
+        return CompiledCpu(kernel, placement, source, functions, skeleton, options.mode, filename,
+                           line_map, loop_names)
 
 
 CPU = CpuBackend("cpu", TARGET, place, device="cpu")

@@ -5,9 +5,12 @@
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from xsync.backends.cpu.channels import Aborted, Program, at_text
+from xsync.backends.cpu.watchdog import Overtime
 from xsync.errors import ProtocolError, SlotOrderError, SourceLoc
 
 
@@ -40,10 +43,11 @@ class Agent:
             raise Aborted()
 
     def program_id(self, axis):
-        return self.pid[axis]
+        # an axis the launch's grid leaves out is size 1, as on the GPU (a 1-D grid's axis 1)
+        return self.pid[axis] if axis < len(self.pid) else 0
 
     def num_programs(self, axis):
-        return self.grid[axis]
+        return self.grid[axis] if axis < len(self.grid) else 1
 
     def ch(self, obj):
         return self.program.channels[(obj, self.ends[obj])]
@@ -181,6 +185,12 @@ class CoopAgent(Agent):
     def __init__(self, *args, scheduler=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.sched = scheduler
+
+    def tick(self):
+        """Every loop iteration: a generator that computes without a sync verb never returns
+        to the scheduler, so the launch's deadline is checked here."""
+        if self.sched is not None and self.sched.deadline.passed():
+            raise Overtime(sys._getframe(1))
 
     def _block(self, ready, describe, line, at):
         while not ready():

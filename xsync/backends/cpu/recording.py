@@ -7,7 +7,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from xsync.backends.cpu.agents import Agent
-from xsync.backends.cpu.channels import Monitor
+from xsync.backends.cpu.channels import Monitor, at_text
+from xsync.errors import LaunchError, SourceLoc
 from xsync.trace.timeline import OpKind
 
 
@@ -18,6 +19,7 @@ from xsync.trace.timeline import OpKind
 # with the commit/signal that satisfied it. Off by default: without an active recorder
 # the launcher builds the plain Agent/Monitor and no per-op code runs.
 _RECORDING = threading.local()
+MAX_OPS = 20_000          # sync ops one recording keeps: more is neither drawn in bounded time nor read
 _ARRIVAL = "arrival"     # the pairing class of a barrier arrival, whether sync or arrive
 _BARRIER_KINDS = (OpKind.SYNC, OpKind.ARRIVE)
 _SATISFIED_KINDS = (OpKind.WAIT, OpKind.EVENT_WAIT, OpKind.ACQUIRE, OpKind.SYNC)  # ops let through
@@ -82,6 +84,7 @@ class Trace:
         self.kernel_name = ""
         self.file = ""
         self.grid: tuple[int, ...] = ()
+        self.ops_left = MAX_OPS
 
     def now(self) -> int:
         return time.perf_counter_ns() - self.t0
@@ -176,6 +179,14 @@ class RecordingAgent(Agent):
 
     def _op(self, kind, obj, line, at, call):
         kline = line or None
+        self.trace.ops_left -= 1
+        if self.trace.ops_left < 0:
+            raise LaunchError(
+                f"kernel '{self.kernel}': the recording passed {MAX_OPS} sync ops (xsync trace "
+                f"draws at most that many)", loc=SourceLoc(self.file, kline, self.kernel) if kline else None,
+                objects=(self.label, obj), details=f"at {self.label}{at_text(at)}",
+                fix="trace a small launch: fewer programs and short loops (--set the sizes down, "
+                    "e.g. --set K=64)")
         iteration = dict(at or {})
         t0 = self.trace.now()
         self._work(t0, kline)

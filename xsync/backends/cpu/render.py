@@ -73,6 +73,10 @@ class CpuRenderer(PythonRenderer):
         self.cooperative = cooperative
         self.out = Emitter()
         self.loop_vars: list[str] = []
+        # (generated line, kernel line) where each statement starts, and the loop variables
+        # (generated name -> kernel name): the watchdog says where a running agent is
+        self.line_map: list[tuple[int, int]] = []
+        self.loop_names: dict[str, str] = {}
 
     # ------------------------------------------------------------ expressions
     def dtype(self, d) -> str:
@@ -138,6 +142,7 @@ class CpuRenderer(PythonRenderer):
 
     def stmt(self, s):
         o = self.out
+        self.line_map.append((len(o.lines) + 1, s.loc.line))
         if isinstance(s, ir.Assign):
             lhs = ", ".join(s.targets)
             o.line(f"{lhs} = {self.expr(s.value)}")
@@ -153,6 +158,7 @@ class CpuRenderer(PythonRenderer):
             o.line(f"# role '{label(s.role)}' (line {s.loc.line})")
             self.block(s.body)
         elif isinstance(s, ir.For):
+            self.loop_names[self.name(s.var)] = s.var
             self.loop_vars.append(s.var)
             self.emit_for(s, self.loop_body)
             self.loop_vars.pop()
@@ -184,3 +190,11 @@ class CpuRenderer(PythonRenderer):
 
 def render(kernel: ir.KernelIR, placement: Placement, skeleton=None, cooperative: bool = False) -> str:
     return CpuRenderer(kernel, placement, skeleton, cooperative).render()
+
+
+def render_mapped(kernel: ir.KernelIR, placement: Placement, skeleton=None, cooperative: bool = False):
+    """(source, line map, loop names): the source and what the watchdog needs to name the
+    kernel line and loop iteration of a generated line."""
+    renderer = CpuRenderer(kernel, placement, skeleton, cooperative)
+    source = renderer.render()
+    return source, tuple(renderer.line_map), dict(renderer.loop_names)

@@ -10,6 +10,7 @@ import torch
 
 from xsync.backends.cpu.agents import Agent, CoopAgent
 from xsync.backends.cpu.channels import Aborted, Monitor, Program, leftover_error, stall_error
+from xsync.backends.cpu.watchdog import Deadline, Overtime, position, timeout_error
 from xsync.backends.cpu.recording import (ProgramTrace, RecordingAgent, RecordingMonitor, active_trace,
                                           link_pairs, object_infos)
 from xsync.errors import LaunchError
@@ -23,6 +24,7 @@ class CoopScheduler:
     def __init__(self):
         self.moves = 0
         self.status: dict = {}
+        self.deadline = Deadline(float("inf"))   # the launch's (run_grid sets it)
 
     def blocked(self, ag, describe, line, at):
         self.status[ag.label] = (describe, line, at)
@@ -34,13 +36,20 @@ class CoopScheduler:
 
 _STOP_GRACE_S = 120.0      # one loop iteration's compute, at most, after a timeout
 
+
 def run_grid(compiled, grid: tuple[int, ...], args: dict, join_timeout: float):
-    """Run every program of ``grid`` (threads or the cooperative scheduler)."""
+    """Run every program of ``grid`` (threads or the cooperative scheduler) within one
+    wall-clock limit of ``join_timeout`` seconds for the whole launch."""
     import itertools
+    import math
 
     run = _run_coop if getattr(compiled, "mode", "threads") == "cooperative" else _run_program
-    for pid in itertools.product(*(range(g) for g in grid)):
-        run(compiled, tuple(pid), grid, args, join_timeout)
+    deadline = Deadline(join_timeout)
+    total = math.prod(grid)
+    for done, pid in enumerate(itertools.product(*(range(g) for g in grid))):
+        if deadline.passed():
+            raise timeout_error(compiled, tuple(pid), deadline, {}, done, total)
+        run(compiled, tuple(pid), grid, args, deadline, (done, total))
 
 
 def _scalar_note(k, args) -> str:
@@ -53,17 +62,17 @@ def _verdict(compiled) -> str | None:
     return run_time_verdict(getattr(compiled, "lowered", None))
 
 
-def _run_coop(compiled, pid, grid, args, join_timeout):
+def _run_coop(compiled, pid, grid, args, deadline, progress=(0, 1)):
     k, skel = compiled.kernel, compiled.skeleton
     labels = [inst.label for inst in skel.instances]
     program = Program(skel, labels)
     sched = CoopScheduler()
+    sched.deadline = deadline      # CoopAgent.tick checks it at every loop iteration
     live = []
     for inst in skel.instances:
         ag = CoopAgent(inst.label, inst.replica, pid, grid, program, None, inst.index, k.file,
                        k.name, scheduler=sched)
         live.append((ag, compiled.agent_functions[inst.agent](ag, **args)))
-    deadline = time.monotonic() + join_timeout
     done: set = set()
     while len(done) < len(live):
         before = sched.moves
@@ -77,21 +86,38 @@ def _run_coop(compiled, pid, grid, args, join_timeout):
                 done.add(ag.label)
                 sched.running(ag)
                 finished = True
+            except Overtime as over:
+                raise _coop_overtime(compiled, pid, live, done, sched, ag, over, progress) from None
         if sched.moves == before and not finished and len(done) < len(live):
             status = {ag.label: ("done" if ag.label in done else
                                  (sched.status[ag.label][0](),) + sched.status[ag.label][1:])
                       for ag, _ in live}
             raise stall_error(k.name, k.file, status, _scalar_note(k, args), _verdict(compiled))
-        if time.monotonic() > deadline:
-            raise LaunchError(f"kernel '{k.name}' program {pid} did not finish within "
-                              f"{join_timeout:.0f} s on the CPU emulator",
-                              fix="use smaller shapes, or raise XSYNC_CPU_TIMEOUT")
+        if deadline.passed():
+            raise _coop_overtime(compiled, pid, live, done, sched, None, None, progress)
     left = program.leftovers()
     if left:
         raise leftover_error(k.name, k.file, left, _scalar_note(k, args), _verdict(compiled))
 
 
-def _run_program(compiled, pid, grid, args, join_timeout):
+def _coop_overtime(compiled, pid, live, done, sched, running, over, progress) -> LaunchError:
+    """The timeout report of a cooperative program: the agent that was computing (``running``,
+    from the frame ``over`` was raised in) and where every other one is suspended."""
+    where = {}
+    for ag, gen in live:
+        if ag.label in done:
+            where[ag.label] = ("done", None, None)
+            continue
+        frame = over.frame if ag is running else gen.gi_frame
+        line, at = position(compiled, frame)
+        blocked = sched.status.get(ag.label)
+        state = ("computing" if ag is running else
+                 f"blocked: {blocked[0]()}" if blocked else "ready to run")
+        where[ag.label] = (state, line, at)
+    return timeout_error(compiled, pid, sched.deadline, where, *progress)
+
+
+def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1)):
     k, placement, skel = compiled.kernel, compiled.placement, compiled.skeleton
     labels = [inst.label for inst in skel.instances]
     scalars, verdict = _scalar_note(k, args), _verdict(compiled)
@@ -138,14 +164,10 @@ def _run_program(compiled, pid, grid, args, join_timeout):
         agents.append(ag)
     for t in threads:
         t.start()
-    deadline = time.monotonic() + join_timeout
     for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+        t.join(deadline.left())
     if any(t.is_alive() for t in threads):
-        mon.fail(LaunchError(
-            f"kernel '{k.name}' program {pid} did not finish within {join_timeout:.0f} s on the CPU "
-            f"emulator (agents still computing, none blocked)",
-            fix="use smaller shapes, or raise XSYNC_CPU_TIMEOUT"))
+        mon.fail(_threads_overtime(compiled, pid, threads, agents, mon, deadline, progress))
         # every agent stops at its next loop iteration or sync call: wait for that, so no
         # thread still computes when the error reaches the caller (or the interpreter exits)
         for t in threads:
@@ -162,3 +184,24 @@ def _run_program(compiled, pid, grid, args, join_timeout):
         link_pairs(prog)
     if mon.failure is not None:
         raise mon.failure
+
+
+def _threads_overtime(compiled, pid, threads, agents, mon, deadline, progress) -> LaunchError:
+    """The timeout report of a threaded program: where each agent thread is now."""
+    import sys
+
+    frames = sys._current_frames()
+    where = {}
+    with mon.cond:
+        status = dict(mon.status)
+    for t, ag in zip(threads, agents):
+        st = status.get(ag.label)
+        if not t.is_alive() or st == "done":
+            where[ag.label] = ("done", None, None)
+            continue
+        line, at = position(compiled, frames.get(t.ident))
+        if isinstance(st, tuple):        # ("blocked", what, line, at)
+            where[ag.label] = (f"blocked: {st[1]}", st[2] or line, st[3] if st[3] is not None else at)
+        else:
+            where[ag.label] = ("computing", line, at)
+    return timeout_error(compiled, pid, deadline, where, *progress)

@@ -32,7 +32,7 @@ def load_module(name: str, source: str):
         module = importlib.util.module_from_spec(spec)
         sys.modules[modname] = module
         try:
-            spec.loader.exec_module(module)
+            files.exec_generated(spec, module)     # heals a damaged .pyc
         except BaseException:
             del sys.modules[modname]
             raise
