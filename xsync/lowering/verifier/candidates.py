@@ -45,7 +45,8 @@ import math
 from xsync.lowering import ir
 from xsync.lowering.ir import ParamKind, TileOp
 from xsync.lowering.protocol import Act, Branch, Let, Loop, Skeleton, text
-from xsync.lowering.verifier.enumeration import independent, product
+from xsync.lowering.verifier.enumeration import independent, product, thinned
+from xsync.lowering.verifier.relaxation import relax_one
 from xsync.lowering.verifier.episodes import (EpisodeSweep, acting_programs, as_episodes, assigned_names,
                                               episode_candidates, episode_images, episode_loops, episode_trips,
                                               reads_var)
@@ -478,38 +479,8 @@ class Scalars:
             forms = self._all_forms()
 
     def relax(self) -> str | None:
-        """Take one more named value as a free integer of its own (``docs/verifier.md``,
-        "Relaxed values"): the largest one that a bound or condition reads, whose definition is
-        the same in every instance and reads only free scalars. The runs it then allows include
-        every run the kernel can make (its value is one of the integers tried, whatever the
-        other scalars are), and more: a verdict found clean is a proof, a bug found may be one
-        no real values reach (``check.falsify`` looks for them). None: nothing left to relax."""
-        forms = self._all_forms()
-        named = {n for f in forms for n in form_nodes(f) if isinstance(n, Named)}
-        by_key: dict = {}
-        for n in named:
-            by_key.setdefault((n.name, n.line), set()).add(n)
-        for nm in sorted(named, key=lambda n: (-form_size(n), n.name, n.line)):
-            key = (nm.name, nm.line)
-            inside = free_scalars(nm.value)
-            if len(by_key[key]) > 1 or key in self.cut or key in self.episode_images:
-                continue          # per instance (a replica's rows): one value would merge them
-            if not inside or not all(isinstance(a, (Atom, CutVar)) for a in inside):
-                continue
-            self.cut[key] = nm.value
-            self.relaxed[key] = nm.value
-            repl = CutVar(nm.name, nm.line)
-            sub = lambda x, c=nm, r=repl: r if x == c else None  # noqa: E731
-            self.observations = {Observation(o.kind, substitute(o.form, sub), substitute(o.guard, sub),
-                                             o.loop_line, o.uses_var): None
-                                 for o in self.observations}
-            self._counter_trips = {Observation(o.kind, substitute(o.form, sub), substitute(o.guard, sub),
-                                               o.loop_line, o.uses_var): None
-                                   for o in self._counter_trips}
-            self._unit_memo.clear()
-            self._unrollers = self._tracers = None
-            return nm.name
-        return None
+        """Take one more named value as a free integer of its own (``relaxation.relax_one``)."""
+        return relax_one(self)
 
     def _all_forms(self):
         out = []
@@ -821,21 +792,3 @@ class Scalars:
             parts.append(f"{k} = {v}")
         return ", ".join(parts)
 
-
-def thinned(dims, limit: int, rng) -> list:
-    """``dims`` with the largest sets cut, one at a time, to random subsets (order kept) until
-    their product is at most ``limit``; every set keeps at least two values (or all it has)."""
-    keep = [len(d) for d in dims]
-
-    def size():
-        out = 1
-        for k in keep:
-            out *= max(1, k)
-        return out
-    while size() > limit:
-        i = max(range(len(keep)), key=lambda j: keep[j])
-        if keep[i] <= 2:
-            break
-        keep[i] = max(2, keep[i] // 2)
-    return [d if k >= len(d) else [d[j] for j in sorted(rng.sample(range(len(d)), k))]
-            for d, k in zip(dims, keep)]

@@ -466,3 +466,22 @@ class _ProductSource:
             if OBS_MEMO and here and not risky.get(j) and f"v{j}" not in seen_by and all(map(exact_local, seen_by)):
                 values_of = seen_by
         return key, values_of, inner_defs
+
+
+def thinned(dims, limit: int, rng) -> list:
+    """``dims`` with the largest sets cut, one at a time, to random subsets (order kept) until
+    their product is at most ``limit``; every set keeps at least two values (or all it has)."""
+    keep = [len(d) for d in dims]
+
+    def size():
+        out = 1
+        for k in keep:
+            out *= max(1, k)
+        return out
+    while size() > limit:
+        i = max(range(len(keep)), key=lambda j: keep[j])
+        if keep[i] <= 2:
+            break
+        keep[i] = max(2, keep[i] // 2)
+    return [d if k >= len(d) else [d[j] for j in sorted(rng.sample(range(len(d)), k))]
+            for d, k in zip(dims, keep)]
