@@ -299,7 +299,7 @@ class Scalars:
                             env[t] = v
                         else:
                             # the same value at every iteration: named, so that it can be relaxed
-                            env[t] = Named(t, n.loc.line, v)
+                            env[t] = Named(t, n.loc.line, v, in_loop=True)
                     elif (t, n.loc.line) in self.episode_images:
                         env[t] = CutVar(t, n.loc.line)
                     else:
@@ -459,6 +459,8 @@ class Scalars:
                            key=lambda n: -form_size(n))
             chosen = None
             for nm in named:
+                if nm.in_loop:
+                    continue
                 inside = free_scalars(nm.value)
                 if not inside or not all(isinstance(a, (Atom, CutVar)) for a in inside):
                     continue

@@ -405,6 +405,7 @@ class _Runs:
         self.repeated: set[int] = set()              # program ids repeats_clean said yes to
         self.trace = sc.tracer() if len(found) > COMPILE_AFTER else None
         self.hits = 0
+        self.budget = MAX_STEPS    # actions executed at most
         self.faulted = 0           # assignments where a bound or condition cannot be evaluated
         self.simulated = 0
 
@@ -430,7 +431,7 @@ class _Runs:
                 self.after += 1
                 if self.after > LOOK_FURTHER:
                     break
-            if self.steps > MAX_STEPS:
+            if self.steps > self.budget:
                 complete = False
                 unproven = unproven + [Gap(f"the search stopped after {self.steps} steps (larger trip "
                                            f"counts were not checked)", STEPS_HINT)]
@@ -535,6 +536,7 @@ def _divisors(g: int) -> list[int]:
 # ---------------------------------------------------------------- bugs beyond the smallest values
 FALSIFY_ROUNDS = 4          # random thinnings of the candidate sets tried
 FALSIFY_LIMIT = 200_000     # the product of one thinning
+FALSIFY_STEPS = 2_000_000   # actions executed at most over all rounds (a tenth of a full check)
 
 
 def falsify(kernel, placement, skel, episodes: bool, bounds, periods, exhaustive,
@@ -548,7 +550,10 @@ def falsify(kernel, placement, skel, episodes: bool, bounds, periods, exhaustive
     sc = Scalars(kernel, skel, episodes=episodes)
     leads = Leads(skel)
     tables = Tables(skel, sc)
+    spent = 0
     for seed in range(-1 if smallest else 0, FALSIFY_ROUNDS):
+        if spent >= FALSIFY_STEPS:
+            break
         if seed < 0:
             found, _ = _coarse(sc, bounds)
             found = (found or [])[:MAX_RUNS]
@@ -557,7 +562,9 @@ def falsify(kernel, placement, skel, episodes: bool, bounds, periods, exhaustive
         if not found:
             continue
         runs = _Runs(skel, sc, leads, tables, False, exhaustive, found)
+        runs.budget = FALSIFY_STEPS - spent
         runs.run(found, True, [])
+        spent += runs.steps
         if runs.worst is not None:
             return runs.worst[1].error(runs.worst)
     return None

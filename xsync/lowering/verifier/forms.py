@@ -35,6 +35,9 @@ class Named:
     name: str
     line: int
     value: object
+    # assigned inside a loop (the same value at every iteration): relaxed only (relaxation.py),
+    # never cut exactly, so that the exact check enumerates what it did before
+    in_loop: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,7 @@ def substitute(x, fn):
     if isinstance(x, ir.Call):
         return ir.Call(x.op, tuple(substitute(a, fn) for a in x.args))
     if isinstance(x, Named):
-        return Named(x.name, x.line, substitute(x.value, fn))
+        return Named(x.name, x.line, substitute(x.value, fn), x.in_loop)
     if isinstance(x, Select):
         return Select(substitute(x.cond, fn), substitute(x.a, fn), substitute(x.b, fn))
     if isinstance(x, tuple):
