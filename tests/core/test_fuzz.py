@@ -272,7 +272,7 @@ def test_fuzz_kernel(seed, folder):
     assert not findings, "\n\n".join(findings)
 
 
-@pytest.mark.parametrize("seed", range(0, 12))
+@pytest.mark.parametrize("seed", [*range(0, 12), 93])   # 93: head dimension 0 (was ZeroDivisionError)
 def test_fuzz_attention(seed):
     findings = fuzz_attention(seed)
     assert not findings, "\n\n".join(findings)
