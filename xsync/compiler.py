@@ -43,7 +43,7 @@ from xsync.lowering.frontend import parse_kernel
 from xsync.lowering.passes import PassLog
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
-from xsync.lowering.tile_launch import check_grid, check_int_scalars, single_tile_counts
+from xsync.lowering.tile_launch import check_grid, check_int_scalars, launch_uses, single_tile_counts
 from xsync.lowering.verifier.check import not_proven_error
 from xsync.lowering.verify import VerifyReport, verify
 
@@ -110,7 +110,7 @@ class Kernel:
         self._lock = threading.Lock()
         self._source_hash: str | None = None
         self._free_names: tuple[str, ...] | None = None   # globals/closures the source names
-        self._launch_memo: dict = {}     # launch-path key (no sorting) -> (compiled, tile counts)
+        self._launch_memo: dict = {}     # launch-path key (no sorting) -> (compiled, tile counts, launch uses)
         self.generation = 0              # bumped by clear_cache()
         # Launch-path facts, computed once (every launch needs them).
         self._constexpr_names = tuple(
@@ -344,10 +344,12 @@ class Kernel:
             memo = None
         if memo is None or settings.dump:
             compiled = self._compile(backend, constexprs, dtypes, settings)
-            memo = self._launch_memo[fast] = (compiled, single_tile_counts(compiled.lowered.kernel))
-        compiled, counts = memo
+            memo = self._launch_memo[fast] = (compiled, single_tile_counts(compiled.lowered.kernel),
+                                              launch_uses(compiled.lowered.kernel))
+        compiled, counts, uses = memo
         if compiled.lowered.kernel.int_scalars:
             check_int_scalars(compiled.lowered.kernel, run_args)
+        uses.check(compiled.lowered.kernel, run_args)   # tensor ranks, run-time loop steps
         if counts:   # one program per tile: a smaller grid would skip tiles
             check_grid(compiled.lowered.kernel, counts, grid, run_args, constexprs)
         compiled.launch(grid, run_args, settings)

@@ -311,6 +311,8 @@ def _direct(*tensors) -> bool:
 def _default_scale(q, sm_scale):
     if sm_scale is not None:
         return sm_scale
+    if isinstance(q, torch.Tensor) and q.dim() and q.shape[-1] == 0:   # 1/sqrt(0): no default scale
+        _fail(f"q has head dimension 0 (shape {tuple(q.shape)})", "pass q, k and v with a head dimension of at least 1")
     return 1.0 / math.sqrt(q.shape[-1]) if isinstance(q, torch.Tensor) and q.dim() else 1.0
 
 

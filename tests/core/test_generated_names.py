@@ -82,16 +82,21 @@ def _sources(kernel) -> dict:
 
 def _identifiers(source: str) -> list[str]:
     """The names a source binds or reads, in order: not attributes (``gl.dtype``), keyword
-    arguments (``mask=``) or import lines (an import spells a module the generator renamed)."""
+    arguments (``mask=``), import lines (an import spells a module the generator renamed) or
+    the bodies of the generators' helper functions (``def xs_...``: their parameters and locals
+    are their own scope, which no kernel name enters)."""
     tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
               if t.type not in (tokenize.COMMENT, tokenize.NL)]
-    out, depth, importing = [], 0, False
+    out, depth, importing, level, helper = [], 0, False, 0, False
     for i, t in enumerate(tokens):
+        level += (t.type == tokenize.INDENT) - (t.type == tokenize.DEDENT)
         if t.type == tokenize.OP:
             depth += (t.string in "([{") - (t.string in ")]}")
         starts = i == 0 or tokens[i - 1].type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+        if starts and level == 0:
+            helper = t.string == "def" and tokens[i + 1].string.startswith("xs_")
         importing = (importing and t.type != tokenize.NEWLINE) or (starts and t.string in ("import", "from"))
-        if importing or t.type != tokenize.NAME or keyword.iskeyword(t.string):
+        if importing or helper or t.type != tokenize.NAME or keyword.iskeyword(t.string):
             continue
         after_dot = i > 0 and tokens[i - 1].string == "."
         kwarg = depth > 0 and i + 1 < len(tokens) and tokens[i + 1].string == "="
@@ -202,15 +207,7 @@ def test_refused_names(adversarial):
     assert {"range", "float", "xs_i"} <= refused
 
 
-@pytest.mark.parametrize("backend", [
-    "cpu",
-    pytest.param("nvidia", marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 35: the Hopper generator's names (gl, mbarrier, NTHREADS, <tensor>_desc, ...) are "
-        "not yet spelled apart from the kernel's"))),
-    pytest.param("ascend", marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 35: the Ascend generator's names (triton, tl, <name>_r<replica>, ...) are not yet "
-        "spelled apart from the kernel's"))),
-])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_generated_source_is_a_renaming(neutral, adversarial, backend):
     """No user name is spelled like a generator name: the source is the neutral one renamed."""
     failures = []

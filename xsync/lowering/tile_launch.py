@@ -136,3 +136,54 @@ def check_int_scalars(kernel: ir.KernelIR, scalars: dict) -> None:
                 f"kernel uses it as an integer (line {line})",
                 loc=SourceLoc(kernel.file, line, kernel.name), objects=(name,),
                 fix=f"pass an int for `{name}`{exact}")
+
+
+@dataclass(frozen=True)
+class LaunchUses:
+    """What a launch must check of its arguments against the kernel's use of them: the rank
+    each tensor parameter is read or written with (and the first line doing so), and the loop
+    steps that are run-time scalars (a zero step never ends)."""
+
+    ranks: tuple[tuple[str, int, int], ...]        # (tensor, rank, line)
+    steps: tuple[tuple[str, int], ...]             # (scalar, line)
+
+    def check(self, kernel: ir.KernelIR, args: dict) -> None:
+        for name, rank, line in self.ranks:
+            x = args.get(name)
+            dim = getattr(x, "dim", None)
+            if dim is not None and dim() != rank:
+                raise LaunchError(
+                    f"kernel '{kernel.name}': tensor `{name}` has {dim()} dimension(s) (shape "
+                    f"{tuple(x.shape)}), but the kernel reads or writes it as a {rank}-D tensor (line {line})",
+                    loc=SourceLoc(kernel.file, line, kernel.name), objects=(name,),
+                    fix=f"pass a {rank}-D tensor for `{name}` (e.g. `{name}.reshape(rows, cols)`)")
+        for name, line in self.steps:
+            if args.get(name) == 0 and not isinstance(args.get(name), bool):
+                raise LaunchError(
+                    f"kernel '{kernel.name}': scalar `{name}` is 0, but the kernel uses it as a loop step "
+                    f"(line {line}): the loop would never end",
+                    loc=SourceLoc(kernel.file, line, kernel.name), objects=(name,),
+                    fix=f"pass a non-zero step for `{name}`")
+
+
+def launch_uses(kernel: ir.KernelIR) -> LaunchUses:
+    """The tensor ranks and run-time loop steps of ``kernel`` (computed once per compile)."""
+    tensors = {p.name for p in kernel.params if p.kind is ir.ParamKind.TENSOR}
+    scalars = {p.name for p in kernel.params if p.kind is ir.ParamKind.SCALAR}
+    ranks: dict[str, tuple[int, int]] = {}
+    steps: dict[str, int] = {}
+    for s in ir.walk(kernel.all_statements()):
+        line = s.loc.line
+        if isinstance(s, ir.Store) and s.tensor in tensors:
+            ranks.setdefault(s.tensor, (len(s.offsets), line))
+        if isinstance(s, ir.For) and isinstance(s.step, ir.Name) and s.step.id in scalars:
+            steps.setdefault(s.step.id, line)
+        for attr in ("value", "cond", "start", "stop", "step", "guard"):
+            e = getattr(s, attr, None)
+            if e is None or isinstance(e, (str, int)):
+                continue
+            for c in ir.expr_calls(e):
+                if c.op is ir.TileOp.LOAD and isinstance(c.args[0], ir.Name) and c.args[0].id in tensors \
+                        and isinstance(c.args[1], ir.TupleExpr):
+                    ranks.setdefault(c.args[0].id, (len(c.args[1].items), line))
+    return LaunchUses(tuple((n, r, ln) for n, (r, ln) in ranks.items()), tuple(steps.items()))

@@ -125,11 +125,11 @@ class CompiledAscend:
                 spec = importlib.util.spec_from_file_location(name, self.path)
                 module = importlib.util.module_from_spec(spec)
                 files.exec_generated(spec, module)     # heals a damaged .pyc
-                self._fn = getattr(module, self.kernel.name)
+                self._fn = getattr(module, self.module.entry)
             return self._fn
 
     def signature(self, scalars: dict | None = None) -> dict:
-        return _render.signature(self.kernel, self.allocation, scalars)
+        return _render.signature(self.kernel, self.allocation, scalars, self.module.names)
 
     # ------------------------------------------------------------ launch
     def check_grid(self, grid):

@@ -122,6 +122,7 @@ from enum import StrEnum
 
 # FORMS: the launcher reads it here
 from xsync.backends.ascend.replicas import FORMS, Core, ReplicaAnalysis, analyze, has_sync  # noqa: F401
+from xsync.backends.spelling import Spelling
 from xsync.backends.source import Emitter, PythonRenderer, doc_text, label
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation
@@ -145,6 +146,12 @@ class AscendModule:
     source: str
     form: str
     parts: tuple[CorePart, ...]
+    names: Spelling | None = None     # how the source spells the kernel's names (spelling.py)
+
+    @property
+    def entry(self) -> str:
+        """The @triton.jit function's name."""
+        return self.names(self.names.kernel.name) if self.names is not None else ""
 class FlagOp(StrEnum):
     """A cross-core flag operation: ``sync_block_set`` or ``sync_block_wait``."""
 
@@ -202,19 +209,22 @@ def workspace_arg(dtype) -> str:
     return f"xs_ws_{WS_SHORT[dtype.name]}"
 
 
-def signature(kernel: ir.KernelIR, allocation: Allocation, scalars: dict | None = None) -> dict:
-    """triton signature of the generated kernel ({arg: type}), in argument order."""
+def signature(kernel: ir.KernelIR, allocation: Allocation, scalars: dict | None = None,
+              names: Spelling | None = None) -> dict:
+    """triton signature of the generated kernel ({arg: type}), in argument order; ``names``:
+    how the source spells the kernel's parameters."""
     scalars = dict(scalars or {})
+    spell = names if names is not None else Spelling(kernel)
     sig = {}
     for p in kernel.params:
         if p.kind is ir.ParamKind.CONSTEXPR:
             continue
         if p.kind is ir.ParamKind.TENSOR:
-            sig[p.name] = SIG_DTYPES[p.dtype.name]
+            sig[spell(p.name)] = SIG_DTYPES[p.dtype.name]
             for a in tensor_args(p.name):
                 sig[a] = "i32"
         else:
-            sig[p.name] = scalars.get(p.name, "i32")
+            sig[spell(p.name)] = scalars.get(p.name, "i32")
     for d in workspace_dtypes(kernel, allocation):
         sig[workspace_arg(d)] = SIG_DTYPES[d.name]
     return sig
@@ -225,8 +235,9 @@ class AscendRenderer(PythonRenderer):
     :class:`~xsync.backends.ascend.replicas.ReplicaAnalysis` (rules there)."""
 
     def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
-                 analysis: ReplicaAnalysis):
+                 analysis: ReplicaAnalysis, names: Spelling | None = None):
         self.kernel, self.placement, self.alloc = kernel, placement, allocation
+        self.names = names if names is not None else Spelling(kernel)
         self.analysis, self.form = analysis, analysis.form
         self.ids = dict(allocation.event_ids)
         self.rings = {r.pipe: r for r in allocation.workspace}
@@ -267,16 +278,22 @@ class AscendRenderer(PythonRenderer):
     def dtype(self, d) -> str:
         return TL_DTYPES[d.name]
 
-    def name(self, n: str) -> str:
+    def replica_name(self, n: str) -> str:
+        """A role-local name of the unrolled replica being emitted (a name the generator builds
+        from the kernel's: spelled from the name as written), else the name as written."""
         if self.rep is not None and n in self.local and not any(n in s for s in self.shared):
             return f"{n}_r{self.rep}"
         return n
+
+    def name(self, n: str) -> str:
+        r = self.replica_name(n)
+        return r if r != n else self.names(n)
 
     def slot_field(self, slot: str, field: str) -> str:
         pipe = self.kernel.sync_object(self.slot_pipe.get(slot, ""))
         if pipe is not None and not self.in_gm(pipe):
             return self.payload_name(pipe, field)
-        return f"{self.name(slot)}_{field}"
+        return f"{self.replica_name(slot)}_{field}"
 
     def payload_name(self, pipe: ir.Pipe, field: str) -> str:
         """Variable of a same-core pipe's payload (per replica only for N -> N pipes)."""
@@ -302,12 +319,12 @@ class AscendRenderer(PythonRenderer):
             rows, cols, s0 = tensor_args(t)
             off = ", ".join(self.expr(x) for x in e.args[1].items)
             shape = ", ".join(self.expr(x) for x in e.args[2].items)
-            return (f"tl.load(tl.make_block_ptr({t}, shape=({rows}, {cols}), strides=({s0}, 1), "
+            return (f"tl.load(tl.make_block_ptr({self.names(t)}, shape=({rows}, {cols}), strides=({s0}, 1), "
                     f"offsets=({off}), block_shape=({shape}), order=(1, 0)), "
                     f"boundary_check=(0, 1), padding_option=\"zero\")")
         if e.op is ir.TileOp.LOAD_SCALAR:
             t = e.args[0].id
-            return f"tl.load({t} + ({self.expr(e.args[1])}) * {tensor_args(t)[2]})"
+            return f"tl.load({self.names(t)} + ({self.expr(e.args[1])}) * {tensor_args(t)[2]})"
         return f"{_TL_OPS[e.op]}({self.args(e)})"
 
     # ------------------------------------------------------------ sync spelling
@@ -392,7 +409,7 @@ class AscendRenderer(PythonRenderer):
             o.line("import triton.language.extra.cann.extension as al")
         o.line()
         for name, value in k.constexprs:
-            o.line(f"{name} = tl.constexpr({self.const(value)})")
+            o.line(f"{self.names(name)} = tl.constexpr({self.const(value)})")
         if self.alloc.workspace_bytes:
             o.line(f"XS_WS_BYTES = tl.constexpr({self.alloc.workspace_bytes})  # GM workspace per program")
         o.line('XS_COMPILE_OPTIONS = {"disable_auto_inject_block_sync": True}  # xsync places every flag')
@@ -402,12 +419,12 @@ class AscendRenderer(PythonRenderer):
         for p in k.params:
             if p.kind is ir.ParamKind.CONSTEXPR:
                 continue
-            params.append(p.name)
+            params.append(self.names(p.name))
             if p.kind is ir.ParamKind.TENSOR:
                 params += tensor_args(p.name)
         params += [workspace_arg(d) for d in self.ws_dtypes]
         o.line("@triton.jit")
-        o.line(f"def {k.name}({', '.join(params)}):")
+        o.line(f"def {self.names(k.name)}({', '.join(params)}):")
         o.indent()
         agents = sorted(self.placement.agents, key=lambda a: self.agent_core(a) is not Core.CUBE)
         for agent in agents:
@@ -552,7 +569,7 @@ class AscendRenderer(PythonRenderer):
         # replicas reach every sync point together (replicas.py, rule 4)
         self.rep = self.reps[0]
         if isinstance(s, ir.For):
-            head = (f"for {s.var} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
+            head = (f"for {self.names(s.var)} in range({self.expr(s.start)}, {self.expr(s.stop)}, "
                     f"{self.expr(s.step)}):")
             self.rep = None
             o.line(head)
@@ -617,7 +634,7 @@ class AscendRenderer(PythonRenderer):
             if getattr(s, "bounds", None):
                 rb, cb = (self.expr(x) for x in s.bounds)
                 rows, cols = f"tl.minimum({rows}, {rb})", f"tl.minimum({cols}, {cb})"
-            o.line(f"tl.store(tl.make_block_ptr({t}, shape=({rows}, {cols}), strides=({s0}, 1), "
+            o.line(f"tl.store(tl.make_block_ptr({self.names(t)}, shape=({rows}, {cols}), strides=({s0}, 1), "
                    f"offsets=({off}), block_shape=(xs_v.shape[0], xs_v.shape[1]), order=(1, 0)), "
                    f"xs_v.to({self.dtype(dtype)}), boundary_check=(0, 1))")
         else:
@@ -670,7 +687,7 @@ class AscendRenderer(PythonRenderer):
                     self.rep = r
                     ring = self.ring_of(obj)
                     for f in obj.fields:
-                        o.line(f"{self.name(target)}_{f.name} = "
+                        o.line(f"{self.replica_name(target)}_{f.name} = "
                                f"tl.load({self.field_ptr(obj, f.name, f'{target}_i', ring)})")
                 self.rep = saved
             else:
@@ -723,7 +740,7 @@ class AscendRenderer(PythonRenderer):
                 self.rep = r
                 ring = self.ring_of(pipe)
                 for f in pipe.fields:
-                    o.line(f"{self.name(target)}_{f.name} = "
+                    o.line(f"{self.replica_name(target)}_{f.name} = "
                            f"tl.load({self.field_ptr(pipe, f.name, f'{target}_i', ring)})")
             self.rep = saved
         else:
@@ -760,7 +777,11 @@ def render_module(kernel: ir.KernelIR, placement: Placement, allocation: Allocat
                   form: str = "release") -> "AscendModule":
     """The generated source and where each core's part of the kernel body lies in it."""
     analysis = analyze(kernel, placement, allocation, form)
-    r = AscendRenderer(kernel, placement, allocation, analysis)
+    # the kernel's names spelled apart from the generator's (xsync/backends/spelling.py): a probe
+    # render tells which names the generator writes
+    probe = Spelling.probe(kernel)
+    names = probe.settle(AscendRenderer(kernel, placement, allocation, analysis, probe).render())
+    r = AscendRenderer(kernel, placement, allocation, analysis, names)
     source = r.render()
-    return AscendModule(source, form, tuple(r.parts))
+    return AscendModule(source, form, tuple(r.parts), names)
 

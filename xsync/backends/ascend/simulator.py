@@ -333,11 +333,11 @@ class Simulation:
                 exec(compile(text_for_exec, path, "exec"), mod.__dict__)  # noqa: S102 - our own generated code
             else:
                 files.exec_generated(spec, mod)     # heals a damaged .pyc
-            jit = getattr(mod, self.kernel.name)
+            jit = getattr(mod, module.entry)
             self.fns[core] = InterpretedFunction(jit.fn)
             self.paths[core] = path
             self.lines[core] = text.split("\n")
-            self.loops[core] = _loop_vars_by_line(text, self.kernel.name)
+            self.loops[core] = _loop_vars_by_line(text, module.entry)
         self.machine: Machine | None = None
         self.local = threading.local()
 

@@ -9,6 +9,7 @@ the agent functions are generators the runtime interleaves in one thread.
 """
 from __future__ import annotations
 
+from xsync.backends.spelling import fresh, user_names
 from xsync.backends.source import Emitter, PythonRenderer, label
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
@@ -21,31 +22,6 @@ _RT_OPS = {
     ir.TileOp.EXP2: "exp2", ir.TileOp.LOG2: "log2", ir.TileOp.WHERE: "where",
     ir.TileOp.MAXIMUM: "maximum", ir.TileOp.MINIMUM: "minimum"
 }
-
-
-def user_names(kernel: ir.KernelIR) -> set[str]:
-    """Every identifier the kernel's own code binds or reads (the generator's names avoid them)."""
-    names = {p.name for p in kernel.params} | {n for n, _ in kernel.constexprs}
-    for s in ir.walk(kernel.all_statements()):
-        names.update(getattr(s, "targets", None) or ())
-        for attr in ("var", "target", "slot"):
-            if isinstance(getattr(s, attr, None), str):
-                names.add(getattr(s, attr))
-        for attr in ("value", "cond", "start", "stop", "step", "guard"):
-            e = getattr(s, attr, None)
-            if e is not None and not isinstance(e, (str, int)):
-                names |= ir.expr_names(e)
-        for e in (getattr(s, "offsets", None) or ()) + (getattr(s, "bounds", None) or ()):
-            names |= ir.expr_names(e)
-    return names
-
-
-def fresh(base: str, taken: set[str]) -> str:
-    """``base``, or ``base_``, ``base__``, ... : the first spelling no name in ``taken`` has."""
-    while base in taken:
-        base += "_"
-    taken.add(base)
-    return base
 
 
 def function_names(kernel: ir.KernelIR, placement: Placement) -> dict[str, str]:

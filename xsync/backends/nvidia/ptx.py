@@ -83,7 +83,7 @@ def signature_of(result, scalar_types: dict | None = None) -> tuple[dict, dict]:
         elif kind in (ArgKind.ROWS, ArgKind.COLS, ArgKind.STRIDE, ArgKind.STORE_OK):
             sig[name] = "i32"
         elif kind is ArgKind.SCALAR:
-            sig[name] = scalar_types.get(name, "i32")
+            sig[name] = scalar_types.get(arg.source, "i32")   # the kernel's name for it
         elif kind is ArgKind.DBG:
             sig[name] = "i64"
     return sig, attrs

@@ -55,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xsync.dtypes import DType
+from xsync.backends.spelling import Spelling
 from xsync.backends.source import Emitter, label
 from xsync.errors import BackendError
 from xsync.lowering import ir
@@ -100,7 +101,7 @@ class AgentSpeller:
 
     def __init__(self, *, kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation,
                  plan: RenderPlan, agent, out: Emitter, wait_sites: list, debug: HangDebug | None,
-                 exp2_share: str | None):
+                 exp2_share: str | None, names: Spelling):
         self.kernel = kernel
         self.placement = placement
         self.plan = plan
@@ -111,7 +112,8 @@ class AgentSpeller:
                                    tensors=plan.tensors.uses,
                                    layouts={c.name: c for c in plan.layouts.constants}, typed=self.typed,
                                    warps=allocation.partitions_of(agent.name)[0].warps, out=out,
-                                   exp2_share=exp2_share)
+                                   exp2_share=exp2_share, names=names)
+        self.names = names
         self.sync = SyncSpeller(kernel=kernel, placement=placement, allocation=allocation, agent=agent,
                                 values=self.values, out=out, wait_sites=wait_sites, debug=debug)
         self.mma_reads: dict[str, list] = {}
@@ -169,23 +171,24 @@ class AgentSpeller:
         elif isinstance(s, ir.SyncOp):
             self.sync.sync(s)
         elif isinstance(s, ir.MmaWait):
-            targets = ", ".join(s.targets)
+            targets = ", ".join(map(self.names, s.targets))
             o.line(f"{targets} = warpgroup_mma_wait({s.pending}, deps=[{targets}])  # line {s.loc.line}: {s.note}")
         else:
             raise TypeError(f"cannot render {s!r}")
 
     def loop(self, s: ir.For):
         o, tx = self.out, self.values.tx
+        var = self.names(s.var)
         ahead = self.plan.reads_ahead.of(s)
         if s.single_tile:    # one program per tile: no loop state to carry
-            o.line(f"{s.var} = {tx(s.start)[0]}  # line {s.loc.line}: one tile per program")
-            o.line(f"if {s.var} < {tx(s.stop)[0]}:")
+            o.line(f"{var} = {tx(s.start)[0]}  # line {s.loc.line}: one tile per program")
+            o.line(f"if {var} < {tx(s.stop)[0]}:")
         else:
             if ahead is not None:
                 o.line(f"# line {s.loc.line}: the tile loop's table reads go out ahead of their tiles "
                        f"(prefetch.py: chains of {ahead.depth})")
                 self.groups(ahead.warmup)
-            o.line(f"for {s.var} in range({tx(s.start)[0]}, {tx(s.stop)[0]}, "
+            o.line(f"for {var} in range({tx(s.start)[0]}, {tx(s.stop)[0]}, "
                    f"{tx(s.step)[0]}):  # line {s.loc.line}")
         self.values.env[s.var] = SCALAR
         o.indent()
@@ -208,7 +211,7 @@ class AgentSpeller:
             if not isinstance(v, ir.TupleExpr):
                 self.fail("tuple assignment needs a tuple", loc=s.loc)
             parts = [values.tx(x) for x in v.items]
-            o.line(f"{', '.join(s.targets)} = {', '.join(c for c, _ in parts)}")
+            o.line(f"{', '.join(map(self.names, s.targets))} = {', '.join(c for c, _ in parts)}")
             for n, (_, t) in zip(s.targets, parts):
                 values.env[n] = t
             return
@@ -217,7 +220,7 @@ class AgentSpeller:
             # a slot kept under another name (overlap-softmax: the previous block's K/V slot)
             values.slot_pipe[target] = values.slot_pipe[v.id]
             values.env[target] = SCALAR
-            o.line(f"{target} = {v.id}  # line {s.loc.line}: the slot of '{values.slot_pipe[v.id].name}' kept")
+            o.line(f"{self.names(target)} = {self.names(v.id)}  # line {s.loc.line}: the slot of '{values.slot_pipe[v.id].name}' kept")
             return
         prev, want = values.assigned_type(target, v)   # a loop-carried value keeps one layout
         if isinstance(v, ir.Call) and v.op is ir.TileOp.MMA_WAIT:
@@ -225,7 +228,7 @@ class AgentSpeller:
             n = int(values.cval(v.kwarg("pending", ir.Const(0)), "mma_wait pending", s.loc))
             reads = self.mma_reads.get(v.args[0].id, []) if isinstance(v.args[0], ir.Name) else []
             deps = [c] + reads
-            lhs = target + (", " + ", ".join("_" for _ in reads) if reads else "")
+            lhs = self.names(target) + (", " + ", ".join("_" for _ in reads) if reads else "")
             o.line(f"{lhs} = warpgroup_mma_wait({n}, deps=[{', '.join(deps)}])"
                    f"  # line {s.loc.line}: wait until <= {n} wgmma in flight")
             values.env[target] = t
@@ -234,7 +237,7 @@ class AgentSpeller:
         asked, natural, t = values.definition(target, v, prev, want)
         code = values.view(values.spell(v, natural, asked, 0), natural, t)
         note = f"  # line {s.loc.line}: async wgmma" if isinstance(v, ir.Call) and v.op is ir.TileOp.MMA else ""
-        o.line(f"{target} = {code}{note}")
+        o.line(f"{self.names(target)} = {code}{note}")
         if values.last_mma_reads:
             self.mma_reads[target] = list(values.last_mma_reads)
         values.define(target, t)
@@ -286,7 +289,7 @@ class AgentSpeller:
         mask = f"({rows} < {tn}_rows) & ({cols} < {tn}_cols)"
         if bounds:
             mask += f" & ({rows} < {bounds[0]}) & ({cols} < {bounds[1]})"
-        self.out.line(f"gl.store({tn} + {rows}.to(gl.int64) * {tn}_stride + {cols}, "
+        self.out.line(f"gl.store({self.names(tn)} + {rows}.to(gl.int64) * {tn}_stride + {cols}, "
                       f"{val}.to({self.values.dtype(self.values.tensors[tn].dtype)}), mask={mask})")
 
     def row_store(self, s: ir.Store):
@@ -315,19 +318,20 @@ class AgentSpeller:
             o.line(f"{pipe.name}_{s.field} = {c}  # line {s.loc.line}: {s.slot}.{s.field} (same partition: registers)")
             values.env[f"{pipe.name}_{s.field}"] = t
             return
-        full = self.sync.bar_index(pipe, "full", s.slot)
+        slot = self.names(s.slot)
+        full = self.sync.bar_index(pipe, "full", slot)
         if is_tma_pipe(self.kernel, pipe):
             call = s.value
             t = call.args[0].id
             desc = values.tensors[t].descs[tuple(spec.shape)]
             offs = ", ".join(values.tx(x)[0] for x in call.args[1].items)
-            o.line(f"xs_tma_load({desc}, [{offs}], {full}, {pipe.name}_{s.field}.index({s.slot}))"
+            o.line(f"xs_tma_load({desc}, [{offs}], {full}, {pipe.name}_{s.field}.index({slot}))"
                    f"  # line {s.loc.line}: {s.slot}.{s.field} = xs.load(...)")
             return
         c, t = values.tx(s.value)
         if t.kind is ValueKind.TILE and t.dtype is not None and t.dtype != spec.dtype:
             c = f"({c}).to({values.dtype(spec.dtype)})"
-        o.line(f"{pipe.name}_{s.field}.index({s.slot}).store({c})  # line {s.loc.line}: {s.slot}.{s.field} = ...")
+        o.line(f"{pipe.name}_{s.field}.index({slot}).store({c})  # line {s.loc.line}: {s.slot}.{s.field} = ...")
 
 
 def _const(v) -> str:
@@ -341,8 +345,9 @@ class NvidiaRenderer:
     function."""
 
     def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation,
-                 plan: RenderPlan, options: RenderOptions | None = None):
+                 plan: RenderPlan, options: RenderOptions | None = None, names: Spelling | None = None):
         self.kernel = kernel
+        self.names = names if names is not None else Spelling(kernel)
         self.placement = placement
         self.allocation = allocation
         self.plan = plan
@@ -384,7 +389,7 @@ class NvidiaRenderer:
             if kind.descriptor:
                 t, shape = extra
                 desc_layouts[n] = (t, list(shape), self.tensors[t].dtype)
-        return RenderResult(o.source(), k.name, params, self.tensors,
+        return RenderResult(o.source(), self.names(k.name), params, self.tensors,
                             [(lb, a.name, r, w, g) for lb, a, r, w, g in parts], 4,
                             self.wait_sites, agent_ids, self.num_bars, self.debug is not None, desc_layouts,
                             self.plan.layouts)
@@ -400,7 +405,7 @@ class NvidiaRenderer:
             out.depth = 1
             speller = AgentSpeller(kernel=self.kernel, placement=self.placement, allocation=self.allocation,
                                    plan=self.plan, agent=agent, out=out, wait_sites=self.wait_sites,
-                                   debug=self.debug, exp2_share=self.options.exp2_fma)
+                                   debug=self.debug, exp2_share=self.options.exp2_fma, names=self.names)
             speller.spell(self.plan.bodies[agent.name])
             exp2_used = exp2_used or speller.values.exp2_used
             agent_src[agent.name] = out
@@ -417,19 +422,19 @@ class NvidiaRenderer:
                 for shape, dname in use.descs.items():
                     params.append(KernelArg(dname, ArgKind.DESC, (p.name, shape)))
                 if use.table and not use.pointer:
-                    params.append(KernelArg(p.name, ArgKind.TABLE, p.name))
+                    params.append(KernelArg(self.names(p.name), ArgKind.TABLE, p.name))
                 store_shapes = self.plan.staging.descs_of(p.name)
                 for shape, dname in store_shapes:
                     params.append(KernelArg(dname, ArgKind.STORE_DESC, (p.name, shape)))
                 if store_shapes:
                     params.append(KernelArg(f"{p.name}_tma_ok", ArgKind.STORE_OK, p.name))
                 if use.pointer:
-                    params.append(KernelArg(p.name, ArgKind.PTR, p.name))
+                    params.append(KernelArg(self.names(p.name), ArgKind.PTR, p.name))
                     params.append(KernelArg(f"{p.name}_rows", ArgKind.ROWS, p.name))
                     params.append(KernelArg(f"{p.name}_cols", ArgKind.COLS, p.name))
                     params.append(KernelArg(f"{p.name}_stride", ArgKind.STRIDE, p.name))
             else:
-                params.append(KernelArg(p.name, ArgKind.SCALAR, p.name))
+                params.append(KernelArg(self.names(p.name), ArgKind.SCALAR, p.name))
         if self.debug is not None:
             params.append(KernelArg("xs_dbg", ArgKind.DBG, None))
         return params
@@ -455,7 +460,7 @@ class NvidiaRenderer:
         if k.constexprs:
             o.line("# constexprs of this specialization")
             for name, value in k.constexprs:
-                o.line(f"{name} = gl.constexpr({_const(value)})")
+                o.line(f"{self.names(name)} = gl.constexpr({_const(value)})")
             o.line()
         o.line("# layouts")
         for c in self.plan.layouts.constants:
@@ -503,7 +508,7 @@ class NvidiaRenderer:
         o.line()
         o.line()
         o.line("@gluon.jit")
-        o.line(f"def {k.name}({', '.join(pnames)}):")
+        o.line(f"def {self.names(k.name)}({', '.join(pnames)}):")
         o.indent()
         for p in k.pipes:
             if not self.placement.crosses(p):
@@ -551,4 +556,8 @@ def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocati
            options: RenderOptions | None = None):
     """The Gluon module of ``kernel``: its decisions planned (:func:`planning.plan`), then spelled."""
     plan = planning.plan(kernel, placement, allocation, options)
-    return NvidiaRenderer(kernel, placement, allocation, plan, options).render()
+    # the kernel's names spelled apart from the generator's (xsync/backends/spelling.py): a probe
+    # render tells which names the generator writes
+    probe = Spelling.probe(kernel)
+    names = probe.settle(NvidiaRenderer(kernel, placement, allocation, plan, options, probe).render().source)
+    return NvidiaRenderer(kernel, placement, allocation, plan, options, names).render()

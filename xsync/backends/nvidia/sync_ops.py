@@ -135,7 +135,8 @@ class SyncSpeller:
                    f"partition: the slot is a register value")
             return
         if s.verb is ir.Verb.ACQUIRE:
-            slot = s.target or values.fresh("slot")
+            key = s.target or values.fresh("slot")
+            slot = values.names(key)
             o.line(f"{slot} = {self.ring_slot(pipe, f'{name}_acquired')}")
             self.bar_wait(pipe, "empty", slot, f"(({name}_acquired // {st}) & 1) ^ 1", ir.Verb.ACQUIRE,
                           f"{name}_acquired", line, f"{s.target or ''}{' = ' if s.target else ''}{name}.acquire()")
@@ -143,7 +144,7 @@ class SyncSpeller:
             if is_tma_pipe(self.kernel, pipe):
                 o.line(f"mbarrier.expect({self.bar_index(pipe, 'full', slot)}, {pipe.slot_bytes})"
                        f"  # TMA completes the slot: {pipe.slot_bytes} bytes")
-            values.env[slot] = SCALAR
+            values.env[key] = SCALAR
         elif s.verb is ir.Verb.COMMIT:
             if is_tma_pipe(self.kernel, pipe):
                 o.line(f"# line {line}: {name}.commit() -- the TMA engine completes the full barrier")
@@ -153,12 +154,13 @@ class SyncSpeller:
                    f"count=1)  # line {line}: {name}.commit()")
             o.line(f"{name}_committed += 1")
         elif s.verb is ir.Verb.WAIT:
-            slot = s.target or values.fresh("slot")
+            key = s.target or values.fresh("slot")
+            slot = values.names(key)
             o.line(f"{slot} = {self.ring_slot(pipe, f'{name}_waited')}")
             self.bar_wait(pipe, "full", slot, f"({name}_waited // {st}) & 1", ir.Verb.WAIT, f"{name}_waited", line,
                           f"{s.target or ''}{' = ' if s.target else ''}{name}.wait()")
             o.line(f"{name}_waited += 1")
-            values.env[slot] = SCALAR
+            values.env[key] = SCALAR
         else:
             bar = self.bar_index(pipe, 'empty', self.ring_slot(pipe, f'{name}_released'))
             why = f" {s.note}" if s.note else ""

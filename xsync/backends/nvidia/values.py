@@ -35,8 +35,9 @@ class ValueSpeller(LayoutRules):
 
     def __init__(self, *, kernel: ir.KernelIR, placement, consts: dict, tensors: dict,
                  layouts: Mapping[str, LayoutConstant], typed: AgentLayouts, warps: int, out: Emitter,
-                 exp2_share: str | None):
+                 exp2_share: str | None, names=None):
         self.kernel = kernel
+        self.names = names if names is not None else (lambda n: n)   # the kernel's names as spelled
         self.placement = placement
         self.consts = consts
         self.tensors = tensors
@@ -96,8 +97,8 @@ class ValueSpeller(LayoutRules):
             return self.const(e.value)
         if isinstance(e, ir.Name):
             if e.id in self.consts:
-                return e.id
-            return self.view(e.id, self.env.get(e.id, SCALAR), t)
+                return self.names(e.id)
+            return self.view(self.names(e.id), self.env.get(e.id, SCALAR), t)
         if isinstance(e, (ir.BinOp, ir.Compare)):
             p = PRECEDENCE["cmp" if isinstance(e, ir.Compare) else e.op]
             lw, rw = self.broadcast((e.left, e.right), want)[2]
@@ -139,7 +140,7 @@ class ValueSpeller(LayoutRules):
         if pipe is None:
             self.fail(f"`{slot}.{e.attr}` is not a slot field here")
         t = self.field_type(e)
-        return (f"{pipe.name}_{e.attr}" if t.kind is not ValueKind.SMEM else f"{pipe.name}_{e.attr}.index({slot})"), t
+        return (f"{pipe.name}_{e.attr}" if t.kind is not ValueKind.SMEM else f"{pipe.name}_{e.attr}.index({self.names(slot)})"), t
 
     def smem_operand(self, e):
         """Shared-memory view for an mma operand, or None if it lives in registers."""
@@ -179,7 +180,7 @@ class ValueSpeller(LayoutRules):
         if op is ir.TileOp.LOAD:
             return self.pointer_load(e, t)
         if op is ir.TileOp.LOAD_SCALAR:
-            at = f"{e.args[0].id} + {self.tx(e.args[1], None, PRECEDENCE['+'] + 1)[0]}"
+            at = f"{self.names(e.args[0].id)} + {self.tx(e.args[1], None, PRECEDENCE['+'] + 1)[0]}"
             mask = e.kwarg("mask")       # a read ahead of its tile (prefetch.py): 0 past the loop
             return f"gl.load({at})" if mask is None else f"gl.load({at}, mask={self.tx(mask)[0]}, other=0)"
         if op is ir.TileOp.MMA:
@@ -212,5 +213,5 @@ class ValueSpeller(LayoutRules):
         r, c = self.fresh("rows"), self.fresh("cols")
         self.out.line(f"{r} = {self.tx(offs[0])[0]} + gl.arange(0, {t.shape[0]}, layout=gl.SliceLayout(1, {lay}))")
         self.out.line(f"{c} = {self.tx(offs[1])[0]} + gl.arange(0, {t.shape[1]}, layout=gl.SliceLayout(0, {lay}))")
-        return (f"gl.load({tn} + {r}[:, None].to(gl.int64) * {tn}_stride + {c}[None, :], "
+        return (f"gl.load({self.names(tn)} + {r}[:, None].to(gl.int64) * {tn}_stride + {c}[None, :], "
                 f"mask=({r}[:, None] < {tn}_rows) & ({c}[None, :] < {tn}_cols), other=0.0)")
