@@ -117,7 +117,12 @@ class Layout:
         size = max(rows, 0) * pitch
         if size == 0 or self == _contiguous_of(shape):
             return torch.empty(tuple(shape), dtype=dtype, device=device)
-        buf = torch.empty(size, dtype=dtype, device=device)
+        # gaps (rows or columns no element owns) are zero: the kernels read whole tiles past a
+        # sequence's end and mask them, and 0 * NaN of uninitialized memory would be NaN
+        numel = 1
+        for n in shape:
+            numel *= n
+        buf = (torch.zeros if size > numel else torch.empty)(size, dtype=dtype, device=device)
         head = self.head_rows * pitch + self.head_cols
         if packed:
             strides = (pitch, head, 1)

@@ -491,6 +491,14 @@ def _refuse_transforms(op: str, *tensors):
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
     """Attention forward on [B, H, S, D] tensors; returns (o, lse).
 
+    The library's own entry: causal aligned bottom-right when Sq != Sk (flash-attn's
+    convention), O and the LSE returned. ``xsync.sdpa`` wraps it with
+    torch.nn.functional.scaled_dot_product_attention's signature and top-left causal mask
+    (returns O only); ``xsync.flash_attn_func`` with flash-attn's [B, S, H, D] layout
+    (docs/entry_points.md). q, k and v may have any strides: the layouts models pass are read in
+    place and O comes back in q's layout (kernels/flash_attn/layouts.py); K and V expanded over
+    the head axis run as one kv head.
+
     The checks run inside the op (and its fake implementation), so a bad input gives the same
     error eagerly, through torch.ops.xsync.attention and under torch.compile. Reverse-mode
     autograd is supported; torch.func transforms and forward-mode AD raise UnsupportedError."""
