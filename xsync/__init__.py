@@ -19,3 +19,14 @@ from xsync.errors import (  # noqa: F401
 )
 
 __version__ = "0.1.0"
+
+_ENTRY_POINTS = ("sdpa", "flash_attn_func", "flash_attn_varlen_func")
+
+
+def __getattr__(name):
+    # the attention entry points import torch: loaded on first use, so `import xsync` stays light
+    if name in _ENTRY_POINTS:
+        from xsync.kernels.flash_attn import entry
+
+        return getattr(entry, name)
+    raise AttributeError(f"module 'xsync' has no attribute {name!r}")

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from xsync.kernels.flash_attn import ops, schedule
+from xsync.kernels.flash_attn import layouts, ops, schedule
 from xsync.kernels.flash_attn.backward import (attention_bwd_dkdv, attention_bwd_dq,
                                                attention_bwd_preprocess)
 from xsync.kernels.flash_attn.ops import _check, _check_varlen_args, _fail
@@ -57,7 +57,7 @@ def _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed: bool, sm_scale):
             _fail(f"{name} is {tuple(t.shape)} {t.dtype} on {t.device}; the backward needs "
                   f"{shape} {dtype} on {q.device}",
                   f"pass the forward's outputs and gradients of their shapes ({name})")
-        if not t.is_contiguous():
+        if name in ("lse", "grad_lse") and not t.is_contiguous():
             _fail(f"{name} is not contiguous", f"pass {name}.contiguous()")
 
 
@@ -95,7 +95,8 @@ def attention_backward_impl(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale)
     _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=False, sm_scale=sm_scale)
     b, hq, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    q, k, v, o, grad_o, lq, lk = _strided(q, k, v, o, grad_o, packed=False)
+    dq, dk, dv = _empty_grads(q, k, lq, lk, packed=False)
     if b == 0 or hq == 0 or sq == 0 or sk == 0:
         # no query, or no key (O = 0 does not depend on q, k, v): zero gradients
         return dq.zero_(), dk.zero_(), dv.zero_()
@@ -103,10 +104,10 @@ def attention_backward_impl(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale)
         grad_lse = torch.zeros_like(lse)
     delta = torch.empty_like(lse)
     ar = torch.arange(0, b + 1, dtype=torch.int32, device=q.device)
-    layout = (hq, sq, 0, hk, sk, 0, hq, 0)          # as ops.attention_impl
-    views = (q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d), grad_o.view(-1, d),
-             lse.view(b * hq, sq), grad_lse.view(b * hq, sq), delta.view(b * hq, sq),
-             dq.view(-1, d), dk.view(-1, d), dv.view(-1, d))
+    layout = (*_triple(lq), *_triple(lk), hq, 0)      # as ops.attention_impl
+    views = (lq.view2d(q, False), lk.view2d(k, False), lk.view2d(v, False), lq.view2d(o, False),
+             lq.view2d(grad_o, False), lse.view(b * hq, sq), grad_lse.view(b * hq, sq),
+             delta.view(b * hq, sq), lq.view2d(dq, False), lk.view2d(dk, False), lk.view2d(dv, False))
     _run(views, ar * sq, ar * sk, sq, sk, b, hq, hk, d, causal, sm_scale, layout)
     return dq, dk, dv
 
@@ -120,20 +121,47 @@ def attention_varlen_backward_impl(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens
     total_q, hq, d = q.shape
     hk = k.shape[1]
     batch = cu_seqlens_q.numel() - 1
-    dq = torch.empty_like(q) if checked else torch.zeros_like(q)
-    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    q, k, v, o, grad_o, lq, lk = _strided(q, k, v, o, grad_o, packed=True)
+    dq, dk, dv = _empty_grads(q, k, lq, lk, packed=True)
+    dk.zero_()
+    dv.zero_()
+    if not checked:
+        dq.zero_()
     if batch <= 0 or total_q == 0 or max_seqlen_q == 0:
         return dq.zero_(), dk, dv
     if grad_lse is None:
         grad_lse = torch.zeros_like(lse)
     delta = torch.empty_like(lse)
-    layout = (1, 0, d, 1, 0, d, 0, 1)               # as ops.attention_varlen_impl
-    views = (q.view(total_q, hq * d), k.view(-1, hk * d), v.view(-1, hk * d),
-             o.view(total_q, hq * d), grad_o.view(total_q, hq * d), lse, grad_lse, delta,
-             dq.view(total_q, hq * d), dk.view(-1, hk * d), dv.view(-1, hk * d))
+    layout = (*_triple(lq), *_triple(lk), 0, 1)       # as ops.attention_varlen_impl
+    views = (lq.view2d(q, True), lk.view2d(k, True), lk.view2d(v, True), lq.view2d(o, True),
+             lq.view2d(grad_o, True), lse, grad_lse, delta, lq.view2d(dq, True),
+             lk.view2d(dk, True), lk.view2d(dv, True))
     _run(views, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), batch, hq, hk, d,
          causal, sm_scale, layout)
     return dq, dk, dv
+
+
+def _strided(q, k, v, o, grad_o, packed: bool):
+    """q, k, v in their layouts (layouts.prepare, copied only where the strides cannot be
+    addressed); O and dO in q's layout (dO as autograd passes it: copied where its strides
+    differ, e.g. the expanded gradient of o.sum())."""
+    q, k, v, lq, lk, _ = layouts.prepare(q, k, v, packed)
+    o, _ = lq.conform(o, packed)
+    grad_o, _ = lq.conform(grad_o, packed)
+    return q, k, v, o, grad_o, lq, lk
+
+
+def _empty_grads(q, k, lq, lk, packed: bool):
+    """dQ in q's layout, dK and dV in k's (the kernels share each group's layout scalars)."""
+    if not packed and q.is_contiguous() and k.is_contiguous():
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(k)
+    align = layouts.alignment(q)
+    return (lq.empty(q.shape, q.dtype, q.device, align), lk.empty(k.shape, k.dtype, k.device, align),
+            lk.empty(k.shape, k.dtype, k.device, align))
+
+
+def _triple(layout):
+    return layout.cu_rows, layout.head_rows, layout.head_cols
 
 
 # ---------------------------------------------------------------- the backward ops
@@ -148,7 +176,7 @@ def _attention_backward_op(grad_o: torch.Tensor, grad_lse: torch.Tensor | None, 
 @_attention_backward_op.register_fake
 def _(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale):
     _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=False, sm_scale=sm_scale)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return _empty_grads(q, k, *layouts.output_layouts(q, k, False), packed=False)
 
 
 @torch.library.custom_op("xsync::attention_varlen_backward", mutates_args=())
@@ -167,15 +195,15 @@ def _(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_
       causal, sm_scale):
     _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=True, sm_scale=sm_scale)
     _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return _empty_grads(q, k, *layouts.output_layouts(q, k, True), packed=True)
 
 
 def attention_backward(grad_o, grad_lse, q, k, v, o, lse, causal: bool = False,
                        sm_scale: float | None = None):
     """Gradients (dq, dk, dv) of ``xsync::attention`` for output gradients grad_o (and
-    grad_lse, or None); non-contiguous gradients are made contiguous."""
+    grad_lse, or None); a grad_o whose strides differ from o's is copied into o's layout."""
     ops._tensor_args(grad_o=grad_o, q=q, k=k, v=v, o=o, lse=lse)
-    return _attention_backward_op(grad_o.contiguous(), _contiguous(grad_lse), q, k, v, o, lse,
+    return _attention_backward_op(grad_o, _contiguous(grad_lse), q, k, v, o, lse,
                                   bool(causal), ops._scale_arg(q, sm_scale))
 
 
@@ -186,7 +214,7 @@ def attention_varlen_backward(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, c
     ops._tensor_args(grad_o=grad_o, q=q, k=k, v=v, o=o, lse=lse, cu_seqlens_q=cu_seqlens_q,
                      cu_seqlens_k=cu_seqlens_k)
     return _attention_varlen_backward_op(
-        grad_o.contiguous(), _contiguous(grad_lse), q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+        grad_o, _contiguous(grad_lse), q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
         ops._int_arg(max_seqlen_q), ops._int_arg(max_seqlen_k), bool(causal),
         ops._scale_arg(q, sm_scale))
 
@@ -228,7 +256,7 @@ def _backward_varlen(ctx, grad_o, grad_lse):
 def _grad_like(grad, out):
     """The gradient of O as the backward op takes it (autograd may pass None, or an
     expanded view such as the gradient of o.sum())."""
-    return torch.zeros_like(out) if grad is None else grad.contiguous()
+    return torch.zeros_like(out) if grad is None else grad
 
 
 torch.library.register_autograd("xsync::attention", _backward_dense, setup_context=_setup_dense)

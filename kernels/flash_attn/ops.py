@@ -21,7 +21,7 @@ import math
 import torch
 
 from xsync import config as _config
-from xsync.kernels.flash_attn import schedule, tiles
+from xsync.kernels.flash_attn import layouts, schedule, tiles
 from xsync.kernels.flash_attn.kernel import attention_fwd
 from xsync.errors import LaunchError, UnsupportedError
 
@@ -76,8 +76,6 @@ def _check(q, k, v, packed: bool, sm_scale):
         if t.device.type == "meta":
             _fail(f"{name} is on the meta device, which holds no data",
                   "pass real tensors (torch.compile and FakeTensorMode trace the op without data)")
-        if not t.is_contiguous():
-            _fail(f"{name} is not contiguous", f"pass {name}.contiguous()")
     if not q.dtype == k.dtype == v.dtype:
         _fail(f"dtypes differ: q {q.dtype}, k {k.dtype}, v {v.dtype}", "cast them to one dtype")
     d = q.shape[-1]
@@ -323,12 +321,13 @@ _PLANS: dict = {}
 
 
 class _Plan:
-    __slots__ = ("launch", "lse_like", "generation")
+    __slots__ = ("launch", "lse_like", "generation", "o_layout")
 
-    def __init__(self, launch, lse_like):
+    def __init__(self, launch, lse_like, o_layout=None):
         # lse_like: one float32 element expanded to [B, H, S]; empty_like of it is a
-        # contiguous [B, H, S] tensor (cheaper than torch.empty with a shape, dtype, device)
-        self.launch, self.lse_like = launch, lse_like
+        # contiguous [B, H, S] tensor (cheaper than torch.empty with a shape, dtype, device).
+        # o_layout: None for a contiguous q (O is empty_like(q)), else the Layout O takes.
+        self.launch, self.lse_like, self.o_layout = launch, lse_like, o_layout
         self.generation = attention_fwd.generation
 
 
@@ -344,7 +343,8 @@ def _planned(q, k, v, causal: bool, scale: float):
     plan = _PLANS.get(_plan_key(q, k, v, causal, scale))
     if plan is None or plan.generation != attention_fwd.generation:
         return None
-    o = torch.empty_like(q)
+    o = torch.empty_like(q) if plan.o_layout is None else \
+        plan.o_layout.empty(q.shape, q.dtype, q.device, layouts.alignment(q))
     lse = torch.empty_like(plan.lse_like)
     # the kernel takes lse by its pointer alone, so the [B, H, S] tensor serves as [B*H, S]
     return (o, lse) if plan.launch(q, k, v, o, lse) else None
@@ -362,19 +362,23 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
     _check(q, k, v, packed=False, sm_scale=scale)
     b, hq, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
-    o = torch.empty_like(q)
+    # strided q, k, v as they are where their strides allow (kernels/flash_attn/layouts.py)
+    q, k, v, lq, lk, direct = layouts.prepare(q, k, v, packed=False)
+    o = lq.empty(q.shape, q.dtype, q.device, layouts.alignment(q))
     lse = torch.empty((b * hq, sq), dtype=torch.float32, device=q.device)
     if sq == 0 or b == 0 or hq == 0:
         return o, lse.view(b, hq, sq)
     cu_q, cu_k = _dense_offsets(b, sq, sk, q.device)
-    # [B, H, S, D] as [B*H*S, D]: token t of sequence b, head h is row
-    # (b*H + h)*S + t = cu[b]*H + h*S + t with cu[b] = b*S, column 0.
-    layout = (hq, sq, 0, hk, sk, 0, hq, 0)
-    q2, k2, v2, o2 = q.view(-1, d), k.view(-1, d), v.view(-1, d), o.view(-1, d)
+    # contiguous [B, H, S, D] as [B*H*S, D]: token t of sequence b, head h is row
+    # (b*H + h)*S + t = cu[b]*H + h*S + t with cu[b] = b*S, column 0: layout (H, S, 0).
+    layout = (lq.cu_rows, lq.head_rows, lq.head_cols, lk.cu_rows, lk.head_rows, lk.head_cols, hq, 0)
+    q2, k2, v2, o2 = lq.view2d(q, False), lk.view2d(k, False), lk.view2d(v, False), lq.view2d(o, False)
     (grid, compiled, args, constexprs), settled = _run(q2, k2, v2, o2, lse, cu_q, cu_k, sq, b, hq, hk,
                                                         d, causal, scale, layout)
     prepare = getattr(compiled, "prepare", None)
-    if key is not None and settled and prepare is not None and not torch.cuda.is_current_stream_capturing():
+    # a plan launches the caller's tensors as they come: only where none was copied
+    if key is not None and direct and settled and prepare is not None and \
+            not torch.cuda.is_current_stream_capturing():
         run_args, _, _ = attention_fwd.bind(args, constexprs)
         # q, k, v, o and lse change from call to call; cu_q/cu_k (the cached offsets) and the
         # tile order are the plan's
@@ -383,7 +387,7 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
             if len(_PLANS) > 256:
                 _PLANS.clear()
             lse_like = torch.empty(1, dtype=torch.float32, device=q.device).expand(b, hq, sq)
-            _PLANS[key] = _Plan(launch, lse_like)
+            _PLANS[key] = _Plan(launch, lse_like, None if q.is_contiguous() else lq)
     return o, lse.view(b, hq, sq)
 
 
@@ -399,7 +403,10 @@ def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     total_q, hq, d = q.shape
     hk = k.shape[1]
     batch = cu_seqlens_q.numel() - 1
-    o = torch.empty_like(q) if checked else torch.zeros_like(q)
+    q, k, v, lq, lk, _ = layouts.prepare(q, k, v, packed=True)
+    o = lq.empty(q.shape, q.dtype, q.device, layouts.alignment(q))
+    if not checked:
+        o.zero_()
     lse = (torch.empty if checked else torch.zeros)((hq, total_q), dtype=torch.float32, device=q.device)
     if checked and batch > 0:
         # max_seqlen_q only bounds the lengths: where they were read, launch for the longest
@@ -409,9 +416,10 @@ def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
         if total_q and not checked:
             lse.fill_(float("inf"))
         return o, lse
-    # packed [total, H, D] as [total, H*D]: sequence b, head h starts at row cu[b], column h*D.
-    layout = (1, 0, d, 1, 0, d, 0, 1)
-    _run(q.view(total_q, hq * d), k.view(-1, hk * d), v.view(-1, hk * d), o.view(total_q, hq * d),
+    # contiguous packed [total, H, D] as [total, H*D]: sequence b, head h starts at row cu[b],
+    # column h*D: layout (1, 0, D).
+    layout = (lq.cu_rows, lq.head_rows, lq.head_cols, lk.cu_rows, lk.head_rows, lk.head_cols, 0, 1)
+    _run(lq.view2d(q, True), lk.view2d(k, True), lk.view2d(v, True), lq.view2d(o, True),
          lse, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), batch, hq, hk, d, causal, scale, layout,
          packed_tokens=total_q)
     return o, lse
@@ -427,7 +435,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 def _(q, k, v, causal, sm_scale):
     _check(q, k, v, packed=False, sm_scale=sm_scale)
     b, hq, sq, _ = q.shape
-    return torch.empty_like(q), q.new_empty((b, hq, sq), dtype=torch.float32)
+    return _empty_out(q, False), q.new_empty((b, hq, sq), dtype=torch.float32)
 
 
 @torch.library.custom_op("xsync::attention_varlen", mutates_args=())
@@ -443,7 +451,15 @@ def _attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, sm_scale):
     _check(q, k, v, packed=True, sm_scale=sm_scale)
     _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return _empty_out(q, True), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+def _empty_out(q, packed: bool):
+    """O as the real op allocates it (the layout of q's group), for the fake implementations."""
+    if q.is_contiguous():
+        return torch.empty_like(q)
+    lq = layouts.Layout.of(q, packed) or layouts.Layout.contiguous(q, packed)
+    return lq.empty(q.shape, q.dtype, q.device, layouts.alignment(q))
 
 
 _TRANSFORMS = {"Grad": "torch.func.grad (or vjp/jacrev)", "Jvp": "torch.func.jvp (forward-mode AD)",
@@ -477,6 +493,14 @@ def _refuse_transforms(op: str, *tensors):
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
     """Attention forward on [B, H, S, D] tensors; returns (o, lse).
 
+    The library's own entry: causal aligned bottom-right when Sq != Sk (flash-attn's
+    convention), O and the LSE returned. ``xsync.sdpa`` wraps it with
+    torch.nn.functional.scaled_dot_product_attention's signature and top-left causal mask
+    (returns O only); ``xsync.flash_attn_func`` with flash-attn's [B, S, H, D] layout
+    (docs/entry_points.md). q, k and v may have any strides: the layouts models pass are read in
+    place and O comes back in q's layout (kernels/flash_attn/layouts.py); K and V expanded over
+    the head axis run as one kv head.
+
     The checks run inside the op (and its fake implementation), so a bad input gives the same
     error eagerly, through torch.ops.xsync.attention and under torch.compile. Reverse-mode
     autograd is supported; torch.func transforms and forward-mode AD raise UnsupportedError."""
@@ -487,6 +511,8 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
         if hit is not None:
             return hit
     _tensor_args(q=q, k=k, v=v)
+    if k.dim() == 4 and v.dim() == 4:
+        k, v = layouts.mqa_heads(k, v, 1)
     scale = _scale_arg(q, sm_scale)
     if _direct(q, k, v):
         return attention_impl(q, k, v, bool(causal), scale)
@@ -504,6 +530,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     attention_varlen_impl for the cost."""
     _tensor_args(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     _refuse_transforms("attention_varlen", q, k, v)
+    if k.dim() == 3 and v.dim() == 3:
+        k, v = layouts.mqa_heads(k, v, 1)
     if _direct(q, k, v, cu_seqlens_q, cu_seqlens_k):
         return attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, _int_arg(max_seqlen_q),
                                      _int_arg(max_seqlen_k), bool(causal), _scale_arg(q, sm_scale))

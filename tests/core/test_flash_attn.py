@@ -96,7 +96,7 @@ def test_registered_as_custom_op_and_compiles():
 @pytest.mark.parametrize("bad,match", [
     (lambda q: (q[0], q, q), "expected 4 dims"),
     (lambda q: (q.float(), q.float(), q.float()), "dtype torch.float32"),
-    (lambda q: (q[..., :32], q[..., :32], q[..., :32]), "not contiguous"),
+    (lambda q: (q[..., :32], q[..., :32], q[..., :32]), "head_dim"),
     (lambda q: (q, q[:, :3].contiguous(), q[:, :3].contiguous()), "not a multiple"),
     (lambda q: (torch.randn(1, 4, 8, 96).bfloat16(),) * 3, "head_dim"),
     (lambda q: (q, q.half(), q), "dtypes differ"),

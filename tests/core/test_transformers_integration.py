@@ -1,0 +1,81 @@
+"""attn_implementation="xsync" (xsync.integrations.transformers, issue 37) on a tiny randomly
+initialised Llama (GQA, head dim 64, two layers; no downloads), run from the source checkout
+(the repository root on sys.path: the `kernels` name handoff, xsync/_source_kernels.py):
+logits and gradients against attn_implementation="sdpa", and the masks it refuses."""
+import copy
+import os
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+xt = pytest.importorskip("xsync.integrations.transformers")
+
+from xsync.errors import UnsupportedError  # noqa: E402
+
+HERE = os.path.abspath(__file__)
+
+
+def tiny_llama(impl, config):
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(copy.deepcopy(config)).to(torch.bfloat16)
+    model.set_attn_implementation(impl)
+    return model
+
+
+@pytest.fixture(scope="module")
+def config():
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                       max_position_embeddings=128)
+
+
+def test_llama_logits_and_gradients_match_sdpa(config):
+    ref, ours = tiny_llama("sdpa", config), tiny_llama("xsync", config)
+    assert ours.config._attn_implementation == "xsync"
+    calls = []
+    original = xt.attention_forward
+
+    def counting(*args, **kw):
+        calls.append(1)
+        return original(*args, **kw)
+    transformers.AttentionInterface.register("xsync", counting)
+    try:
+        ids = torch.randint(0, 128, (2, 24), generator=torch.Generator().manual_seed(1))
+        lr, lo = ref(ids).logits, ours(ids).logits
+    finally:
+        xt.register()
+    assert len(calls) == 2          # one per layer: the xsync kernels ran
+    torch.testing.assert_close(lo.float(), lr.float(), atol=3e-2, rtol=3e-2)
+    lr.float().square().mean().backward()
+    lo.float().square().mean().backward()
+    for (name, pr), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
+        err = (po.grad.float() - pr.grad.float()).norm() / pr.grad.float().norm().clamp_min(1e-12)
+        assert err < 3e-2, f"{name}: relative gradient error {err:.3g}"
+
+
+def test_padding_mask_is_refused(config):
+    model = tiny_llama("xsync", config)
+    ids = torch.randint(0, 128, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[0, :3] = 0                                   # left padding
+    with pytest.raises(UnsupportedError) as err:
+        model(ids, attention_mask=mask)
+    assert "attention_mask" in err.value.objects and "padding" in err.value.what and err.value.fix
+    assert err.value.loc is not None
+
+
+def test_mask_recognition():
+    """The masks transformers builds for unpadded batches are taken as what they are."""
+    q_len, k_len = 4, 9
+    i, j = torch.arange(q_len)[:, None], torch.arange(k_len)[None, :]
+    assert xt._mask_kind((j <= i + k_len - q_len)[None, None], q_len, k_len) is True
+    assert xt._mask_kind(torch.ones(1, 1, q_len, k_len, dtype=torch.bool), q_len, k_len) is False
+    with pytest.raises(UnsupportedError, match="neither causal"):
+        xt._mask_kind((j <= i)[None, None], q_len, k_len)          # top-left with Sq != Sk
+    with pytest.raises(UnsupportedError, match="additive bias"):
+        xt._mask_kind(torch.zeros(1, 1, q_len, k_len), q_len, k_len)
