@@ -90,6 +90,12 @@ class Target:
     # schedule passes, in order: objects with NAME and
     # run(kernel, placement, log, lower_options) -> kernel
     passes: tuple = ()
+    # ``xs.store(..., reduce="add")``: the element types the target adds into (names of
+    # xsync.dtypes), how it does it (messages) and whether ``deterministic=True`` is offered
+    # (xsync/lowering/reduce_add.py checks them)
+    reduce_add_dtypes: tuple[str, ...] = ()
+    reduce_add: str = ""
+    reduce_add_deterministic: bool = False
 
     @property
     def bounded(self) -> bool:
