@@ -63,3 +63,43 @@ def column_sum(x, out, M, N, ROWS_PER_PROGRAM, BM: xs.constexpr, BN: xs.constexp
             rows.release()
     with work:
         xs.store(out, [0, c0], acc[None, :], bounds=[1, N], reduce="add")
+
+
+@xs.kernel(example=SPLIT_K)
+def gemm_split_k_reducer(a, b, c, M, N, K, K_PER_SPLIT, BM: xs.constexpr, BN: xs.constexpr,
+                         BK: xs.constexpr, STAGES: xs.constexpr, DET: xs.constexpr):
+    """:func:`gemm_split_k` with the partial tile handed to a vector role that reduce-adds it,
+    as FA3's backward hands dQ to its writer: on Ascend the GM atomic runs on a vector core, so
+    this is the form that backend takes (the cube -> vector hand-off is a GM slot and a flag)."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    red = xs.role("reduce", kind="vector")
+    tiles = xs.pipe(load, mma, stages=STAGES,
+                    a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+    part = xs.pipe(mma, red, stages=1, t=xs.tile([BM, BN], xs.float32))
+    tiles_n = xs.cdiv(N, BN)
+    off_m = xs.program_id(0) // tiles_n * BM
+    off_n = xs.program_id(0) % tiles_n * BN
+    k0 = xs.program_id(1) * K_PER_SPLIT
+    k1 = xs.minimum(k0 + K_PER_SPLIT, K)
+    with mma:
+        acc = xs.zeros([BM, BN], xs.float32)
+    for k in range(k0, k1, BK):
+        with load:
+            slot = tiles.acquire()
+            slot.a = xs.load(a, [off_m, k], [BM, BK])
+            slot.b = xs.load(b, [k, off_n], [BK, BN])
+            tiles.commit()
+        with mma:
+            ab = tiles.wait()
+            acc = xs.mma(ab.a, ab.b, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release()
+    with mma:
+        out = part.acquire()
+        out.t = acc
+        part.commit()
+    with red:
+        got = part.wait()
+        xs.store(c, [off_m, off_n], got.t, reduce="add", deterministic=DET)
+        part.release()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import xsync as xs
-from tests.core.reduce_kernels import column_sum, gemm_split_k
+from tests.core.reduce_kernels import column_sum, gemm_split_k, gemm_split_k_reducer
 from tests.core.test_verifier import bug_line
 from xsync.dtypes import int1
 from xsync.errors import KernelSourceError, UnsupportedError
@@ -69,26 +69,46 @@ def _store_line(kernel) -> int:
 
 @pytest.mark.parametrize("backend,dtype", [("ascend", xs.bfloat16), ("nvidia", int1), ("cpu", int1)])
 def test_unsupported_dtype_is_refused_at_check(backend, dtype):
+    k = gemm_split_k_reducer
     with pytest.raises(UnsupportedError) as info:
-        gemm_split_k.lower(backend, tensor_dtypes=dict(a=xs.bfloat16, b=xs.bfloat16, c=dtype))
+        k.lower(backend, tensor_dtypes=dict(a=xs.bfloat16, b=xs.bfloat16, c=dtype))
     err, msg = info.value, str(info.value)
-    assert f"reduce_kernels.py:{_store_line(gemm_split_k)}" in msg and dtype.name in msg, msg
+    assert f"reduce_kernels.py:{_store_line(k)}" in msg and dtype.name in msg, msg
     assert "`c`" in msg and "fix:" in msg and "float32" in err.fix, msg
 
 
 @pytest.mark.parametrize("backend", ["nvidia", "ascend"])
 def test_deterministic_is_refused_where_not_ordered(backend):
     with pytest.raises(UnsupportedError) as info:
-        gemm_split_k.lower(backend, {**gemm_split_k.specialization()[0], "DET": 1})
+        gemm_split_k_reducer.lower(backend, {**gemm_split_k_reducer.specialization()[0], "DET": 1})
     msg = str(info.value)
-    assert f"reduce_kernels.py:{_store_line(gemm_split_k)}" in msg and "deterministic" in msg, msg
+    assert f"reduce_kernels.py:{_store_line(gemm_split_k_reducer)}" in msg and "deterministic" in msg, msg
     assert "CPU emulator" in info.value.fix
 
 
 def test_every_backend_lowers_the_reduce_add_kernels():
     for backend in ("cpu", "nvidia", "ascend"):
-        for k in (gemm_split_k, column_sum):
+        for k in (gemm_split_k_reducer, column_sum) + ((gemm_split_k,) if backend != "ascend" else ()):
             assert k.lower(backend).report.proven
+
+
+def test_ascend_refuses_a_reduce_add_from_the_cube():
+    """The HIVM compiler moves a GM atomic to a vector core and leaves the cube's tile behind:
+    a matrix role's reduce-add is refused; the reducer-role form lowers (test above)."""
+    with pytest.raises(UnsupportedError) as info:
+        gemm_split_k.lower("ascend")
+    err, msg = info.value, str(info.value)
+    assert f"reduce_kernels.py:{_store_line(gemm_split_k)}" in msg and "role 'mma'" in msg, msg
+    assert "cube core" in msg and "kind 'vector'" in err.fix and "xs.pipe(" in err.fix, msg
+
+
+def test_reducer_role_split_k_on_cpu():
+    torch.manual_seed(2)
+    M, N, K = 70, 40, 120
+    a, b, c = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16(), torch.zeros(M, N)
+    grid = (-(-M // BM) * -(-N // BN), 2)
+    gemm_split_k_reducer[grid](a, b, c, M, N, K, 64, BM=BM, BN=BN, BK=BK, STAGES=2, DET=0, backend="cpu")
+    torch.testing.assert_close(c, a.double().mm(b.double()).float(), atol=2e-4, rtol=2e-4)
 
 
 # ---------------------------------------------------------------- kernels that race

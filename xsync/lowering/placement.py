@@ -96,6 +96,9 @@ class Target:
     reduce_add_dtypes: tuple[str, ...] = ()
     reduce_add: str = ""
     reduce_add_deterministic: bool = False
+    # the units whose agents may reduce-add (None: every unit), and why the others may not
+    reduce_add_units: tuple | None = None
+    reduce_add_units_why: str = ""
 
     @property
     def bounded(self) -> bool:

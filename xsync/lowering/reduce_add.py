@@ -14,6 +14,8 @@ And per target (its ``Target.reduce_add_dtypes`` / ``reduce_add_deterministic``)
 
 3. The tensor's element type is one the target adds atomically.
 4. ``deterministic=True`` only where the target orders the adds (today: the CPU emulator).
+5. The role that adds runs on a unit the target adds from (``Target.reduce_add_units``; Ascend:
+   the vector cores).
 """
 from __future__ import annotations
 
@@ -27,6 +29,34 @@ _READS = (ir.TileOp.LOAD, ir.TileOp.LOAD_SCALAR)
 
 def _stores(kernel: ir.KernelIR) -> list[ir.Store]:
     return [s for s in ir.walk(kernel.all_statements()) if isinstance(s, ir.Store)]
+
+
+def _role_stores(stmts, role=None):
+    """(role, store) of every reduce-add below ``stmts``."""
+    for s in stmts:
+        if isinstance(s, ir.Store) and s.reduce is not None:
+            yield role, s
+        elif isinstance(s, ir.RoleBlock):
+            yield from _role_stores(s.body, s.role)
+        elif isinstance(s, ir.For):
+            yield from _role_stores(s.body, role)
+        elif isinstance(s, ir.If):
+            yield from _role_stores(s.body + tuple(s.orelse or ()), role)
+
+
+def _check_units(kernel: ir.KernelIR, placement: Placement) -> None:
+    """Rule 5: the role that reduce-adds runs on a unit the target adds from."""
+    target = placement.target
+    for role, s in _role_stores(kernel.body):
+        agent = placement.agent_of(role)
+        if agent.unit not in target.reduce_add_units:
+            raise UnsupportedError(
+                f"xs.store(..., reduce=\"add\") into `{s.tensor}` in role '{role}', which runs on "
+                f"the {agent.hardware} on {target.name}: {target.reduce_add_units_why}",
+                loc=s.loc, objects=(s.tensor, role),
+                fix=f"reduce-add from a role of kind 'vector': declare one (`red = xs.role(\"reduce\", "
+                    f"kind=\"vector\")`), hand it the tile through `xs.pipe(<role '{role}'>, red, "
+                    f"stages=2, t=xs.tile(...))` and reduce-add in `with red:`")
 
 
 def check(kernel: ir.KernelIR, placement: Placement) -> None:
@@ -57,6 +87,8 @@ def check(kernel: ir.KernelIR, placement: Placement) -> None:
                     "only reduce-add into it here")
     target = placement.target
     dtypes = {p.name: p.dtype for p in kernel.params if p.dtype is not None}
+    if target.reduce_add_units is not None:
+        _check_units(kernel, placement)
     for s in adds:
         dt = dtypes.get(s.tensor)
         if dt is not None and dt.name not in target.reduce_add_dtypes:                  # rule 3

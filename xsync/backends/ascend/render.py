@@ -123,6 +123,7 @@ from enum import StrEnum
 # FORMS: the launcher reads it here
 from xsync.backends.ascend.replicas import FORMS, Core, ReplicaAnalysis, analyze, has_sync  # noqa: F401
 from xsync.backends.source import Emitter, PythonRenderer, doc_text, label
+from xsync.errors import UnsupportedError
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation
 from xsync.lowering.placement import Agent, Placement
@@ -617,11 +618,50 @@ class AscendRenderer(PythonRenderer):
             if getattr(s, "bounds", None):
                 rb, cb = (self.expr(x) for x in s.bounds)
                 rows, cols = f"tl.minimum({rows}, {rb})", f"tl.minimum({cols}, {cb})"
+            if s.reduce is ir.StoreReduce.ADD:
+                self.atomic_add(s, t, dtype, rows, cols, s0)
+                return
             o.line(f"tl.store(tl.make_block_ptr({t}, shape=({rows}, {cols}), strides=({s0}, 1), "
                    f"offsets=({off}), block_shape=(xs_v.shape[0], xs_v.shape[1]), order=(1, 0)), "
                    f"xs_v.to({self.dtype(dtype)}), boundary_check=(0, 1))")
         else:
             raise TypeError(f"cannot render {s!r}")
+
+    def atomic_add(self, s: ir.Store, t: str, dtype, rows: str, cols: str, s0: str):
+        """``xs.store(..., reduce="add")``: a masked ``tl.atomic_add`` of the tile (block pointers
+        take no atomics in triton-ascend 3.2); its result is unused and nothing in the kernel
+        orders on it (the sum is read after the launch), so relaxed."""
+        o = self.out
+        guard = self.one_adder(s, t)
+        if guard:
+            o.line(f"if {guard}:  # both vector cores run this role: one of them adds")
+            o.indent()
+        r0, c0 = (self.expr(x) for x in s.offsets)
+        o.line(f"xs_r = ({r0}) + tl.arange(0, xs_v.shape[0])  # line {s.loc.line}: reduce-add into {t}")
+        o.line(f"xs_c = ({c0}) + tl.arange(0, xs_v.shape[1])")
+        o.line(f"tl.atomic_add({t} + xs_r[:, None] * {s0} + xs_c[None, :], xs_v.to({self.dtype(dtype)}), "
+               f"mask=(xs_r[:, None] < {rows}) & (xs_c[None, :] < {cols}), sem=\"relaxed\")")
+        if guard:
+            o.dedent()
+
+    def one_adder(self, s: ir.Store, t: str) -> str:
+        """The condition under which this core adds ("": every core running the code adds once).
+
+        A vector-only kernel runs a program on one vector core, and a role with one replica per
+        vector core (``al.sub_vec_id()``) adds its own tile: no guard. Otherwise both vector cores
+        of an AI core run the role's code and would each add the tile: the scope form lets vector
+        core 0 add; the release form (3.2.0) has no way for a core to tell itself apart."""
+        if self.agent_core(self.agent) is not Core.VECTOR or self.agent.memory_pipes or self.plan.sub_vec_id:
+            return ""
+        if self.form == "scope":
+            return "al.sub_vec_id() == 0"
+        raise UnsupportedError(
+            f"xs.store(..., reduce=\"add\") into `{t}` in role(s) {', '.join(self.agent.roles)}: in the "
+            f"release form (triton-ascend 3.2.0) both vector cores of an AI core run this code and "
+            f"cannot tell themselves apart, so each would add the tile (twice the sum)",
+            loc=s.loc, objects=(t,) + tuple(self.agent.roles),
+            fix="use the scope form (triton-ascend >= 3.2.1, ascend_form=\"scope\"), where vector "
+                "core 0 adds; or a kernel without matrix work (vector-only: one vector core a program)")
 
     def ring_of(self, pipe: ir.Pipe) -> str:
         """Which ring of a pipe the replica being emitted uses (N -> N pipes: its own)."""
