@@ -36,7 +36,7 @@ def test_release_form_mix_kernel_is_refused():
     with pytest.raises(UnsupportedError) as info:
         gemm_split_k_reducer.compile("ascend-sim")
     msg = str(info.value)
-    assert "reduce_kernels.py:" in msg and "both vector cores" in msg and "scope" in info.value.fix
+    assert "reduce_kernels.py:" in msg and "both vector cores" in msg and "each add" in msg and "scope" in info.value.fix
 
 
 def test_column_sum_on_the_simulator():

@@ -628,37 +628,31 @@ class AscendRenderer(PythonRenderer):
             raise TypeError(f"cannot render {s!r}")
 
     def atomic_add(self, s: ir.Store, t: str, dtype, rows: str, cols: str, s0: str):
-        """``xs.store(..., reduce="add")``: a masked ``tl.atomic_add`` of the tile (block pointers
-        take no atomics in triton-ascend 3.2); its result is unused and nothing in the kernel
-        orders on it (the sum is read after the launch), so relaxed."""
+        """``reduce="add"``: a masked relaxed ``tl.atomic_add`` (3.2 has no block-pointer atomics)."""
         o = self.out
         guard = self.one_adder(s, t)
         if guard:
             o.line(f"if {guard}:  # both vector cores run this role: one of them adds")
             o.indent()
         r0, c0 = (self.expr(x) for x in s.offsets)
-        o.line(f"xs_r = ({r0}) + tl.arange(0, xs_v.shape[0])  # line {s.loc.line}: reduce-add into {t}")
-        o.line(f"xs_c = ({c0}) + tl.arange(0, xs_v.shape[1])")
+        o.line(f"xs_r, xs_c = ({r0}) + tl.arange(0, xs_v.shape[0]), ({c0}) + tl.arange(0, xs_v.shape[1])"
+               f"  # line {s.loc.line}: reduce-add into {t}")
         o.line(f"tl.atomic_add({t} + xs_r[:, None] * {s0} + xs_c[None, :], xs_v.to({self.dtype(dtype)}), "
                f"mask=(xs_r[:, None] < {rows}) & (xs_c[None, :] < {cols}), sem=\"relaxed\")")
         if guard:
             o.dedent()
 
     def one_adder(self, s: ir.Store, t: str) -> str:
-        """The condition under which this core adds ("": every core running the code adds once).
-
-        A vector-only kernel runs a program on one vector core, and a role with one replica per
-        vector core (``al.sub_vec_id()``) adds its own tile: no guard. Otherwise both vector cores
-        of an AI core run the role's code and would each add the tile: the scope form lets vector
-        core 0 add; the release form (3.2.0) has no way for a core to tell itself apart."""
+        """When this core adds ("": always). A vector-only kernel is one vector core a program and
+        an ``al.sub_vec_id()`` replica adds its own tile; else both vector cores run the code:
+        vector core 0 adds (scope form); the release form cannot tell the cores apart."""
         if self.agent_core(self.agent) is not Core.VECTOR or self.agent.memory_pipes or self.plan.sub_vec_id:
             return ""
         if self.form == "scope":
             return "al.sub_vec_id() == 0"
         raise UnsupportedError(
-            f"xs.store(..., reduce=\"add\") into `{t}` in role(s) {', '.join(self.agent.roles)}: in the "
-            f"release form (triton-ascend 3.2.0) both vector cores of an AI core run this code and "
-            f"cannot tell themselves apart, so each would add the tile (twice the sum)",
+            f"xs.store(..., reduce=\"add\") into `{t}` in role(s) {', '.join(self.agent.roles)}: in the release "
+            f"form (3.2.0) both vector cores run this code, cannot tell themselves apart, and would each add",
             loc=s.loc, objects=(t,) + tuple(self.agent.roles),
             fix="use the scope form (triton-ascend >= 3.2.1, ascend_form=\"scope\"), where vector "
                 "core 0 adds; or a kernel without matrix work (vector-only: one vector core a program)")
