@@ -185,9 +185,16 @@ def load_scalar(tensor, index):
     """One element of a 1-D int32 tensor (e.g. ``cu_seqlens[b]``)."""
 
 
-def store(tensor, offsets, value, bounds=None):
+def store(tensor, offsets, value, bounds=None, reduce=None, deterministic=False):
     """Store tile ``value`` at ``offsets`` of a 2-D tensor. Parts outside the tensor, or at
-    or beyond ``bounds=[row_end, col_end]`` when given, are dropped (a statement)."""
+    or beyond ``bounds=[row_end, col_end]`` when given, are dropped (a statement).
+
+    ``reduce="add"``: add the tile into the tensor element by element instead of writing it
+    (atomically per element: several programs may add into one element -- split-K, dQ). The
+    sum is complete for a reader only after the launch (the kernel may not read the tensor,
+    nor plain-store to it). Element types per backend: docs/tutorial.md "Reduce-add"; others
+    are refused at check. ``deterministic=True``: the adds land in a fixed order (the CPU
+    emulator; refused where a backend cannot order them yet)."""
     _outside("store")
 
 

@@ -38,6 +38,7 @@ from xsync.files import write_atomic
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation, allocate
 from xsync.lowering import passes
+from xsync.lowering import reduce_add
 from xsync.lowering.constexprs import constexpr_values
 from xsync.lowering.frontend import parse_kernel
 from xsync.lowering.passes import PassLog
@@ -204,6 +205,7 @@ class Kernel:
         constexprs, tensor_dtypes = self.specialization(constexprs, tensor_dtypes)
         kernel = parse_kernel(self.fn, constexprs, tensor_dtypes)
         placement = backend.place(kernel)
+        reduce_add.check(kernel, placement)
         log = PassLog()
         # The verifier checks what the passes emit, not what the user wrote.
         kernel = passes.run(kernel, placement, log, options)

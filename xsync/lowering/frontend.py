@@ -465,9 +465,11 @@ class _Frontend:
             self.error(s, "xs.store(...) is outside any role block",
                        fix="stores belong to the role that owns the value: wrap in `with <role>:`")
         kw = {k.arg: k.value for k in call.keywords}
-        if len(call.args) != 3 or set(kw) - {"bounds"}:
-            self.error(s, "xs.store(tensor, offsets, value, bounds=None) takes three arguments "
-                          "and an optional bounds=[row_end, col_end]")
+        if len(call.args) != 3 or set(kw) - {"bounds", "reduce", "deterministic"}:
+            self.error(s, "xs.store(tensor, offsets, value, bounds=None, reduce=None, "
+                          "deterministic=False) takes three arguments and optional keywords",
+                       fix="bounds=[row_end, col_end] masks the tile; reduce=\"add\" adds it into "
+                           "the tensor")
         tensor = call.args[0]
         if not (isinstance(tensor, ast.Name) and tensor.id in self.tensor_dtypes):
             self.error(s, f"xs.store target `{ast.unparse(tensor)}` is not a tensor parameter")
@@ -480,7 +482,24 @@ class _Frontend:
             if not isinstance(b, ir.TupleExpr) or len(b.items) != 2:
                 self.error(s, "xs.store bounds must be a list: [row_end, col_end]")
             bounds = b.items
-        return ir.Store(tensor.id, offsets.items, self.expr(call.args[2]), self.loc(s), bounds)
+        reduce, deterministic = self.store_reduce(kw, s)
+        return ir.Store(tensor.id, offsets.items, self.expr(call.args[2]), self.loc(s), bounds,
+                        reduce, deterministic)
+
+    def store_reduce(self, kw, s):
+        """(reduce, deterministic) of an xs.store: compile-time values, checked here."""
+        reduce = self.const_eval(kw["reduce"], "xs.store's `reduce`", text_ok=True) if "reduce" in kw else None
+        if reduce is not None and reduce not in tuple(ir.StoreReduce):
+            self.error(s, f"xs.store(..., reduce={reduce!r}) is not a reduction xsync knows",
+                       fix='use reduce="add" (element-wise add into the tensor) or leave it out')
+        det = self.const_eval(kw["deterministic"], "xs.store's `deterministic`") if "deterministic" in kw else False
+        if not isinstance(det, (bool, int)):
+            self.error(s, f"xs.store's `deterministic` is {det!r}, not a flag",
+                       fix="pass True/False or a constexpr holding one")
+        if det and reduce is None:
+            self.error(s, "xs.store(..., deterministic=True) without reduce=",
+                       fix='deterministic orders the adds of reduce="add"; a plain store has none to order')
+        return (None if reduce is None else ir.StoreReduce(reduce)), bool(det)
 
     # ------------------------------------------------------------ declarations
     def declare(self, decl, var, call: ast.Call, s):

@@ -83,6 +83,12 @@ class RoleKind(StrEnum):
     VECTOR = "vector"   # elementwise work: warpgroup / vector cores
 
 
+class StoreReduce(StrEnum):
+    """How ``xs.store(..., reduce=...)`` combines the tile with what the tensor holds."""
+
+    ADD = "add"         # element-wise add into the tensor (atomic per element on the devices)
+
+
 def _coerce(obj, name: str, kind: type) -> None:
     """Store field ``name`` of a frozen IR node as its vocabulary member (constructors may pass
     the text; nothing downstream compares text)."""
@@ -267,6 +273,14 @@ class Store:
     value: Expr
     loc: SourceLoc
     bounds: tuple[Expr, ...] | None = None  # absolute [row_end, col_end]; beyond is dropped
+    # reduce-add (``reduce="add"``): the tile is added into the tensor, not written over it;
+    # ``deterministic``: the adds of every program land in a fixed order (docs/tutorial.md)
+    reduce: StoreReduce | None = None
+    deterministic: bool = False
+
+    def __post_init__(self):
+        if self.reduce is not None:
+            _coerce(self, "reduce", StoreReduce)
 
 
 @dataclass(frozen=True)

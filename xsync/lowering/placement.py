@@ -90,6 +90,15 @@ class Target:
     # schedule passes, in order: objects with NAME and
     # run(kernel, placement, log, lower_options) -> kernel
     passes: tuple = ()
+    # ``xs.store(..., reduce="add")``: the element types the target adds into (names of
+    # xsync.dtypes), how it does it (messages) and whether ``deterministic=True`` is offered
+    # (xsync/lowering/reduce_add.py checks them)
+    reduce_add_dtypes: tuple[str, ...] = ()
+    reduce_add: str = ""
+    reduce_add_deterministic: bool = False
+    # the units whose agents may reduce-add (None: every unit), and why the others may not
+    reduce_add_units: tuple | None = None
+    reduce_add_units_why: str = ""
 
     @property
     def bounded(self) -> bool:

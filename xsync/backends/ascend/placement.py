@@ -26,7 +26,14 @@ TARGET = Target(
     "ascend", event="a cross-core flag (at most 15 pending sets)", barrier="sync_block_all",
     event_limit=Limit(FLAG_MAX_PENDING, "flag overflow", FlagOverflowError,
                       f"an Ascend flag counts at most {FLAG_MAX_PENDING} pending sets", "sets"),
-    barrier_arrive_waits=True, allocate=alloc.allocate, passes=(cross_agent_pipeline,))
+    barrier_arrive_waits=True, allocate=alloc.allocate, passes=(cross_agent_pipeline,),
+    # tl.atomic_add to GM (HIVM's atomic store); dtypes the HIVM compiler takes (docs/ascend.md)
+    reduce_add_dtypes=("float32", "float16", "int32"), reduce_add="tl.atomic_add (GM atomic add)",
+    # the HIVM compiler (ascendnpu-ir 1.2.0) puts a GM atomic on a vector core; of a cube-side
+    # value it leaves the vector core's UB buffer unwritten (IR after hivm-split-mix-kernel)
+    reduce_add_units=(Unit.VECTOR,),
+    reduce_add_units_why="the HIVM compiler performs GM atomics on the vector cores and does not "
+                         "bring a cube-side tile there")
 
 
 def place(kernel):

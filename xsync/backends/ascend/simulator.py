@@ -465,7 +465,10 @@ class Simulation:
             if CoreKind.CUBE in rewritten:
                 cores.append(Core(ai, prog, CoreKind.CUBE, 0, self.paths[CoreKind.CUBE]))
             if CoreKind.VECTOR in rewritten:
-                cores += [Core(ai, prog, CoreKind.VECTOR, s, self.paths[CoreKind.VECTOR]) for s in (0, 1)]
+                # a mix kernel runs its vector function on both vector cores of the AI core; a
+                # vector-only one ("aiv") is one vector core a program (what a reduce-add counts)
+                subs = (0, 1) if CoreKind.CUBE in rewritten else (0,)
+                cores += [Core(ai, prog, CoreKind.VECTOR, s, self.paths[CoreKind.VECTOR]) for s in subs]
         machine = Machine(self, cores, len(programs))
         self.machine = machine
         threads = []

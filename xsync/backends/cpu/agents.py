@@ -177,6 +177,14 @@ class Agent:
             self.in_flight = self.in_flight[len(self.in_flight) - pending:] if pending else []
         return acc
 
+    # reduce-add, deterministic ------------------------------------------------
+    def store_add_ordered(self, tensor, offsets, value, bounds=None):
+        """``xs.store(..., reduce="add", deterministic=True)``: queue the add; the program adds
+        its queue at its end, agent instance by instance (skeleton order), each in program
+        order -- the same order whatever the threads did (:meth:`Program.flush_adds`)."""
+        self.program.queue_add(self.instance, (tensor, [int(o) for o in offsets], value.clone(),
+                                               None if bounds is None else [int(b) for b in bounds]))
+
 
 class CoopAgent(Agent):
     """Cooperative scheduler: every sync verb is a generator; a blocked verb yields what it

@@ -192,6 +192,20 @@ class Program:
                     self.channels[(link.obj, e)] = rt
         for b in skel.barriers:
             self.barriers[b.obj] = BarrierRT(b.obj, [labels[m] for m in b.members])
+        self.adds: dict[int, list] = {}            # agent instance -> its queued ordered adds
+
+    def queue_add(self, instance: int, add: tuple) -> None:
+        """An ordered reduce-add of ``instance`` (each instance appends only to its own list)."""
+        self.adds.setdefault(instance, []).append(add)
+
+    def flush_adds(self) -> None:
+        """Apply the queued ordered reduce-adds: instance by instance, each in program order."""
+        from xsync.backends.cpu.tile_ops import store_add
+
+        for instance in sorted(self.adds):
+            for tensor, offsets, value, bounds in self.adds[instance]:
+                store_add(tensor, offsets, value, bounds)
+        self.adds.clear()
 
     def label(self, ep) -> str:
         return self.skel.endpoint_label(ep)

@@ -8,7 +8,10 @@ from xsync.backends.cpu import alloc
 from xsync.lowering.placement import Agent, Target, Unit
 
 TARGET = Target("cpu", event="a counting semaphore", barrier="a barrier over the member threads",
-                allocate=alloc.allocate)
+                allocate=alloc.allocate,
+                # torch adds under a lock; deterministic: queued, applied at the program's end
+                reduce_add_dtypes=("float32", "float16", "bfloat16", "int32"),
+                reduce_add="a torch add under a lock", reduce_add_deterministic=True)
 
 
 def place(kernel):

@@ -129,7 +129,12 @@ class CpuRenderer(PythonRenderer):
             bounds = ""
             if s.bounds:
                 bounds = f", bounds=[{', '.join(self.expr(x) for x in s.bounds)}]"
-            o.line(f"{self.rt}.store({s.tensor}, [{offs}], {self.expr(s.value)}{bounds})")
+            if s.reduce is None:
+                o.line(f"{self.rt}.store({s.tensor}, [{offs}], {self.expr(s.value)}{bounds})")
+            elif s.deterministic:   # queued by the agent, added at the program's end in a fixed order
+                o.line(f"{self.ag}.store_add_ordered({s.tensor}, [{offs}], {self.expr(s.value)}{bounds})")
+            else:
+                o.line(f"{self.rt}.store_add({s.tensor}, [{offs}], {self.expr(s.value)}{bounds})")
         elif isinstance(s, ir.RoleBlock):
             o.line(f"# role '{label(s.role)}' (line {s.loc.line})")
             self.block(s.body)

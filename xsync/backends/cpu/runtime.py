@@ -46,4 +46,4 @@ from xsync.backends.cpu.recording import Op, ProgramTrace, SyncObjectInfo, Trace
 from xsync.backends.cpu.schedulers import CoopScheduler, run_grid  # noqa: F401
 from xsync.backends.cpu.tile_ops import (  # noqa: F401
     TORCH_DTYPES, arange, cdiv, exp2, full, load, load_scalar, log2, maximum, minimum, reduce_max,
-    reduce_sum, store, trans, where, zeros)
+    reduce_sum, store, store_add, trans, where, zeros)

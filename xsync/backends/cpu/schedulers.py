@@ -98,6 +98,7 @@ def _run_coop(compiled, pid, grid, args, deadline, progress=(0, 1)):
     left = program.leftovers()
     if left:
         raise leftover_error(k.name, k.file, left, _scalar_note(k, args), _verdict(compiled))
+    program.flush_adds()
 
 
 def _coop_overtime(compiled, pid, live, done, sched, running, over, progress) -> LaunchError:
@@ -184,6 +185,7 @@ def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1)):
         link_pairs(prog)
     if mon.failure is not None:
         raise mon.failure
+    program.flush_adds()
 
 
 def _threads_overtime(compiled, pid, threads, agents, mon, deadline, progress) -> LaunchError:

@@ -2,7 +2,13 @@
 (``rt.load``, ``rt.reduce_max``, ...)."""
 from __future__ import annotations
 
+import threading
+
 import torch
+
+# reduce-adds of the agent threads of one program to one tensor: torch's in-place add is not
+# atomic across threads (it releases the GIL), the devices' per-element atomics are
+_ADD_LOCK = threading.Lock()
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
                 "int32": torch.int32, "int1": torch.bool}
@@ -37,6 +43,32 @@ def load(tensor, offsets, shape):
 
 def load_scalar(tensor, index):
     return int(tensor[int(index)])
+
+
+def _window(tensor, offsets, value, bounds):
+    """(r0, r1, c0, c1) of the part of ``value`` at ``offsets`` inside the tensor and bounds,
+    None when nothing is."""
+    r0, c0 = (int(o) for o in offsets)
+    rows, cols = value.shape
+    r_end, c_end = tensor.shape[0], tensor.shape[1]
+    if bounds is not None:
+        r_end, c_end = min(r_end, int(bounds[0])), min(c_end, int(bounds[1]))
+    r1, c1 = min(r0 + rows, r_end), min(c0 + cols, c_end)
+    if r0 < r1 and c0 < c1 and r0 >= 0 and c0 >= 0:
+        return r0, r1, c0, c1
+    return None
+
+
+def store_add(tensor, offsets, value, bounds=None):
+    """``xs.store(..., reduce="add")``: add ``value`` into the tensor at ``offsets`` (each
+    element once, in the tensor's dtype), parts outside the tensor or ``bounds`` dropped; adds
+    of concurrent agents are serialized, in the order they happen."""
+    w = _window(tensor, offsets, value, bounds)
+    if w is not None:
+        r0, r1, c0, c1 = w
+        part = value[: r1 - r0, : c1 - c0].to(tensor.dtype)
+        with _ADD_LOCK:
+            tensor[r0:r1, c0:c1] += part
 
 
 def store(tensor, offsets, value, bounds=None):

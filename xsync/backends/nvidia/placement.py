@@ -30,7 +30,11 @@ TARGET = Target(
     gather_limit=Limit(1, "phase aliasing", PhaseAliasingError,
                        "the event's mbarrier counts arrivals, not who arrived, so two signals of "
                        "one source complete a phase meant for all sources"),
-    allocate=alloc.allocate, passes=PASSES)
+    allocate=alloc.allocate, passes=PASSES,
+    # TMA bulk reduce (cp.reduce.async.bulk.tensor .add) or red.global.add; Gluon's atomic_add
+    # and the TMA reduce take fp32, fp16 and bf16 (and int32) on sm_90
+    reduce_add_dtypes=("float32", "float16", "bfloat16", "int32"),
+    reduce_add="TMA bulk reduce-add / red.global.add")
 
 
 def place(kernel):

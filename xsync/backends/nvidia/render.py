@@ -77,6 +77,10 @@ TMA_LOAD_ALIAS = ('xs_tma_load = getattr(tma, "async_load", None) or tma.async_c
                   '  # Triton >= 3.8 / 3.6-3.7 spelling')
 TMA_STORE_ALIAS = ('xs_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global'
                    '  # Triton >= 3.9 / 3.6-3.8 spelling')
+# The TMA bulk reduce-add (cp.reduce.async.bulk.tensor .add): tma.async_atomic_add in newer Gluon;
+# Triton 3.6 has the op but no Gluon wrapper (xsync/backends/nvidia/gluon_compat.py spells it).
+TMA_REDUCE_ADD_ALIAS = ('from xsync.backends.nvidia.gluon_compat import tma_reduce_add as xs_tma_reduce_add'
+                        '  # tma.async_atomic_add where Gluon has it')
 
 
 @dataclass
@@ -258,15 +262,19 @@ class AgentSpeller:
         staged = self.plan.staging.of(s)
         r0, c0 = (values.tx(x)[0] for x in s.offsets)
         bounds = [values.tx(x)[0] for x in s.bounds] if s.bounds else []
+        adds = s.reduce is ir.StoreReduce.ADD
+        what = f'xs.store({tn}, ..., reduce="add")' if adds else f"xs.store({tn}, ...)"
         if staged is None:
-            o.line(f"# line {s.loc.line}: xs.store({tn}, ...) -- out-of-bounds parts are masked off")
+            o.line(f"# line {s.loc.line}: {what} -- out-of-bounds parts are masked off"
+                   + (" (red.global.add per element)" if adds else ""))
             o.line(f"{val} = {c}")
         else:
             stage_buf = staged.tile.name
             inside = [f"{tn}_tma_ok != 0"]
             if bounds:
                 inside += [f"{r0} + {t.shape[0]} <= {bounds[0]}", f"{c0} + {t.shape[1]} <= {bounds[1]}"]
-            o.line(f"# line {s.loc.line}: xs.store({tn}, ...) -- a tile inside its bounds: TMA store from "
+            bulk = "TMA bulk reduce-add" if adds else "TMA store"
+            o.line(f"# line {s.loc.line}: {what} -- a tile inside its bounds: {bulk} from "
                    f"shared memory (the copy engine clips at the tensor's edges); else masked off")
             o.line(f"{val} = {c}")
             o.line(f"if {' & '.join(f'({x})' for x in inside)}:")
@@ -274,23 +282,30 @@ class AgentSpeller:
             o.line("tma.store_wait(0)  # this partition's previous TMA store has read the staging tile")
             o.line(f"{stage_buf}.index(REPLICA).store({val}.to({dtype}))")
             o.line("fence_async_shared()")
-            o.line(f"xs_tma_store({staged.desc}, [{r0}, {c0}], {stage_buf}.index(REPLICA))")
+            o.line(f"{'xs_tma_reduce_add' if adds else 'xs_tma_store'}({staged.desc}, [{r0}, {c0}], "
+                   f"{stage_buf}.index(REPLICA))")
             o.dedent()
             o.line("else:")
             o.indent()
         o.line(f"{r} = {r0} + gl.arange(0, {t.shape[0]}, layout=gl.SliceLayout(1, {lay}))")
         o.line(f"{cc} = {c0} + gl.arange(0, {t.shape[1]}, layout=gl.SliceLayout(0, {lay}))")
-        self.masked_store(tn, f"{r}[:, None]", f"{cc}[None, :]", val, bounds)
+        self.masked_store(tn, f"{r}[:, None]", f"{cc}[None, :]", val, bounds, adds)
         if staged is not None:
             o.dedent()
 
-    def masked_store(self, tn: str, rows: str, cols: str, val: str, bounds: list):
-        """gl.store of ``val`` at (``rows``, ``cols``) of ``tn``, masked to the tensor and ``bounds``."""
+    def masked_store(self, tn: str, rows: str, cols: str, val: str, bounds: list, adds: bool = False):
+        """gl.store of ``val`` at (``rows``, ``cols``) of ``tn``, masked to the tensor and ``bounds``;
+        ``adds``: a relaxed gl.atomic_add whose result is unused (PTX red.global.add): the sum is
+        read after the launch, nothing in the kernel orders on it."""
         mask = f"({rows} < {tn}_rows) & ({cols} < {tn}_cols)"
         if bounds:
             mask += f" & ({rows} < {bounds[0]}) & ({cols} < {bounds[1]})"
-        self.out.line(f"gl.store({self.names(tn)} + {rows}.to(gl.int64) * {tn}_stride + {cols}, "
-                      f"{val}.to({self.values.dtype(self.values.tensors[tn].dtype)}), mask={mask})")
+        ptr = f"{self.names(tn)} + {rows}.to(gl.int64) * {tn}_stride + {cols}"
+        value = f"{val}.to({self.values.dtype(self.values.tensors[tn].dtype)})"
+        if adds:
+            self.out.line(f'gl.atomic_add({ptr}, {value}, mask={mask}, sem="relaxed")')
+        else:
+            self.out.line(f"gl.store({ptr}, {value}, mask={mask})")
 
     def row_store(self, s: ir.Store):
         """``xs.store(t, [r, c], v[None, :])`` of a 1-D tile ``v``: a masked store in ``v``'s
@@ -302,12 +317,14 @@ class AgentSpeller:
         val, r, cc = values.fresh("val"), values.fresh("row"), values.fresh("cols")
         r0, c0 = (values.tx(x)[0] for x in s.offsets)
         bounds = [values.tx(x)[0] for x in s.bounds] if s.bounds else []
-        o.line(f"# line {s.loc.line}: xs.store({tn}, ...) -- one row, in the layout its values live in; "
+        adds = s.reduce is ir.StoreReduce.ADD
+        what = f'xs.store({tn}, ..., reduce="add")' if adds else f"xs.store({tn}, ...)"
+        o.line(f"# line {s.loc.line}: {what} -- one row, in the layout its values live in; "
                f"out-of-bounds parts are masked off")
         o.line(f"{val} = {c}")
         o.line(f"{r} = {r0} + gl.zeros([{t.shape[0]}], gl.int32, layout={t.layout})")
         o.line(f"{cc} = {c0} + gl.arange(0, {t.shape[0]}, layout={t.layout})")
-        self.masked_store(tn, r, cc, val, bounds)
+        self.masked_store(tn, r, cc, val, bounds, adds)
 
     def slot_write(self, s: ir.SlotWrite):
         o, values = self.out, self.values
@@ -456,6 +473,8 @@ class NvidiaRenderer:
         o.line(TMA_LOAD_ALIAS)
         if self.plan.staging.tiles:
             o.line(TMA_STORE_ALIAS)
+        if self.plan.staging.reduces():
+            o.line(TMA_REDUCE_ADD_ALIAS)
         o.line()
         if k.constexprs:
             o.line("# constexprs of this specialization")

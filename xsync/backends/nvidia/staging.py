@@ -25,7 +25,9 @@ statements in program order; a staging tile is granted to the first store that n
    ``TWO_CTA_SMEM_BYTES`` when two CTAs per SM fit, else the option ``staging_smem_limit``
    (default :data:`STAGING_SMEM_LIMIT`).
 
-Stores of one agent with the same tile shape and dtype share one staging tile (rule 7 counts it
+A reduce-add (``xs.store(..., reduce="add")``) stages by the same rules and leaves as a TMA bulk
+reduce-add (``xs_tma_reduce_add``), its fallback a masked ``gl.atomic_add``. Stores of one agent
+with the same tile shape and dtype share one staging tile (rule 7 counts it
 once); each (tensor, block shape) gets one store descriptor parameter.
 """
 from __future__ import annotations
@@ -79,6 +81,7 @@ class StagedStore:
     tensor: str
     tile: StagingTile
     desc: str                     # the store descriptor parameter
+    reduce: bool = False          # a TMA bulk reduce-add, not a TMA store
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class StagingPlan:
     def of(self, store: ir.Store) -> StagedStore | None:
         """The decision for ``store`` (a statement of the planned programs), None: a masked store."""
         return self.stores.get(id(store))
+
+    def reduces(self) -> bool:
+        """Whether some staged store is a reduce-add (``xs_tma_reduce_add``)."""
+        return any(d.reduce for d in self.stores.values())
 
     def stages(self, agent: str) -> bool:
         """Whether ``agent`` issues TMA stores (it waits for them before it ends)."""
@@ -154,7 +161,7 @@ class _Planner:
             many = any(tn == tensor for tn, _ in self.descs)
             desc = f"{tensor}_store_desc" + (f"_{rows}x{cols}" if many else "")
             self.descs[(tensor, (rows, cols))] = desc
-        return StagedStore(tensor, tile, desc)
+        return StagedStore(tensor, tile, desc, s.reduce is not None)
 
 
 def plan(placement: Placement, allocation: HopperAllocation, layouts: ModuleLayouts, tensors: dict,
