@@ -70,14 +70,19 @@ def test_verifier_runs_on_every_compile_unless_disabled(monkeypatch):
         bk.missing_release[(1,)](x, y, 4, BLOCK=16, STAGES=1, backend="cpu")
 
 
-def test_agent_failure_is_reported_and_others_stop():
-    # A 1-D table where xs.load reads a 2-D tile breaks the load inside the 'load' agent; the
-    # launcher re-raises that error promptly instead of leaving the other agents waiting forever.
+def test_agent_failure_is_reported_and_others_stop(monkeypatch):
+    # A load that fails inside the 'load' agent (every bad argument is refused before launch, so
+    # the failure is injected): the launcher re-raises that error promptly instead of leaving the
+    # other agents waiting forever.
+    from xsync.backends.cpu import runtime
+
+    def broken_load(*args, **kwargs):
+        raise RuntimeError("injected load failure")
+    monkeypatch.setattr(runtime, "load", broken_load)
     a = torch.randn(8, 8).bfloat16()
     start = time.monotonic()
-    with pytest.raises(IndexError):
-        gemm[(1, 1)](torch.arange(64, dtype=torch.int32), a, torch.zeros(8, 8), 8, 8, 8, BM=16,
-                     BN=16, BK=16, STAGES=1, backend="cpu")
+    with pytest.raises(RuntimeError, match="injected load failure"):
+        gemm[(1, 1)](a, a, torch.zeros(8, 8), 8, 8, 8, BM=16, BN=16, BK=16, STAGES=1, backend="cpu")
     assert time.monotonic() - start < 5
 
 
