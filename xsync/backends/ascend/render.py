@@ -187,11 +187,9 @@ _TL_OPS = {op: f"tl.{op}" for op in (
     ir.TileOp.MAX, ir.TileOp.SUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE,
     ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS)}
 
-# math functions triton-ascend 3.2 lowers through HIVM and the simulator's interpreter runs
-# (tests/ascend/test_elementwise_math.py); tl.tanh compiles but the interpreter has no tanh, so
-# tanh and pow are spelled from tl.exp / tl.exp2 / tl.log2 (source.spell_math)
+# math that HIVM compiles and the simulator runs (tl.tanh: no interpreter op; from tl.exp)
 TL_MATH = frozenset({ir.TileOp.SQRT, ir.TileOp.RSQRT, ir.TileOp.EXP, ir.TileOp.LOG, ir.TileOp.ERF,
-                     ir.TileOp.SIGMOID})
+                     ir.TileOp.SIGMOID, ir.TileOp.ABS})
 
 
 def tensor_args(name: str) -> list[str]:
@@ -329,12 +327,9 @@ class AscendRenderer(PythonRenderer):
             return (f"tl.load(tl.make_block_ptr({self.names(t)}, shape=({rows}, {cols}), strides=({s0}, 1), "
                     f"offsets=({off}), block_shape=({shape}), order=(1, 0)), "
                     f"boundary_check=(0, 1), padding_option=\"zero\")")
-        if e.op in ir.UNARY_MATH or e.op is ir.TileOp.POW:     # float32 math (xsync.api)
-            x = self.expr(e.args[0])
-            if e.op is ir.TileOp.ABS:
-                return f"tl.abs({x})"
-            n = e.args[1].value if e.op is ir.TileOp.POW else None
-            return spell_math(e.op, f"({x}).to(tl.float32)", "tl", TL_MATH, n)
+        if e.op in ir.UNARY_MATH or e.op is ir.TileOp.POW:     # float32 math, abs keeps the dtype
+            x = f"({self.expr(e.args[0])})" + ("" if e.op is ir.TileOp.ABS else ".to(tl.float32)")
+            return spell_math(e.op, x, "tl", TL_MATH, e.args[1].value if len(e.args) > 1 else None)
         if e.op is ir.TileOp.LOAD_SCALAR:
             t = e.args[0].id
             return f"tl.load({self.names(t)} + ({self.expr(e.args[1])}) * {tensor_args(t)[2]})"
