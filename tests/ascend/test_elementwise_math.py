@@ -5,8 +5,8 @@ interpreter has none, so tanh is spelled from tl.exp (xsync/backends/ascend/rend
 import pytest
 import torch
 
-from tests.core.math_kernels import every_function, gemm_bias_gelu, rmsnorm_rsqrt
-from tests.core.test_elementwise_math import every_reference
+from tests.core.math_kernels import cast_chain, every_function, gemm_bias_gelu, rmsnorm_rsqrt
+from tests.core.test_elementwise_math import cast_reference, every_reference
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def hivm_compiler(triton_ascend):
     return hivm
 
 
-@pytest.mark.parametrize("kernel", [every_function, rmsnorm_rsqrt, gemm_bias_gelu],
+@pytest.mark.parametrize("kernel", [every_function, rmsnorm_rsqrt, gemm_bias_gelu, cast_chain],
                          ids=lambda k: k.__name__)
 def test_hivm_compiles_math(kernel, hivm_compiler):
     result = hivm_compiler.compile_lowered(kernel.lower("ascend"), timeout=300)
@@ -39,3 +39,10 @@ def test_simulated_rmsnorm(triton_ascend):
     rmsnorm_rsqrt[(1,)](x, w, y, M, N, 2, BM=16, BN=64, STAGES=2, backend="ascend-sim")
     ref = torch.nn.functional.rms_norm(x.float(), (N,), eps=1e-6) * w
     torch.testing.assert_close(y.float(), ref.bfloat16().float(), rtol=2e-2, atol=2e-2)
+
+
+def test_simulated_casts(triton_ascend):
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 32) * 4, torch.zeros(32, 32)
+    cast_chain[(2,)](x, y, BM=16, BN=32, backend="ascend-sim")
+    assert torch.equal(y, cast_reference(x))

@@ -79,3 +79,16 @@ def every_function(x, y, BM: xs.constexpr, BN: xs.constexpr):
         t = xs.sqrt(p) + xs.rsqrt(p) + xs.exp(-p) + xs.log(p) + xs.tanh(v) + xs.erf(v)
         t = t + xs.sigmoid(v) + xs.pow(p, 0.5) + v ** 2 + p ** -1 + xs.abs(v.to(xs.bfloat16)).to(xs.float32)
         xs.store(y, [row, 0], t)
+
+
+@xs.kernel(example=dict(x=xs.float32, y=xs.float32, BM=16, BN=32))
+def cast_chain(x, y, BM: xs.constexpr, BN: xs.constexpr):
+    """y = x through every cast pair the epilogues use: fp32 -> bf16 -> fp16 -> fp32, fp32 ->
+    int32 -> fp32 (truncation toward zero) and a comparison's int1 -> fp32."""
+    work = xs.role("work", kind="vector")
+    row = xs.program_id(0) * BM
+    with work:
+        v = xs.load(x, [row, 0], [BM, BN])
+        a = v.to(xs.bfloat16).to(xs.float16).to(xs.float32)
+        b = v.to(xs.int32).to(xs.float32) + (v > 0.0).to(xs.float32) + v.to(xs.float16).to(xs.bfloat16).to(xs.float32)
+        xs.store(y, [row, 0], a + b)

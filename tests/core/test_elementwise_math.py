@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import xsync as xs
-from tests.core.math_kernels import every_function, gemm_bias_gelu, rmsnorm_rsqrt
+from tests.core.math_kernels import cast_chain, every_function, gemm_bias_gelu, rmsnorm_rsqrt
 from xsync.errors import KernelSourceError
 
-KERNELS = [gemm_bias_gelu, rmsnorm_rsqrt, every_function]
+KERNELS = [gemm_bias_gelu, rmsnorm_rsqrt, every_function, cast_chain]
 
 
 def every_reference(x):
@@ -25,6 +25,18 @@ def test_every_function_matches_torch():
     x, y = torch.randn(40, 32), torch.full((40, 32), float("nan"))
     every_function[(3,)](x, y, BM=16, BN=32, backend="cpu")
     torch.testing.assert_close(y, every_reference(x), rtol=1e-6, atol=1e-6)
+
+
+def cast_reference(x):
+    return (x.bfloat16().half().float() + x.int().float() + (x > 0).float()
+            + x.half().bfloat16().float())
+
+
+def test_cast_pairs_match_torch():
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 32) * 4, torch.zeros(32, 32)
+    cast_chain[(2,)](x, y, BM=16, BN=32, backend="cpu")
+    assert torch.equal(y, cast_reference(x))
 
 
 @pytest.mark.parametrize("tanh", [0, 1])

@@ -4,7 +4,7 @@ gl.sqrt / rsqrt / exp / log / erf / abs, tanh, sigmoid and powers spelled from g
 log2, every operand float32. Numerics need a GPU (the CPU emulator's are tests/core)."""
 import pytest
 
-from tests.core.math_kernels import EVERY, GEMM_GELU, RMSNORM, every_function, gemm_bias_gelu, rmsnorm_rsqrt
+from tests.core.math_kernels import EVERY, GEMM_GELU, RMSNORM, cast_chain, every_function, gemm_bias_gelu, rmsnorm_rsqrt
 from xsync.backends.nvidia import compile_ptx
 
 
@@ -18,7 +18,8 @@ def _cx(example, **over):
     (rmsnorm_rsqrt, _cx(RMSNORM), ["gl.rsqrt("]),
     (every_function, _cx(EVERY), ["gl.sqrt(", "gl.rsqrt(", "gl.exp(", "gl.log(", "gl.erf(", "gl.abs(",
                                   "gl.exp2(0.5 * gl.log2("]),
-], ids=["gelu-erf", "gelu-tanh", "rmsnorm", "every"])
+    (cast_chain, _cx(EVERY), [".to(gl.bfloat16).to(gl.float16)", ".to(gl.int32)"]),
+], ids=["gelu-erf", "gelu-tanh", "rmsnorm", "every", "casts"])
 def test_math_kernels_compile_for_sm90a(kernel, constexprs, calls):
     r = compile_ptx(kernel, constexprs)
     assert ".target sm_90a" in r.ptx and len(r.cubin) > 10_000
