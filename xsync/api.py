@@ -233,6 +233,56 @@ def log2(x):
     """log2(x) elementwise."""
 
 
+# Elementwise math: computed in float32 (a float16 / bfloat16 / int32 operand is converted
+# first, as Triton's math functions and the Ascend vector unit need); the result is a float32
+# tile -- narrow it with ``.to(dtype)``. ``abs`` keeps its operand's dtype.
+@_tile_op(1, 1)
+def sqrt(x):
+    """Square root elementwise (float32 result)."""
+
+
+@_tile_op(1, 1)
+def rsqrt(x):
+    """1 / sqrt(x) elementwise (float32 result)."""
+
+
+@_tile_op(1, 1)
+def exp(x):
+    """e**x elementwise (float32 result)."""
+
+
+@_tile_op(1, 1)
+def log(x):
+    """Natural logarithm elementwise (float32 result)."""
+
+
+@_tile_op(1, 1)
+def tanh(x):
+    """Hyperbolic tangent elementwise (float32 result)."""
+
+
+@_tile_op(1, 1)
+def erf(x):
+    """Error function elementwise (float32 result), e.g. GELU: ``0.5 * x * (1 + xs.erf(x * 0.7071))``."""
+
+
+@_tile_op(1, 1)
+def sigmoid(x):
+    """1 / (1 + e**-x) elementwise (float32 result)."""
+
+
+@_tile_op(1, 1)
+def abs(x):  # noqa: A001 - portable name
+    """|x| elementwise (the operand's dtype)."""
+
+
+@_tile_op(2, 2)
+def pow(x, exponent):  # noqa: A001 - portable name
+    """``x ** exponent`` elementwise, float32 result; also spelled ``x ** exponent``. The exponent
+    is a compile-time number: an integer (|n| <= 16) multiplies (any sign of x), any other
+    number computes ``exp2(exponent * log2(x))`` (NaN for negative x, as torch.pow)."""
+
+
 @_tile_op(3, 3)
 def where(cond, a, b):
     """Elementwise select."""

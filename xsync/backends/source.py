@@ -160,3 +160,35 @@ class PythonRenderer:
 
     def args(self, e: ir.Call) -> str:
         return ", ".join([self.expr(a) for a in e.args] + [f"{k}={self.expr(v)}" for k, v in e.kwargs])
+
+
+def spell_math(op, x: str, lib: str, native, exponent=None) -> str:
+    """Elementwise math ``op`` (xsync.lowering.ir.UNARY_MATH, POW) on ``x``, the code of a
+    float32 operand, in a Triton dialect whose module is ``lib`` (``gl`` / ``tl``); ``native``:
+    the ops ``lib`` has a function for. The others are spelled through exp / exp2 / log2, where
+    ``x`` appears once, except an integer power (its products repeat ``x``: pass a name)."""
+    from xsync.lowering import ir
+
+    if op in native:
+        return f"{lib}.{op.value}({x})"
+    if op is ir.TileOp.TANH:     # 2 sigmoid(2x) - 1: -1 / 1 at the far ends, |error| ~1e-7
+        return f"(2.0 / (1.0 + {lib}.exp(-2.0 * {x})) - 1.0)"
+    if op is ir.TileOp.SIGMOID:
+        return f"(1.0 / (1.0 + {lib}.exp(-{x})))"
+    if op is ir.TileOp.POW:
+        n = int_power(exponent)
+        if n is None:
+            return f"{lib}.exp2({float_literal(float(exponent))} * {lib}.log2({x}))"
+        product = " * ".join([x] * abs(n)) or f"({x} * 0.0 + 1.0)"
+        return f"(1.0 / ({product}))" if n < 0 else f"({product})"
+    raise TypeError(f"no spelling of {op}")
+
+
+def int_power(exponent):
+    """The integer an exponent is (``2``, ``2.0``), or None: such a power multiplies."""
+    from xsync.lowering.ir import MAX_INT_POWER
+
+    if isinstance(exponent, float) and exponent.is_integer() and abs(exponent) <= MAX_INT_POWER:
+        return int(exponent)
+    return exponent if isinstance(exponent, int) else None
+

@@ -650,6 +650,8 @@ class _Frontend:
         if isinstance(node, ast.Name):
             return self.name(node)
         if isinstance(node, ast.BinOp):
+            if isinstance(node.op, ast.Pow):      # `x ** c` is xs.pow(x, c)
+                return frontend_rules.power(self, node, node.left, node.right)
             if type(node.op) not in _BINOPS:
                 self.error(node, f"operator in `{ast.unparse(node)}` is not supported")
             return ir.BinOp(_BINOPS[type(node.op)], self.expr(node.left), self.expr(node.right))
@@ -713,9 +715,9 @@ class _Frontend:
             return ir.Cast(self.expr(f.value), dtype)
         name = self.is_xs(f)
         if name is None or name not in api.TILE_OPS:
-            if isinstance(f, ast.Name) and f.id in ("min", "max", "abs"):
+            if isinstance(f, ast.Name) and f.id in ("min", "max", "abs", "pow"):
                 self.error(node, f"Python's {f.id}() is not a tile op",
-                           fix=f"use xs.{'minimum' if f.id == 'min' else 'maximum' if f.id == 'max' else 'where'}")
+                           fix=f"use xs.{ {'min': 'minimum', 'max': 'maximum'}.get(f.id, f.id)}")
             if name in ("acquire", "wait", "signal"):
                 self.error(node, f"xs.{name} used inside an expression", fix="use it as a statement")
             if name == "tile_range":
@@ -748,6 +750,8 @@ class _Frontend:
         if name in ("load", "load_scalar") and not (
                 isinstance(node.args[0], ast.Name) and node.args[0].id in self.tensor_dtypes):
             self.error(node, f"xs.{name} source `{ast.unparse(node.args[0])}` is not a tensor parameter")
+        if name == "pow":
+            return frontend_rules.power(self, node, *node.args)
         args = tuple(self.expr(a) for a in node.args)
         kwargs = tuple((k.arg, self.expr(k.value)) for k in node.keywords)
         return ir.Call(ir.TileOp(name), args, kwargs)

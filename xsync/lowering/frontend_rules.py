@@ -83,6 +83,29 @@ def identity_compare(fe, node: ast.Compare):
                    f"values", fix="compare with == and combine with `or`: `a == 1 or a == 2`")
 
 
+def power(fe, node, base, exponent):
+    """``base ** exponent`` / ``xs.pow(base, exponent)`` as ``Call(POW, base, Const)``: the
+    exponent is a compile-time number, since each backend spells the power from it (products for
+    an integer, exp2/log2 otherwise: see xsync.api.pow)."""
+    from xsync.lowering import ir
+
+    text = ast.unparse(node)
+    n = constant(fe, exponent)
+    if n is _NOT_CONSTANT and isinstance(exponent, ast.UnaryOp) and isinstance(exponent.op, ast.USub):
+        n = constant(fe, exponent.operand)
+        n = n if n is _NOT_CONSTANT or isinstance(n, (str, tuple)) or n is None else -n
+    if n is _NOT_CONSTANT or isinstance(n, (bool, str, tuple)) or n is None:
+        fe.error(node, f"`{text}`: the exponent `{ast.unparse(exponent)}` is not a compile-time "
+                       f"number (a tile exponent has no portable spelling yet)",
+                 fix="use a literal or a constexpr exponent; for a tile exponent and positive x "
+                     "write xs.exp2(y * xs.log2(x))")
+    if isinstance(n, int) and abs(n) > ir.MAX_INT_POWER:
+        fe.error(node, f"`{text}`: integer exponent {n} is more than {ir.MAX_INT_POWER} products",
+                 fix=f"use a float exponent ({float(n)}, computed as exp2/log2 for positive x) or "
+                     f"square intermediate values")
+    return ir.Call(ir.TileOp.POW, (fe.expr(base), ir.Const(n)))
+
+
 RESERVED_PREFIX = "xs_"                                    # the generators' own names
 RESERVED_BUILTINS = frozenset({"range", "float", "int", "getattr"})   # generated code calls them
 

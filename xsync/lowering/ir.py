@@ -65,6 +65,22 @@ class TileOp(StrEnum):
     WHERE = "where"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    EXP = "exp"
+    LOG = "log"
+    TANH = "tanh"
+    ERF = "erf"
+    SIGMOID = "sigmoid"
+    ABS = "abs"
+    POW = "pow"
+
+
+# elementwise math computed in float32 with a float32 result (xsync.api); ABS keeps the dtype
+FLOAT_MATH = (TileOp.SQRT, TileOp.RSQRT, TileOp.EXP, TileOp.LOG, TileOp.TANH, TileOp.ERF,
+              TileOp.SIGMOID, TileOp.POW)
+UNARY_MATH = FLOAT_MATH[:-1] + (TileOp.ABS,)
+MAX_INT_POWER = 16     # `x ** n` with an integer n up to this multiplies; larger is refused
 
 
 class ParamKind(StrEnum):

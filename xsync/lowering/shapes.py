@@ -22,7 +22,7 @@ MAX_DIM = 1 << 20
 UNKNOWN = None                  # a value whose rank is not known (a tensor parameter, a list)
 SCALAR = ()
 _BROADCASTING = (ir.TileOp.WHERE, ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM)
-_SAME_SHAPE = (ir.TileOp.EXP2, ir.TileOp.LOG2)
+_SAME_SHAPE = (ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.POW) + ir.UNARY_MATH
 _SCALARS = (ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS, ir.TileOp.REPLICA_ID, ir.TileOp.CDIV,
             ir.TileOp.LOAD_SCALAR)
 

@@ -82,7 +82,8 @@ MULTI_BUFFER = 1
 # (half the rows each, plus the compiler's per-core temporaries): calibrated, see rule 8.
 BINDING_SHARE = 0.65
 
-ELEMENTWISE = (ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE, ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM)
+ELEMENTWISE = (ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE, ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM,
+               ir.TileOp.POW) + ir.UNARY_MATH
 REDUCTIONS = (ir.TileOp.MAX, ir.TileOp.SUM)
 SELECTS = ("maximum", "minimum", "where")    # compare + select: the result is a fresh buffer
 
@@ -433,6 +434,7 @@ class _Walker:
                 shape = _broadcast(shape, v.shape)
             tile_dtypes = [v.dtype for v in vals if v.shape] or [float32]
             dtype = tile_dtypes[-1] if op is ir.TileOp.WHERE else max(tile_dtypes, key=lambda d: d.bits)
+            dtype = float32 if op in ir.FLOAT_MATH else dtype
             return self.elementwise(vals, shape, dtype, step, op.value)
         for a in args:
             self.book(self.expr(a, step, loops, True), step)

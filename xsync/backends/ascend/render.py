@@ -123,7 +123,7 @@ from enum import StrEnum
 # FORMS: the launcher reads it here
 from xsync.backends.ascend.replicas import FORMS, Core, ReplicaAnalysis, analyze, has_sync  # noqa: F401
 from xsync.backends.spelling import Spelling
-from xsync.backends.source import Emitter, PythonRenderer, doc_text, label
+from xsync.backends.source import Emitter, PythonRenderer, doc_text, label, spell_math
 from xsync.errors import UnsupportedError
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation
@@ -186,6 +186,10 @@ _TL_OPS = {op: f"tl.{op}" for op in (
     ir.TileOp.CDIV, ir.TileOp.ARANGE, ir.TileOp.ZEROS, ir.TileOp.FULL, ir.TileOp.TRANS,
     ir.TileOp.MAX, ir.TileOp.SUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE,
     ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS)}
+
+# math that HIVM compiles and the simulator runs (tl.tanh: no interpreter op; from tl.exp)
+TL_MATH = frozenset({ir.TileOp.SQRT, ir.TileOp.RSQRT, ir.TileOp.EXP, ir.TileOp.LOG, ir.TileOp.ERF,
+                     ir.TileOp.SIGMOID, ir.TileOp.ABS})
 
 
 def tensor_args(name: str) -> list[str]:
@@ -323,6 +327,9 @@ class AscendRenderer(PythonRenderer):
             return (f"tl.load(tl.make_block_ptr({self.names(t)}, shape=({rows}, {cols}), strides=({s0}, 1), "
                     f"offsets=({off}), block_shape=({shape}), order=(1, 0)), "
                     f"boundary_check=(0, 1), padding_option=\"zero\")")
+        if e.op in ir.UNARY_MATH or e.op is ir.TileOp.POW:     # float32 math, abs keeps the dtype
+            x = f"({self.expr(e.args[0])})" + ("" if e.op is ir.TileOp.ABS else ".to(tl.float32)")
+            return spell_math(e.op, x, "tl", TL_MATH, e.args[1].value if len(e.args) > 1 else None)
         if e.op is ir.TileOp.LOAD_SCALAR:
             t = e.args[0].id
             return f"tl.load({self.names(t)} + ({self.expr(e.args[1])}) * {tensor_args(t)[2]})"

@@ -20,7 +20,9 @@ _RT_OPS = {
     ir.TileOp.FULL: "full", ir.TileOp.LOAD: "load", ir.TileOp.LOAD_SCALAR: "load_scalar",
     ir.TileOp.TRANS: "trans", ir.TileOp.MAX: "reduce_max", ir.TileOp.SUM: "reduce_sum",
     ir.TileOp.EXP2: "exp2", ir.TileOp.LOG2: "log2", ir.TileOp.WHERE: "where",
-    ir.TileOp.MAXIMUM: "maximum", ir.TileOp.MINIMUM: "minimum"
+    ir.TileOp.MAXIMUM: "maximum", ir.TileOp.MINIMUM: "minimum",
+    **{op: op.value for op in ir.FLOAT_MATH if op is not ir.TileOp.POW},
+    ir.TileOp.ABS: "abs_", ir.TileOp.POW: "pow_",
 }
 
 

@@ -45,5 +45,6 @@ from xsync.backends.cpu.channels import (  # noqa: F401
 from xsync.backends.cpu.recording import Op, ProgramTrace, SyncObjectInfo, Trace, record  # noqa: F401
 from xsync.backends.cpu.schedulers import CoopScheduler, run_grid  # noqa: F401
 from xsync.backends.cpu.tile_ops import (  # noqa: F401
-    TORCH_DTYPES, arange, cdiv, exp2, full, load, load_scalar, log2, maximum, minimum, reduce_max,
-    reduce_sum, store, store_add, trans, where, zeros)
+    TORCH_DTYPES, abs_, arange, cdiv, erf, exp, exp2, full, load, load_scalar, log, log2, maximum,
+    minimum, pow_, reduce_max, reduce_sum, rsqrt, sigmoid, sqrt, store, store_add, tanh, trans, where,
+    zeros)

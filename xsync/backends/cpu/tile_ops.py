@@ -103,6 +103,47 @@ def log2(x):
     return torch.log2(x)
 
 
+def _f32(x):
+    """The float32 operand of a math function (xsync.api: math computes in float32)."""
+    return torch.as_tensor(x).to(torch.float32)
+
+
+def sqrt(x):
+    return torch.sqrt(_f32(x))
+
+
+def rsqrt(x):
+    return torch.rsqrt(_f32(x))
+
+
+def exp(x):
+    return torch.exp(_f32(x))
+
+
+def log(x):
+    return torch.log(_f32(x))
+
+
+def tanh(x):
+    return torch.tanh(_f32(x))
+
+
+def erf(x):
+    return torch.erf(_f32(x))
+
+
+def sigmoid(x):
+    return torch.sigmoid(_f32(x))
+
+
+def abs_(x):
+    return torch.abs(x) if isinstance(x, torch.Tensor) else abs(x)
+
+
+def pow_(x, n):
+    return torch.pow(_f32(x), n)
+
+
 def where(c, a, b):
     return torch.where(c, torch.as_tensor(a), torch.as_tensor(b))
 

@@ -327,6 +327,11 @@ class LayoutRules:
             return SCALAR
         if op in (ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE):
             return self.elementwise_type(e, e.args, want, record)
+        if op in ir.UNARY_MATH or op is ir.TileOp.POW:     # float32 math (xsync.api), abs keeps
+            t = self.type_of(e.args[0], want, record)
+            if t.kind is not ValueKind.TILE or op is ir.TileOp.ABS:
+                return t
+            return T(ValueKind.TILE, t.shape, DType("float32", 32), t.layout)
         if op is ir.TileOp.ARANGE:
             a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
             if not _pow2(b - a):

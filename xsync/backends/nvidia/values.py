@@ -14,7 +14,7 @@ from typing import Mapping
 from xsync.dtypes import DType
 from xsync.backends.nvidia import exp2
 from xsync.backends.nvidia.layouts import SCALAR, AgentLayouts, LayoutConstant, LayoutRules, T, ValueKind
-from xsync.backends.source import PRECEDENCE, Emitter, float_literal
+from xsync.backends.source import PRECEDENCE, Emitter, float_literal, int_power, spell_math
 from xsync.errors import BackendError
 from xsync.lowering import ir
 
@@ -24,6 +24,9 @@ SIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32":
 _GL_OPS = {ir.TileOp.EXP2: "gl.exp2", ir.TileOp.LOG2: "gl.log2", ir.TileOp.MAXIMUM: "gl.maximum",
            ir.TileOp.MINIMUM: "gl.minimum", ir.TileOp.CDIV: "gl.cdiv", ir.TileOp.PROGRAM_ID: "gl.program_id",
            ir.TileOp.NUM_PROGRAMS: "gl.num_programs", ir.TileOp.WHERE: "gl.where"}
+
+# math functions Gluon has in both Triton 3.6 and 3.9 (tanh, sigmoid, pow are spelled from exp)
+_GL_MATH = frozenset({ir.TileOp.SQRT, ir.TileOp.RSQRT, ir.TileOp.EXP, ir.TileOp.LOG, ir.TileOp.ERF})
 
 
 class ValueSpeller(LayoutRules):
@@ -163,6 +166,8 @@ class ValueSpeller(LayoutRules):
                 self.exp2_used = True
                 return f"{helper}({args[0]}, {t.layout})"
             return f"{_GL_OPS[op]}({', '.join(args)})"
+        if op in ir.UNARY_MATH or op is ir.TileOp.POW:
+            return self.math(e, t, want)
         if op is ir.TileOp.ARANGE:
             a, b = (int(self.cval(x, "xs.arange bounds", self.loc)) for x in e.args)
             return f"gl.arange({a}, {b}, layout={t.layout})"
@@ -189,6 +194,21 @@ class ValueSpeller(LayoutRules):
             n = int(self.cval(e.kwarg("pending", ir.Const(0)), "mma_wait pending", self.loc))
             return f"warpgroup_mma_wait({n}, deps=[{self.tx(e.args[0])[0]}])"
         self.fail(f"xs.{op} has no Hopper lowering yet", loc=self.loc)
+
+    def math(self, e: ir.Call, t: T, want) -> str:
+        """Elementwise math: Gluon's own function where 3.6 and 3.9 both have one, the rest
+        through gl.exp / gl.exp2 / gl.log2 (source.spell_math); float32 operands (Triton's math
+        functions take no other), ``abs`` on the operand's own dtype."""
+        x = self.tx(e.args[0], want)[0]
+        if e.op is ir.TileOp.ABS:
+            return f"gl.abs({x})"
+        x = f"{x}.to(gl.float32)" if t.kind is ValueKind.SCALAR else f"({x}).to(gl.float32)"
+        n = self.cval(e.args[1], "the exponent", self.loc) if e.op is ir.TileOp.POW else None
+        if e.op is ir.TileOp.POW and int_power(n) is not None and t.kind is not ValueKind.SCALAR:
+            base = self.fresh("base")          # the products repeat the operand: compute it once
+            self.out.line(f"{base} = {x}")
+            x = base
+        return spell_math(e.op, x, "gl", _GL_MATH, n)
 
     def mma(self, e: ir.Call, t: T) -> str:
         a, b = e.args[0], e.args[1]
