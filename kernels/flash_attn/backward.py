@@ -181,10 +181,9 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                     mask_until = n_block + (xs.replica_id() + 1) * BM - 1 - (k_len - q_len)
                 # FUSED_DQ: keys past the sequence must not add to dQ (their K rows are another
                 # sequence's, or zeros); dK and dV need no such mask (their rows are not stored)
-                keys_past = 0
+                keys_end = 0
                 if FUSED_DQ:
-                    if n_block + (xs.replica_id() + 1) * BM > k_len:
-                        keys_past = 1
+                    keys_end = n_block + (xs.replica_id() + 1) * BM
             # every query head that shares this kv head, then every query block that sees
             # these keys: dK and dV are summed over the group in a fixed order
             for g in range(0, group):
@@ -213,7 +212,7 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                         lse_t = xs.load(lse, [lse_r, lse_c + m], [1, BN])
                         delta_t = xs.load(delta, [lse_r, lse_c + m], [1, BN])
                         p = xs.exp2(sc.s * qk_scale - lse_t * LOG2E)
-                        if m + BN > q_len or m < mask_until or keys_past:   # a boundary block: mask
+                        if m + BN > q_len or m < mask_until or keys_end > k_len:   # a boundary: mask
                             cols = m + xs.arange(0, BN)
                             keep = cols[None, :] < q_len
                             if CAUSAL:
