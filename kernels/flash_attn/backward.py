@@ -17,6 +17,14 @@ same gradients run after run). P is recomputed from Q, K and the forward's log-s
        mma ──sdp (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ)──▶ grad (vector, 2 replicas)
        grad ──pds (Pᵀ, dSᵀ)──▶ mma:  dV += Pᵀ dO,  dK += dSᵀ Q   (fp32 accumulators in mma)
 
+   With FUSED_DQ=1 (grad.py's fused path) mma also computes this step's dQ share, dS K over
+   its keys ([BN, D] fp32), and hands it back through a third pipe; grad reduce-adds it into
+   the fp32 ``dq_acc`` (zeroed before the launch, converted after it), so no dQ kernel runs.
+   The add is a vector role's (Ascend adds to GM from its vector cores), and keys past the
+   sequence are masked (their K rows belong to no key of this sequence):
+
+       mma ──dq_out (dS K)──▶ grad:  xs.store(dq_acc, ..., reduce="add")
+
    Replica r of mma/grad owns keys [n_block + r*BM, n_block + (r+1)*BM); query blocks are
    broadcast to both. Scores are computed transposed (keys on rows), so Pᵀ and dSᵀ are the
    A operands of the accumulating products as they stand, and the per-query LSE and delta are

@@ -18,15 +18,17 @@ key block (summed over the query heads of a GQA group inside the kernel), then d
 block. Deterministic: no atomics, one fixed summation order.
 
 Or, where the backward schedule says ``fused_dq`` (the CPU rows; ``xsync.options(attn_fused_dq=
-True/False)`` overrides it), two launches and a convert: the dK/dV kernel with FUSED_DQ=1 also
-computes each step's dQ share (dS K over its keys) and reduce-adds it into an fp32 accumulator
-zeroed on the host, which is then converted into dQ (``copy_``, the post step). Hopper keeps
-the dQ kernel by default: the fused kernel compiles (tests/nvidia/test_compile_backward.py, with
-64 query rows a step: wgmma needs M >= 64) but is untimed, and at d64 it spills (72 B a thread,
-Triton 3.6); Ascend keeps it too (the fused kernel lowers and is proven there, its reduce-add
-runs on the vector cores, but it is neither HIVM-compiled nor simulated yet). The fused dQ is
-not deterministic on devices (fp32 adds in hardware order); on the CPU the adds land in a
-fixed order, run after run.
+True/False)`` or XSYNC_ATTN_FUSED_DQ overrides it), two launches and a convert: the dK/dV kernel
+with FUSED_DQ=1 also computes each step's dQ share (dS K over its keys) and reduce-adds it into
+an fp32 accumulator zeroed on the host, then converted into dQ (``copy_``, the post step).
+Hopper keeps the dQ kernel by default: the fused kernel is proven and compiles
+(tests/nvidia/test_compile_backward.py; 64 query rows a step, as wgmma needs M >= 64) but is
+untimed and spills (Triton 3.6: d64 88-96 B, d128 1.2-1.4 KB a thread, dQ's fp32 share in
+registers beside dK and dV; FA3 stages it through shared memory instead). Ascend keeps it too:
+the fused kernel lowers and is proven in both source forms (its reduce-add runs on the two
+vector cores, one grad replica each), but is neither HIVM-compiled nor simulated yet. The fused
+dQ sums in arrival order (the two grad replicas add into the same rows), so its last bits may
+vary from run to run; the unfused path is deterministic.
 """
 from __future__ import annotations
 
