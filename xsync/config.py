@@ -206,6 +206,9 @@ OPTIONS: tuple[Option, ...] = (
            "Hopper: the share (1/4, 1/2) of an accumulator tile's exp2 computed by a polynomial on "
            "the FMA pipe instead of the special-function unit (default 0 until measured)",
            choices=("0", "1/4", "1/2")),
+    Option("attn_fused_dq", "XSYNC_ATTN_FUSED_DQ", "bool", None,
+           "attention backward: dQ reduce-added by the dK/dV kernel instead of its own kernel "
+           "(default: the backward schedule's choice, on for the CPU)"),
     Option("ascend_form", "XSYNC_ASCEND_FORM", "choice", "auto",
            "Ascend source form: release (one body, triton-ascend 3.2.0) or scope (al.scope, "
            "triton-ascend 3.2.1+)", choices=("auto", "release", "scope")),

@@ -17,6 +17,14 @@ same gradients run after run). P is recomputed from Q, K and the forward's log-s
        mma ──sdp (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ)──▶ grad (vector, 2 replicas)
        grad ──pds (Pᵀ, dSᵀ)──▶ mma:  dV += Pᵀ dO,  dK += dSᵀ Q   (fp32 accumulators in mma)
 
+   With FUSED_DQ=1 (grad.py's fused path) mma also computes this step's dQ share, dS K over
+   its keys ([BN, D] fp32), and hands it back through a third pipe; grad reduce-adds it into
+   the fp32 ``dq_acc`` (zeroed before the launch, converted after it), so no dQ kernel runs.
+   The add is a vector role's (Ascend adds to GM from its vector cores), and keys past the
+   sequence are masked (their K rows belong to no key of this sequence):
+
+       mma ──dq_out (dS K)──▶ grad:  xs.store(dq_acc, ..., reduce="add")
+
    Replica r of mma/grad owns keys [n_block + r*BM, n_block + (r+1)*BM); query blocks are
    broadcast to both. Scores are computed transposed (keys on rows), so Pᵀ and dSᵀ are the
    A operands of the accumulating products as they stand, and the per-query LSE and delta are
@@ -118,7 +126,7 @@ def attention_bwd_preprocess(o, do, dlse, delta, cu_q, heads, batch, max_q,
 
 
 @xs.kernel(example=dict(q=xs.bfloat16, k=xs.bfloat16, v=xs.bfloat16, do=xs.bfloat16,
-                        lse=xs.float32, delta=xs.float32, dk=xs.bfloat16, dv=xs.bfloat16,
+                        lse=xs.float32, delta=xs.float32, dk=xs.bfloat16, dv=xs.bfloat16, dq_acc=xs.float32,
                         cu_q=xs.int32, cu_k=xs.int32,
                         BM=64, BN=64, D=128, CAUSAL=1, STAGES=2), trace=_trace_args,
            options=NO_PINGPONG)
@@ -126,7 +134,8 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                        max_k, q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows,
                        kv_head_cols, lse_batch_rows, lse_packed,
                        BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
-                       STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1):
+                       STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1,
+                       FUSED_DQ: xs.constexpr = 0, dq_acc=None):
     load = xs.role("load", kind="copy")
     kv_load = xs.role("kv_load", kind="copy", replicas=2)
     mma = xs.role("mma", kind="matrix", replicas=2)
@@ -137,6 +146,10 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
     kv_in = xs.pipe(kv_load, mma, stages=1, k=xs.tile([BM, D], k.dtype), v=xs.tile([BM, D], v.dtype))
     sdp = xs.pipe(mma, grad, stages=2, s=xs.tile([BM, BN], xs.float32), dp=xs.tile([BM, BN], xs.float32))
     pds = xs.pipe(grad, mma, stages=2, p=xs.tile([BM, BN], q.dtype), ds=xs.tile([BM, BN], q.dtype))
+    # FUSED_DQ: this replica's share of dQ for the step's query rows (dS K over its BM keys),
+    # back to the grad replica, which reduce-adds it into fp32 dq_acc (a vector role: Ascend
+    # adds from its vector cores only)
+    dq_out = xs.pipe(mma, grad, stages=2, dq=xs.tile([BN, D], xs.float32))
 
     # Persistent tiles: (sequence, kv head) pairs x blocks of 2*BM keys, numbered from the first
     # key block (under a causal mask the first keys are seen by the most queries: longest first).
@@ -174,6 +187,11 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                 mask_until = 0
                 if CAUSAL:
                     mask_until = n_block + (xs.replica_id() + 1) * BM - 1 - (k_len - q_len)
+                # FUSED_DQ: keys past the sequence must not add to dQ (their K rows are another
+                # sequence's, or zeros); dK and dV need no such mask (their rows are not stored)
+                keys_end = 0
+                if FUSED_DQ:
+                    keys_end = n_block + (xs.replica_id() + 1) * BM
             # every query head that shares this kv head, then every query block that sees
             # these keys: dK and dV are summed over the group in a fixed order
             for g in range(0, group):
@@ -202,11 +220,13 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                         lse_t = xs.load(lse, [lse_r, lse_c + m], [1, BN])
                         delta_t = xs.load(delta, [lse_r, lse_c + m], [1, BN])
                         p = xs.exp2(sc.s * qk_scale - lse_t * LOG2E)
-                        if m + BN > q_len or m < mask_until:      # a boundary block: mask
+                        if m + BN > q_len or m < mask_until or keys_end > k_len:   # a boundary: mask
                             cols = m + xs.arange(0, BN)
                             keep = cols[None, :] < q_len
                             if CAUSAL:
                                 keep = keep & (keys[:, None] <= cols[None, :] + (k_len - q_len))
+                            if FUSED_DQ:
+                                keep = keep & (keys[:, None] < k_len)
                             p = xs.where(keep, p, 0.0)
                         ds = p * (sc.dp - delta_t) * sm_scale
                         sdp.release()
@@ -220,8 +240,20 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                         dv_acc = xs.mma_wait(dv_acc, pending=0)
                         dk_acc = xs.mma(pt.ds, qt.q, dk_acc)
                         dk_acc = xs.mma_wait(dk_acc, pending=0)
+                        if FUSED_DQ:
+                            dq_part = xs.mma(xs.trans(pt.ds), kvt.k)
+                            dq_part = xs.mma_wait(dq_part, pending=0)
+                            dqo = dq_out.acquire()
+                            dqo.dq = dq_part
+                            dq_out.commit()
                         pds.release()
                         q_in.release()
+                    if FUSED_DQ:
+                        with grad:
+                            dqi = dq_out.wait()
+                            xs.store(dq_acc, [q_row + m, h * q_head_cols], dqi.dq, reduce="add",
+                                     bounds=[q_row + q_len, h * q_head_cols + D])
+                            dq_out.release()
             with mma:
                 kv_in.release()
                 xs.store(dk, [kv_row + key0, kv_h * kv_head_cols], dk_acc.to(dk.dtype),

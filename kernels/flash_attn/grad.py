@@ -16,6 +16,19 @@ backward graphs) work. A gradient reaching the LSE output is honoured (dS gains 
 Three launches of the kernels in backward.py: delta = rowsum(dO * O) - dLSE, then dK/dV per
 key block (summed over the query heads of a GQA group inside the kernel), then dQ per query
 block. Deterministic: no atomics, one fixed summation order.
+
+Or, where the backward schedule says ``fused_dq`` (the CPU rows; ``xsync.options(attn_fused_dq=
+True/False)`` or XSYNC_ATTN_FUSED_DQ overrides it), two launches and a convert: the dK/dV kernel
+with FUSED_DQ=1 also computes each step's dQ share (dS K over its keys) and reduce-adds it into
+an fp32 accumulator zeroed on the host, then converted into dQ (``copy_``, the post step).
+Hopper keeps the dQ kernel by default: the fused kernel is proven and compiles
+(tests/nvidia/test_compile_backward.py; 64 query rows a step, as wgmma needs M >= 64) but is
+untimed and spills (Triton 3.6: d64 88-96 B, d128 1.2-1.4 KB a thread, dQ's fp32 share in
+registers beside dK and dV; FA3 stages it through shared memory instead). Ascend keeps it too:
+the fused kernel lowers and is proven in both source forms (its reduce-add runs on the two
+vector cores, one grad replica each), but is neither HIVM-compiled nor simulated yet. The fused
+dQ sums in arrival order (the two grad replicas add into the same rows), so its last bits may
+vary from run to run; the unfused path is deterministic.
 """
 from __future__ import annotations
 
@@ -40,6 +53,25 @@ def _plan(backend, head_dim, causal, max_seq):
 
 
 PREPROCESS_BM = 64      # rows per replica of the delta kernel (elementwise: no cube, no pipes)
+
+
+def fused_dq(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0) -> bool:
+    """Whether the backward reduce-adds dQ from the dK/dV kernel (xsync.options(attn_fused_dq=...)
+    if set, else the backward schedule's ``fused_dq``)."""
+    from xsync import config
+
+    chosen = config.current().attn_fused_dq
+    return _plan(backend, head_dim, causal, max_seq).fused_dq if chosen is None else bool(chosen)
+
+
+def fused_block_sizes(backend: str, head_dim: int = 128, causal: bool = False,
+                      max_seq: int = 0) -> dict:
+    """The dK/dV kernel's constexprs with FUSED_DQ=1: the schedule's, with at least 64 query rows
+    a step on Hopper (dQ's share is a [BN, D] wgmma result: M >= 64)."""
+    blocks = block_sizes(backend, head_dim, causal, max_seq)
+    if schedule.target(backend) == "nvidia":
+        blocks["BN"] = max(blocks["BN"], 64)
+    return dict(blocks, FUSED_DQ=1)
 
 
 def _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed: bool, sm_scale):
@@ -80,11 +112,19 @@ def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, lay
     attention_bwd_preprocess[grid(pre_tiles)](
         o, do, dlse, delta, cu_q, hq, batch, int(max_q), *q_layout, *lse_layout,
         BM=PREPROCESS_BM, D=d, PERSISTENT=int(plan.persistent), backend=backend)
+    fused = fused_dq(backend, d, causal, max(max_q, max_k))
+    # fp32 dQ accumulator in dq's 2-D view (same layout scalars); unfused, dq_acc is unused
+    # (FUSED_DQ=0 drops the add) and delta stands in for it
+    acc = torch.zeros(dq.shape, dtype=torch.float32, device=dq.device) if fused else delta
     if max_k > 0:
-        kv_tiles = math.ceil(max_k / (2 * blocks["BM"])) * batch * hk
+        kv_blocks = fused_block_sizes(backend, d, causal, max(max_q, max_k)) if fused else blocks
+        kv_tiles = math.ceil(max_k / (2 * kv_blocks["BM"])) * batch * hk
         attention_bwd_dkdv[grid(kv_tiles)](
             q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, float(scale), hq, hq // hk, batch,
-            int(max_k), *layout, **blocks, **cx)
+            int(max_k), *layout, **kv_blocks, **cx, dq_acc=acc)
+    if fused:
+        dq.copy_(acc)       # the post step: fp32 sums to dq's dtype (rows of no sequence: 0)
+        return
     q_tiles = math.ceil(max_q / (2 * blocks["BM"])) * batch * hq
     attention_bwd_dq[grid(q_tiles)](
         q, k, v, do, lse, delta, dq, cu_q, cu_k, float(scale), hq, hq // hk, batch, int(max_q),

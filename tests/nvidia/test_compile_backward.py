@@ -34,3 +34,28 @@ def test_backward_kernels_compile_for_hopper(kernel, constexprs):
         # Sᵀ/S and dPᵀ/dP, then the accumulating dV, dK or dQ products: all wgmma
         assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16", r.ptx)
         assert re.search(r"mbarrier\.try_wait\.parity", r.ptx)
+
+
+def fused():
+    out = []
+    for d in ops.HEAD_DIMS:
+        for causal in (0, 1):
+            cx = dict(grad.fused_block_sizes("nvidia", d, bool(causal)), D=d, CAUSAL=causal)
+            out.append(pytest.param(cx, id=f"dkdv-fused-dq-d{d}-{'causal' if causal else 'full'}"))
+    return out
+
+
+@pytest.mark.parametrize("constexprs", fused())
+def test_fused_dq_backward_compiles_for_hopper(constexprs):
+    """The dK/dV kernel with FUSED_DQ=1 (dQ's share reduce-added from the consumer warpgroup):
+    not grad.py's default on Hopper (untimed), so it may spill; its stack is reported, not held
+    at zero (d64 88-96 B, d128 1.2-1.4 KB a thread under Triton 3.6: dQ's [64, D] fp32 share
+    beside dK and dV)."""
+    cx, dtypes = attention_bwd_dkdv.specialization()
+    cx.update(constexprs)
+    r = compile_ptx(attention_bwd_dkdv.lower("nvidia", cx, dtypes), scalar_types={"sm_scale": "fp32"})
+    assert re.search(r"\.target sm_90a", r.ptx) and len(r.cubin) > 10_000
+    # Sᵀ, dPᵀ, dV, dK and the dQ share: all wgmma; the share added with red/atom.global.add
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16", r.ptx)
+    assert re.search(r"(red|atom)\.global(\.\w+)*\.add\.f32", r.ptx)
+    print(f"stack {_stack_bytes(r.cubin)} B a thread")

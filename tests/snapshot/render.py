@@ -88,6 +88,9 @@ def _attention_cases(backend: str) -> list[Case]:
                           "D": d, "CAUSAL": causal}
                     tag = f"-long" if max_seq else ""
                     out.append(Case(f"bwd-{k.fn.__name__}-d{d}-c{causal}{tag}", k, cx))
+                    if k is attention_bwd_dkdv:     # dQ fused (grad.fused_dq), where selected or not
+                        cx = {**cx, **grad.fused_block_sizes(backend, d, bool(causal), max_seq)}
+                        out.append(Case(f"bwd-{k.fn.__name__}-fused-dq-d{d}-c{causal}{tag}", k, cx))
     return out
 
 

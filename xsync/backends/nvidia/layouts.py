@@ -111,6 +111,7 @@ class LayoutRules:
     ``record`` says whether requests on earlier definitions count (not for look-aheads)."""
 
     recording = False               # the inference records requests; the renderer reads them
+    dead = 0                        # > 0 inside an `if` whose constexpr test is false
 
     # ------------------------------------------------------------ constants
     def cval(self, e, what, loc):
@@ -119,6 +120,13 @@ class LayoutRules:
         except (NotConstant, TypeError):
             self.fail(f"{what} must be a compile-time constant", loc=loc,
                       fix="use literals and constexpr parameters")
+
+    def constant_truth(self, e):
+        """True/False for a test of constexprs and literals, None for a run-time one."""
+        try:
+            return bool(evaluate(e, self.consts))
+        except (NotConstant, TypeError):
+            return None
 
     def shape_of(self, e, loc) -> tuple:
         items = e.items if isinstance(e, ir.TupleExpr) else (e,)
@@ -383,7 +391,9 @@ class LayoutRules:
         at = self.type_of(a) if self.smem_operand_type(a) is None else self.smem_operand_type(a)
         m, n = at.shape[0], bt.shape[1]
         acc_l = self.layout2d((m, n))
-        if not acc_l.startswith("ACC_") or m % 64:
+        # a branch a constexpr turns off (`if FUSED_DQ:`) is never compiled (Gluon drops it):
+        # its products need no wgmma shape
+        if (not acc_l.startswith("ACC_") or m % 64) and not self.dead:
             self.fail(f"xs.mma result [{m}, {n}] has no wgmma layout (M must be a multiple of 64, "
                       f"N a multiple of 8 up to 256)", loc=self.loc)
         return at, bt, acc_l
@@ -514,8 +524,13 @@ class LayoutInference(LayoutRules):
             self.block(s.body)
         elif isinstance(s, ir.If):
             self.type_of(s.cond, None, True)
+            off = self.constant_truth(s.cond)
+            self.dead += off is False
             self.block(s.body)
+            self.dead -= off is False
+            self.dead += off is True
             self.block(s.orelse or ())
+            self.dead -= off is True
         elif isinstance(s, ir.SyncOp):
             self.sync(s)
 

@@ -164,13 +164,18 @@ class AgentSpeller:
             self.loop(s)
         elif isinstance(s, ir.If):
             o.line(f"if {self.values.tx(s.cond)[0]}:  # line {s.loc.line}")
+            off = self.values.constant_truth(s.cond)     # a constexpr test: one branch is dead
             o.indent()
+            self.values.dead += off is False
             self.block(s.body)
+            self.values.dead -= off is False
             o.dedent()
             if s.orelse:
                 o.line("else:")
                 o.indent()
+                self.values.dead += off is True
                 self.block(s.orelse)
+                self.values.dead -= off is True
                 o.dedent()
         elif isinstance(s, ir.SyncOp):
             self.sync.sync(s)
