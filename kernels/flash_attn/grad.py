@@ -42,6 +42,12 @@ def _plan(backend, head_dim, causal, max_seq):
 PREPROCESS_BM = 64      # rows per replica of the delta kernel (elementwise: no cube, no pipes)
 
 
+def preprocess_bm(head_dim: int) -> int:
+    """The delta kernel's rows per replica: 64, and 32 for d256, whose 64-row O and dO tiles
+    and their float32 casts (about 290 KB) overflow an Ascend vector core's 192 KB UB."""
+    return PREPROCESS_BM if ops.tile_dim(head_dim) <= 128 else PREPROCESS_BM // 2
+
+
 def _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed: bool, sm_scale):
     _check(q, k, v, packed=packed, sm_scale=sm_scale)
     lse_shape = (q.shape[1], q.shape[0]) if packed else tuple(q.shape[:3])
@@ -76,10 +82,11 @@ def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, lay
     def grid(tiles):
         return (ops.programs(backend, tiles, plan.persistent, q.device),)
 
-    pre_tiles = math.ceil(max_q / (2 * PREPROCESS_BM)) * batch * hq
+    pre_bm = preprocess_bm(d)
+    pre_tiles = math.ceil(max_q / (2 * pre_bm)) * batch * hq
     attention_bwd_preprocess[grid(pre_tiles)](
         o, do, dlse, delta, cu_q, hq, batch, int(max_q), *q_layout, *lse_layout,
-        BM=PREPROCESS_BM, **ops.dim_constexprs(d), PERSISTENT=int(plan.persistent), backend=backend)
+        BM=pre_bm, **ops.dim_constexprs(d), PERSISTENT=int(plan.persistent), backend=backend)
     if max_k > 0:
         kv_tiles = math.ceil(max_k / (2 * blocks["BM"])) * batch * hk
         attention_bwd_dkdv[grid(kv_tiles)](
