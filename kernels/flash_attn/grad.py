@@ -44,7 +44,9 @@ PREPROCESS_BM = 64      # rows per replica of the delta kernel (elementwise: no 
 
 def preprocess_bm(head_dim: int) -> int:
     """The delta kernel's rows per replica: 64, and 32 for d256, whose 64-row O and dO tiles
-    and their float32 casts (about 290 KB) overflow an Ascend vector core's 192 KB UB."""
+    and their float32 casts (about 290 KB) overflow an Ascend vector core's 192 KB UB. (On
+    Hopper the d256 kernel keeps 88 B of stack a thread at 32 rows and 96 at 16 under Triton
+    3.6: not the rows' registers; tests/nvidia/test_compile_backward.py marks it.)"""
     return PREPROCESS_BM if ops.tile_dim(head_dim) <= 128 else PREPROCESS_BM // 2
 
 
