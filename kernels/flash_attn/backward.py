@@ -99,7 +99,7 @@ NO_PINGPONG = {"nv_pingpong": "0"}
                         cu_q=xs.int32, BM=64, D=128))
 def attention_bwd_preprocess(o, do, dlse, delta, cu_q, heads, batch, max_q,
                              q_cu_rows, q_head_rows, q_head_cols, lse_batch_rows, lse_packed,
-                             BM: xs.constexpr, D: xs.constexpr, PERSISTENT: xs.constexpr = 1):
+                             BM: xs.constexpr, D: xs.constexpr, PERSISTENT: xs.constexpr = 1, D_PAD: xs.constexpr = 0):
     grad = xs.role("grad", kind="vector", replicas=2)
 
     # Persistent tiles as in the forward: (sequence, head) pairs x blocks of 2*BM rows.
@@ -115,8 +115,8 @@ def attention_bwd_preprocess(o, do, dlse, delta, cu_q, heads, batch, max_q,
             with grad:
                 row0 = m_block + xs.replica_id() * BM
                 q_row = q_start * q_cu_rows + h * q_head_rows
-                ot = xs.load(o, [q_row + row0, h * q_head_cols], [BM, D])
-                dot = xs.load(do, [q_row + row0, h * q_head_cols], [BM, D])
+                ot = xs.load(o, [q_row + row0, h * q_head_cols], [BM, D + D_PAD])
+                dot = xs.load(do, [q_row + row0, h * q_head_cols], [BM, D + D_PAD])
                 lse_r = b * lse_batch_rows + h
                 lse_c = q_start * lse_packed
                 dl = xs.load(dlse, [lse_r, lse_c + row0], [1, BM])
@@ -135,21 +135,21 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                        kv_head_cols, lse_batch_rows, lse_packed,
                        BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
                        STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1,
-                       FUSED_DQ: xs.constexpr = 0, dq_acc=None):
+                       FUSED_DQ: xs.constexpr = 0, D_PAD: xs.constexpr = 0, dq_acc=None):
     load = xs.role("load", kind="copy")
     kv_load = xs.role("kv_load", kind="copy", replicas=2)
     mma = xs.role("mma", kind="matrix", replicas=2)
     grad = xs.role("grad", kind="vector", replicas=2)
-    q_in = xs.pipe(load, mma, stages=STAGES, q=xs.tile([BN, D], q.dtype), do=xs.tile([BN, D], do.dtype))
+    q_in = xs.pipe(load, mma, stages=STAGES, q=xs.tile([BN, D + D_PAD], q.dtype), do=xs.tile([BN, D + D_PAD], do.dtype))
     # the tile's K and V rows, replica r's from kv_load replica r (a paired pipe), held by mma
     # for the whole tile: wgmma A operands in shared memory, not registers beside dK and dV
-    kv_in = xs.pipe(kv_load, mma, stages=1, k=xs.tile([BM, D], k.dtype), v=xs.tile([BM, D], v.dtype))
+    kv_in = xs.pipe(kv_load, mma, stages=1, k=xs.tile([BM, D + D_PAD], k.dtype), v=xs.tile([BM, D + D_PAD], v.dtype))
     sdp = xs.pipe(mma, grad, stages=2, s=xs.tile([BM, BN], xs.float32), dp=xs.tile([BM, BN], xs.float32))
     pds = xs.pipe(grad, mma, stages=2, p=xs.tile([BM, BN], q.dtype), ds=xs.tile([BM, BN], q.dtype))
     # FUSED_DQ: this replica's share of dQ for the step's query rows (dS K over its BM keys),
     # back to the grad replica, which reduce-adds it into fp32 dq_acc (a vector role: Ascend
     # adds from its vector cores only)
-    dq_out = xs.pipe(mma, grad, stages=2, dq=xs.tile([BN, D], xs.float32))
+    dq_out = xs.pipe(mma, grad, stages=2, dq=xs.tile([BN, D + D_PAD], xs.float32))
 
     # Persistent tiles: (sequence, kv head) pairs x blocks of 2*BM keys, numbered from the first
     # key block (under a causal mask the first keys are seen by the most queries: longest first).
@@ -173,14 +173,14 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                 lo = xs.maximum(0, n_block - (k_len - q_len)) // BN * BN
             with kv_load:
                 kvs = kv_in.acquire()
-                kvs.k = xs.load(k, [kv_row + n_block + xs.replica_id() * BM, kv_h * kv_head_cols], [BM, D])
-                kvs.v = xs.load(v, [kv_row + n_block + xs.replica_id() * BM, kv_h * kv_head_cols], [BM, D])
+                kvs.k = xs.load(k, [kv_row + n_block + xs.replica_id() * BM, kv_h * kv_head_cols], [BM, D + D_PAD])
+                kvs.v = xs.load(v, [kv_row + n_block + xs.replica_id() * BM, kv_h * kv_head_cols], [BM, D + D_PAD])
                 kv_in.commit()
             with mma:
                 key0 = n_block + xs.replica_id() * BM
                 kvt = kv_in.wait()
-                dk_acc = xs.zeros([BM, D], xs.float32)
-                dv_acc = xs.zeros([BM, D], xs.float32)
+                dk_acc = xs.zeros([BM, D + D_PAD], xs.float32)
+                dv_acc = xs.zeros([BM, D + D_PAD], xs.float32)
             with grad:
                 keys = n_block + xs.replica_id() * BM + xs.arange(0, BM)
                 # query blocks starting before mask_until cross the diagonal of these keys
@@ -202,8 +202,8 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                 for m in range(lo, q_len, BN):
                     with load:
                         qo = q_in.acquire()
-                        qo.q = xs.load(q, [q_row + m, h * q_head_cols], [BN, D])
-                        qo.do = xs.load(do, [q_row + m, h * q_head_cols], [BN, D])
+                        qo.q = xs.load(q, [q_row + m, h * q_head_cols], [BN, D + D_PAD])
+                        qo.do = xs.load(do, [q_row + m, h * q_head_cols], [BN, D + D_PAD])
                         q_in.commit()
                     with mma:
                         qt = q_in.wait()
@@ -270,15 +270,15 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                      q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
                      lse_batch_rows, lse_packed,
                      BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
-                     STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1):
+                     STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1, D_PAD: xs.constexpr = 0):
     load = xs.role("load", kind="copy")
     q_load = xs.role("q_load", kind="copy", replicas=2)
     mma = xs.role("mma", kind="matrix", replicas=2)
     grad = xs.role("grad", kind="vector", replicas=2)
     # the tile's Q and dO rows, paired per replica and held for the whole tile (as kv_in above)
-    q_in = xs.pipe(q_load, mma, stages=1, q=xs.tile([BM, D], q.dtype), do=xs.tile([BM, D], do.dtype))
-    k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype))
-    v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D], v.dtype))
+    q_in = xs.pipe(q_load, mma, stages=1, q=xs.tile([BM, D + D_PAD], q.dtype), do=xs.tile([BM, D + D_PAD], do.dtype))
+    k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D + D_PAD], k.dtype))
+    v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D + D_PAD], v.dtype))
     sdp = xs.pipe(mma, grad, stages=2, s=xs.tile([BM, BN], xs.float32), dp=xs.tile([BM, BN], xs.float32))
     ds_in = xs.pipe(grad, mma, stages=2, ds=xs.tile([BM, BN], q.dtype))
 
@@ -305,13 +305,13 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                 hi = xs.maximum(0, xs.minimum(k_len, m_block + 2 * BM + k_len - q_len))
             with q_load:
                 qs = q_in.acquire()
-                qs.q = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
-                qs.do = xs.load(do, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
+                qs.q = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D + D_PAD])
+                qs.do = xs.load(do, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D + D_PAD])
                 q_in.commit()
             with mma:
                 row0 = m_block + xs.replica_id() * BM
                 qt = q_in.wait()
-                dq_acc = xs.zeros([BM, D], xs.float32)
+                dq_acc = xs.zeros([BM, D + D_PAD], xs.float32)
             with grad:
                 rows = m_block + xs.replica_id() * BM + xs.arange(0, BM)
                 # key blocks from mask_from on need the mask (past k_len, or crossing the diagonal)
@@ -326,10 +326,10 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
             for n in range(0, hi, BN):
                 with load:
                     ks = k_in.acquire()
-                    ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D])
+                    ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D + D_PAD])
                     k_in.commit()
                     vs = v_in.acquire()
-                    vs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D])
+                    vs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D + D_PAD])
                     v_in.commit()
                 with mma:
                     kt = k_in.wait()

@@ -74,6 +74,14 @@ def fused_block_sizes(backend: str, head_dim: int = 128, causal: bool = False,
     return dict(blocks, FUSED_DQ=1)
 
 
+def preprocess_bm(head_dim: int) -> int:
+    """The delta kernel's rows per replica: 64, and 32 for d256, whose 64-row O and dO tiles
+    and their float32 casts (about 290 KB) overflow an Ascend vector core's 192 KB UB. (On
+    Hopper the d256 kernel keeps 88 B of stack a thread at 32 rows and 96 at 16 under Triton
+    3.6: not the rows' registers; tests/nvidia/test_compile_backward.py marks it.)"""
+    return PREPROCESS_BM if ops.tile_dim(head_dim) <= 128 else PREPROCESS_BM // 2
+
+
 def _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed: bool, sm_scale):
     _check(q, k, v, packed=packed, sm_scale=sm_scale)
     lse_shape = (q.shape[1], q.shape[0]) if packed else tuple(q.shape[:3])
@@ -102,16 +110,17 @@ def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, lay
     backend = select()
     plan = _plan(backend, d, causal, max(max_q, max_k))
     blocks = plan.constexprs()
-    cx = dict(D=d, CAUSAL=int(bool(causal)), backend=backend)
+    cx = dict(**ops.dim_constexprs(d), CAUSAL=int(bool(causal)), backend=backend)
     q_layout, lse_layout = layout[:3], layout[6:]
 
     def grid(tiles):
         return (ops.programs(backend, tiles, plan.persistent, q.device),)
 
-    pre_tiles = math.ceil(max_q / (2 * PREPROCESS_BM)) * batch * hq
+    pre_bm = preprocess_bm(d)
+    pre_tiles = math.ceil(max_q / (2 * pre_bm)) * batch * hq
     attention_bwd_preprocess[grid(pre_tiles)](
         o, do, dlse, delta, cu_q, hq, batch, int(max_q), *q_layout, *lse_layout,
-        BM=PREPROCESS_BM, D=d, PERSISTENT=int(plan.persistent), backend=backend)
+        BM=pre_bm, **ops.dim_constexprs(d), PERSISTENT=int(plan.persistent), backend=backend)
     fused = fused_dq(backend, d, causal, max(max_q, max_k))
     # fp32 dQ accumulator in dq's 2-D view (same layout scalars); unfused, dq_acc is unused
     # (FUSED_DQ=0 drops the add) and delta stands in for it
@@ -168,7 +177,7 @@ def attention_varlen_backward_impl(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens
     if not checked:
         dq.zero_()
     if batch <= 0 or total_q == 0 or max_seqlen_q == 0:
-        return dq.zero_(), dk, dv
+        return _packed_out(dq.zero_(), dk, dv, d)
     if grad_lse is None:
         grad_lse = torch.zeros_like(lse)
     delta = torch.empty_like(lse)
@@ -178,14 +187,21 @@ def attention_varlen_backward_impl(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens
              lk.view2d(dk, True), lk.view2d(dv, True))
     _run(views, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), batch, hq, hk, d,
          causal, sm_scale, layout)
-    return dq, dk, dv
+    return _packed_out(dq, dk, dv, d)
+
+
+def _packed_out(dq, dk, dv, d):
+    """A padded head dim ran head-major ([H, T, D]): its gradients come back as [T, H, D]."""
+    if not ops.padded(d):
+        return dq, dk, dv
+    return dq.contiguous(), dk.contiguous(), dv.contiguous()
 
 
 def _strided(q, k, v, o, grad_o, packed: bool):
     """q, k, v in their layouts (layouts.prepare, copied only where the strides cannot be
     addressed); O and dO in q's layout (dO as autograd passes it: copied where its strides
     differ, e.g. the expanded gradient of o.sum())."""
-    q, k, v, lq, lk, _ = layouts.prepare(q, k, v, packed)
+    q, k, v, lq, lk, _ = layouts.prepare(q, k, v, packed, ops.padded(q.shape[-1]))
     o, _ = lq.conform(o, packed)
     grad_o, _ = lq.conform(grad_o, packed)
     return q, k, v, o, grad_o, lq, lk
@@ -216,7 +232,7 @@ def _attention_backward_op(grad_o: torch.Tensor, grad_lse: torch.Tensor | None, 
 @_attention_backward_op.register_fake
 def _(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale):
     _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=False, sm_scale=sm_scale)
-    return _empty_grads(q, k, *layouts.output_layouts(q, k, False), packed=False)
+    return _empty_grads(q, k, *layouts.output_layouts(q, k, False, ops.padded(q.shape[-1])), packed=False)
 
 
 @torch.library.custom_op("xsync::attention_varlen_backward", mutates_args=())
@@ -235,6 +251,8 @@ def _(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_
       causal, sm_scale):
     _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=True, sm_scale=sm_scale)
     _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    if ops.padded(q.shape[-1]):       # as _packed_out
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(k)
     return _empty_grads(q, k, *layouts.output_layouts(q, k, True), packed=True)
 
 

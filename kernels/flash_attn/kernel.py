@@ -86,17 +86,17 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                   lse_batch_rows, lse_packed,
                   BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
                   STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1, Q_STAGES: xs.constexpr = 1,
-                  REPLICAS: xs.constexpr = 2, SCALE_POSITIVE: xs.constexpr = 0):
+                  REPLICAS: xs.constexpr = 2, SCALE_POSITIVE: xs.constexpr = 0, D_PAD: xs.constexpr = 0):
     load = xs.role("load", kind="copy")
     q_load = xs.role("q_load", kind="copy", replicas=REPLICAS)
     mma = xs.role("mma", kind="matrix", replicas=REPLICAS)
     softmax = xs.role("softmax", kind="vector", replicas=REPLICAS)
-    k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype))
-    v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D], v.dtype))
+    k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D + D_PAD], k.dtype))
+    v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D + D_PAD], v.dtype))
     s_out = xs.pipe(mma, softmax, stages=2, s=xs.tile([BM, BN], xs.float32))
     p_in = xs.pipe(softmax, mma, stages=2, p=xs.tile([BM, BN], q.dtype))
-    pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D], xs.float32))
-    q_in = xs.pipe(q_load, mma, stages=Q_STAGES, q=xs.tile([BM, D], q.dtype))
+    pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D + D_PAD], xs.float32))
+    q_in = xs.pipe(q_load, mma, stages=Q_STAGES, q=xs.tile([BM, D + D_PAD], q.dtype))
 
     # Tiles: with PERSISTENT, program p takes tiles p, p + P, p + 2P, ... (P = programs
     # launched); without, the one tile p (one program per tile, no loop state to carry).
@@ -129,7 +129,7 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                 hi = xs.maximum(0, xs.minimum(k_len, k_len - rows_left + REPLICAS * BM))
             with q_load:
                 qs = q_in.acquire()
-                qs.q = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D])
+                qs.q = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D + D_PAD])
                 q_in.commit()
             with mma:
                 qt = q_in.wait()
@@ -142,14 +142,14 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                     mask_from = xs.minimum(k_len, row0 + 1 + k_len - q_len)
                 m_i = xs.full([BM], -INF, xs.float32)
                 l_i = xs.zeros([BM], xs.float32)
-                o_acc = xs.zeros([BM, D], xs.float32)
+                o_acc = xs.zeros([BM, D + D_PAD], xs.float32)
             for n in range(0, hi, BN):
                 with load:
                     ks = k_in.acquire()
-                    ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D])
+                    ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D + D_PAD])
                     k_in.commit()
                     vs = v_in.acquire()
-                    vs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D])
+                    vs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D + D_PAD])
                     v_in.commit()
                 with mma:
                     kt = k_in.wait()

@@ -185,16 +185,41 @@ def _solve(B, H, S, D, sb, sh, pitch, packed) -> Layout | None:
     return Layout(sb // (S * pitch), head_rows, head_cols)
 
 
-def prepare(q, k, v, packed: bool):
+def whole_heads(layout: Layout, shape, packed: bool) -> bool:
+    """Whether every head's columns end at the 2-D view's last column (no head to the right of
+    another in a row). A head dim that is not a power of two is read as a wider tile
+    (kernel.py's D_PAD) whose extra columns must lie past the view's columns, where loads read
+    0 -- not in the next head's columns."""
+    return layout.head_cols == 0 or shape[-2 if packed else 1] <= 1
+
+
+def head_major(shape, packed: bool) -> Layout:
+    """A layout whose heads each end at the view's last column: the contiguous [B, H, S, D]
+    one, or for packed [T, H, D] tensors [H, T, D] (head h's rows start at h * T)."""
+    return Layout(1, shape[0], 0) if packed else _contiguous_of(shape)
+
+
+def kernel_layout(t: torch.Tensor, packed: bool, padded: bool = False) -> Layout | None:
+    """The layout ``prepare`` reads ``t`` in: its own (Layout.of), or None where it has none (a
+    copy to the contiguous layout); with ``padded`` (a head dim the kernels pad) one that keeps
+    whole heads (head_major where ``t``'s own does not)."""
+    lay = Layout.of(t, packed)
+    if not padded or (lay is not None and whole_heads(lay, t.shape, packed)):
+        return lay
+    return head_major(t.shape, packed)
+
+
+def prepare(q, k, v, packed: bool, padded: bool = False):
     """q, k and v as the kernels take them: (q, k, v, q_layout, kv_layout, direct), each
-    tensor itself where its strides allow (``direct`` True: no copy made), else copied once."""
+    tensor itself where its strides allow (``direct`` True: no copy made), else copied once.
+    ``padded``: the head dim is read as a wider tile (kernel_layout)."""
     direct = True
-    lq = Layout.of(q, packed)
+    lq = kernel_layout(q, packed, padded)
     if lq is None:
         q, lq, direct = q.contiguous(), Layout.contiguous(q, packed), False
     q, copied = lq.conform(q, packed)
     direct &= not copied
-    lk = Layout.of(k, packed)
+    lk = kernel_layout(k, packed, padded)
     if lk is None:
         k, lk, direct = k.contiguous(), Layout.contiguous(k, packed), False
     k, copied = lk.conform(k, packed)
@@ -203,11 +228,11 @@ def prepare(q, k, v, packed: bool):
     return q, k, v, lq, lk, direct and not copied
 
 
-def output_layouts(q, k, packed: bool) -> tuple[Layout, Layout]:
+def output_layouts(q, k, packed: bool, padded: bool = False) -> tuple[Layout, Layout]:
     """The layouts ``prepare`` gives q's and k's groups, from shapes and strides alone (what the
     fake implementations need to give the outputs the real strides)."""
-    lq = Layout.of(q, packed) or Layout.contiguous(q, packed)
-    lk = Layout.of(k, packed) or Layout.contiguous(k, packed)
+    lq = kernel_layout(q, packed, padded) or Layout.contiguous(q, packed)
+    lk = kernel_layout(k, packed, padded) or Layout.contiguous(k, packed)
     return lq, lk
 
 

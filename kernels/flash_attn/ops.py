@@ -25,8 +25,27 @@ from xsync.kernels.flash_attn import layouts, schedule, tiles
 from xsync.kernels.flash_attn.kernel import attention_fwd
 from xsync.errors import LaunchError, UnsupportedError
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 96, 128, 256)
 DTYPES = (torch.float16, torch.bfloat16)
+
+
+def tile_dim(head_dim: int) -> int:
+    """The width of the kernels' Q/K/V/O tiles for ``head_dim``: the next power of two (Gluon's
+    and Triton's tiles take power-of-two shapes). 96 runs as 128-wide tiles whose last 32
+    columns are read as 0 (past the 2-D view's columns: layouts.kernel_layout) and never stored."""
+    return 1 << max(0, head_dim - 1).bit_length()
+
+
+def dim_constexprs(head_dim: int) -> dict:
+    """The head-dim constexprs of every attention kernel: D, and D_PAD (tile columns past D)
+    only where the head dim is padded, so the power-of-two specializations stay as they were."""
+    pad = tile_dim(head_dim) - head_dim
+    return dict(D=head_dim, D_PAD=pad) if pad else dict(D=head_dim)
+
+
+def padded(head_dim: int) -> bool:
+    """Whether ``head_dim`` runs as a wider tile (its layouts keep whole heads: layouts.py)."""
+    return tile_dim(head_dim) != head_dim
 
 
 def block_sizes(backend, head_dim: int = 128, causal: bool = False, max_seq: int = 0,
@@ -79,9 +98,14 @@ def _check(q, k, v, packed: bool, sm_scale):
     if not q.dtype == k.dtype == v.dtype:
         _fail(f"dtypes differ: q {q.dtype}, k {k.dtype}, v {v.dtype}", "cast them to one dtype")
     d = q.shape[-1]
-    if d not in HEAD_DIMS or k.shape[-1] != d or v.shape[-1] != d:
-        _fail(f"head_dim q={q.shape[-1]} k={k.shape[-1]} v={v.shape[-1]}",
-              f"head_dim must be one of {HEAD_DIMS} and equal for q, k and v")
+    if k.shape[-1] != d or v.shape[-1] != d:
+        _fail(f"head_dim q={q.shape[-1]} k={k.shape[-1]} v={v.shape[-1]} differ",
+              f"give q, k and v one head_dim, one of {', '.join(map(str, HEAD_DIMS))}")
+    if d not in HEAD_DIMS:
+        _fail(f"head_dim {d} is not supported; the supported head dims are "
+              f"{', '.join(map(str, HEAD_DIMS))}",
+              f"pad the head dim to the next supported one ({_next_dim(d)}) with zeros, or use "
+              f"torch.nn.functional.scaled_dot_product_attention")
     if k.shape != v.shape:
         _fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ", "k and v need one shape")
     hq, hk = q.shape[-2 if packed else 1], k.shape[-2 if packed else 1]
@@ -100,6 +124,10 @@ def _check(q, k, v, packed: bool, sm_scale):
               f"(|sm_scale| * log2(e) must stay below {_FLOAT32_MAX:.4g})",
               f"pass a softmax scale of magnitude below {_FLOAT32_MAX / _LOG2E:.4g}, or None for "
               f"1/sqrt(head_dim)")
+
+
+def _next_dim(d: int):
+    return next((h for h in HEAD_DIMS if h >= d), HEAD_DIMS[-1])
 
 
 def _check_varlen_args(q, k, cu_q, cu_k, max_q, max_k):
@@ -196,7 +224,7 @@ def launch(kernel, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, ca
     else:
         order = tiles.packed_order(cu_q, cu_k, hq, row_blocks, plan.tile_rows, plan.BN, grid[0], causal, count)
     args = (q2, k2, v2, o2, lse2, cu_q, cu_k, order, float(scale), hq, hq // hk, count, *layout)
-    constexprs = dict(D=d, CAUSAL=int(bool(causal)), **plan.forward_constexprs(), **scale_constexprs(scale))
+    constexprs = dict(**dim_constexprs(d), CAUSAL=int(bool(causal)), **plan.forward_constexprs(), **scale_constexprs(scale))
     constexprs.update(constexprs_over or {})
     fixed = plan.fixed_options()    # Hopper spellings the row chose (schedule.py): over the environment
     with _config.options(**fixed) if fixed else contextlib.nullcontext():
@@ -363,7 +391,7 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
     b, hq, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
     # strided q, k, v as they are where their strides allow (kernels/flash_attn/layouts.py)
-    q, k, v, lq, lk, direct = layouts.prepare(q, k, v, packed=False)
+    q, k, v, lq, lk, direct = layouts.prepare(q, k, v, packed=False, padded=padded(d))
     o = lq.empty(q.shape, q.dtype, q.device, layouts.alignment(q))
     lse = torch.empty((b * hq, sq), dtype=torch.float32, device=q.device)
     if sq == 0 or b == 0 or hq == 0:
@@ -403,7 +431,7 @@ def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     total_q, hq, d = q.shape
     hk = k.shape[1]
     batch = cu_seqlens_q.numel() - 1
-    q, k, v, lq, lk, _ = layouts.prepare(q, k, v, packed=True)
+    q, k, v, lq, lk, _ = layouts.prepare(q, k, v, packed=True, padded=padded(d))
     o = lq.empty(q.shape, q.dtype, q.device, layouts.alignment(q))
     if not checked:
         o.zero_()
@@ -415,14 +443,15 @@ def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     if batch <= 0 or total_q == 0 or max_seqlen_q == 0:
         if total_q and not checked:
             lse.fill_(float("inf"))
-        return o, lse
+        return (o.contiguous() if padded(d) else o), lse
     # contiguous packed [total, H, D] as [total, H*D]: sequence b, head h starts at row cu[b],
     # column h*D: layout (1, 0, D).
     layout = (lq.cu_rows, lq.head_rows, lq.head_cols, lk.cu_rows, lk.head_rows, lk.head_cols, 0, 1)
     _run(lq.view2d(q, True), lk.view2d(k, True), lk.view2d(v, True), lq.view2d(o, True),
          lse, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), batch, hq, hk, d, causal, scale, layout,
          packed_tokens=total_q)
-    return o, lse
+    # a padded head dim ran head-major ([H, T, D]): O comes back as [T, H, D] (as _empty_out)
+    return (o.contiguous() if padded(d) else o), lse
 
 
 @torch.library.custom_op("xsync::attention", mutates_args=())
@@ -456,9 +485,9 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, s
 
 def _empty_out(q, packed: bool):
     """O as the real op allocates it (the layout of q's group), for the fake implementations."""
-    if q.is_contiguous():
-        return torch.empty_like(q)
-    lq = layouts.Layout.of(q, packed) or layouts.Layout.contiguous(q, packed)
+    if q.is_contiguous() or (packed and padded(q.shape[-1])):
+        return torch.empty_like(q, memory_format=torch.contiguous_format)
+    lq = layouts.kernel_layout(q, packed, padded(q.shape[-1])) or layouts.Layout.contiguous(q, packed)
     return lq.empty(q.shape, q.dtype, q.device, layouts.alignment(q))
 
 

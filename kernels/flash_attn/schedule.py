@@ -86,6 +86,7 @@ CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
 # checks the deal's balance for each shape and takes one group where it is poor)
 ASCEND = Schedule(BM=32, BN=128, STAGES=2, persistent=True, causal_group=1)
 HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
+ASCEND_D256 = Schedule(BM=32, BN=64, STAGES=2, persistent=True, causal_group=1)
 
 # First matching row wins; each backend ends with a catch-all. Hopper rows: the fastest
 # candidate per (head_dim, causal, length) of benchmarks/results/flash_attn_tune.json (H200,
@@ -152,7 +153,16 @@ TABLE: tuple[Row, ...] = (
                                            q_stages=2)),
     Row("nvidia", 64, True, None, Schedule(BM=64, BN=128, STAGES=3, persistent=False, replicas=3,
                                            fallback=HOPPER)),
+    # d256 (not measured: no H200 run yet): Q (2 x 64 x 256), K and V (2 stages x 64 x 256) in
+    # bf16 are 192 KB of the 227 KB of shared memory, and each consumer's O accumulator
+    # (64 x 256 fp32) is 128 registers a thread beside 64-key S and P tiles -- FA3 runs d256 with
+    # 64-80 keys a step and two stages too. d96 runs d128's rows (128-wide tiles, ops.tile_dim).
+    Row("nvidia", 256, None, None, Schedule(BM=64, BN=64, STAGES=2, persistent=False)),
     Row("nvidia", None, None, None, HOPPER),
+    # d256 on the 910B (kernel.py's budgets, hivm-plan-memory): BN = 64 halves the cube's K/V
+    # ring in L1 and the S/P tiles in UB, so both replicas' 256-wide O and PV tiles fit the
+    # 192 KB unified buffer (xsync/backends/ascend/memory.py checks it)
+    Row("ascend", 256, None, None, ASCEND_D256),
     Row("ascend", None, None, None, ASCEND),
     Row("cpu", None, None, 256, CPU),
     Row("cpu", None, None, None, CPU_LONG),
@@ -168,7 +178,14 @@ BACKWARD_TABLE: tuple[Row, ...] = (
     # registers a thread) beside Sᵀ, dPᵀ, Pᵀ and dSᵀ spill (192 B a thread under Triton 3.6,
     # 152 under 3.9; tests/nvidia/test_compile_backward.py checks every row for local memory)
     Row("nvidia", 128, None, None, Schedule(BM=64, BN=32, STAGES=2, persistent=False)),
+    # d256: as d128's, 32-row steps; the two 64 x 256 fp32 accumulators of dK/dV (256 registers
+    # a thread) cannot fit one warpgroup -- a GPU run has to settle the split (FA3 splits dK/dV
+    # over two warpgroups); until then this row is correct, not fast
+    Row("nvidia", 256, None, None, Schedule(BM=64, BN=32, STAGES=2, persistent=False)),
     Row("nvidia", None, None, None, Schedule(BM=64, BN=64, STAGES=2, persistent=False)),
+    # d256: 16 rows a replica -- at 32, dK/dV's four 32 x 256 fp32 accumulators (two replicas)
+    # and the S/dP products need 160 KB of the cube's 128 KB L0C (HIVM's plan-memory)
+    Row("ascend", 256, None, None, Schedule(BM=16, BN=64, STAGES=2, persistent=True)),
     Row("ascend", None, None, None, Schedule(BM=32, BN=128, STAGES=2, persistent=True)),
     # the CPU fuses dQ into the dK/dV kernel (one pass over the score tiles instead of two;
     # tests/core/test_backward_fused_dq.py checks it against float64). Hopper keeps the dQ
@@ -192,10 +209,12 @@ def lookup(backend: str, head_dim: int, causal: bool, max_seq: int,
     """The first row of ``table`` (the forward's TABLE by default, read at the call, or
     BACKWARD_TABLE) that fits."""
     want = target(backend)
+    # a padded head dim (96) runs the rows of its tile width (128): the same tiles and memory
+    width = 1 << max(0, head_dim - 1).bit_length()
     for row in TABLE if table is None else table:
         if row.backend != want:
             continue
-        if row.head_dim is not None and row.head_dim != head_dim:
+        if row.head_dim is not None and row.head_dim != width:
             continue
         if row.causal is not None and row.causal != bool(causal):
             continue

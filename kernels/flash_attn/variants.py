@@ -48,7 +48,7 @@ EDITS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ("    softmax = xs.role(\"softmax\", kind=\"vector\", replicas=REPLICAS)\n", ""),
         ("    s_out = xs.pipe(mma, softmax, stages=2, s=xs.tile([BM, BN], xs.float32))\n"
          "    p_in = xs.pipe(softmax, mma, stages=2, p=xs.tile([BM, BN], q.dtype))\n"
-         "    pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D], xs.float32))\n", ""),
+         "    pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D + D_PAD], xs.float32))\n", ""),
         ("                    k_in.release()\n                    so = s_out.acquire()\n"
          "                    so.s = s\n                    s_out.commit()\n"
          "                with softmax:\n                    sc = s_out.wait()\n",
@@ -65,17 +65,17 @@ EDITS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ("            with softmax:\n", "            with mma:\n", 2))),
     # K and V in one pipe: one slot per key block carries both tiles
     "kv_one_pipe": ("K and V tiles in one pipe `kv_in`", (
-        ("    k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype))\n"
-         "    v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D], v.dtype))\n",
-         "    kv_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype), v=xs.tile([BN, D], v.dtype))\n"),
+        ("    k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D + D_PAD], k.dtype))\n"
+         "    v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D + D_PAD], v.dtype))\n",
+         "    kv_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D + D_PAD], k.dtype), v=xs.tile([BN, D + D_PAD], v.dtype))\n"),
         ("                    ks = k_in.acquire()\n"
-         "                    ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D])\n"
+         "                    ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D + D_PAD])\n"
          "                    k_in.commit()\n                    vs = v_in.acquire()\n"
-         "                    vs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D])\n"
+         "                    vs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D + D_PAD])\n"
          "                    v_in.commit()\n",
          "                    kvs = kv_in.acquire()\n"
-         "                    kvs.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D])\n"
-         "                    kvs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D])\n"
+         "                    kvs.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D + D_PAD])\n"
+         "                    kvs.v = xs.load(v, [kv_row + n, kv_h * kv_head_cols], [BN, D + D_PAD])\n"
          "                    kv_in.commit()\n"),
         ("                    kt = k_in.wait()\n", "                    kt = kv_in.wait()\n"),
         ("                    k_in.release()\n", ""),

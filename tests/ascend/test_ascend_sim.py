@@ -111,6 +111,19 @@ def test_attention_odd_lengths(sq, sk, causal):
     torch.testing.assert_close(lse.double()[seen], ref_lse[seen], rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("d", [96, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_padded_and_wide_head_dims(d, causal):
+    """d96 (128-wide tiles, zero columns past the head) and d256 (BN = 64: schedule.py), GQA 2:1."""
+    torch.manual_seed(5)
+    q = torch.randn(1, 2, 70, d).bfloat16()
+    k, v = (torch.randn(1, 1, 90, d).bfloat16() for _ in range(2))
+    o, lse = attention(q, k, v, causal=causal)
+    ref, ref_lse = reference(q, k, v, causal)
+    torch.testing.assert_close(o.double(), ref, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_varlen(causal):
     torch.manual_seed(4)

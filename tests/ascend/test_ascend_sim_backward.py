@@ -45,6 +45,8 @@ def assert_close(name, got, want, floor):
     (4, 2, 70, 90, 64, True, torch.bfloat16),      # GQA 2:1, Sq < Sk, boundary blocks
     (2, 2, 33, 33, 128, False, torch.float16),
     (2, 1, 80, 40, 64, True, torch.bfloat16),      # MQA; rows that see no key
+    (4, 2, 40, 50, 96, True, torch.bfloat16),      # d96: 128-wide tiles, zero columns
+    (2, 1, 40, 50, 256, False, torch.bfloat16),    # d256: 16 rows a replica (schedule.py)
 ])
 def test_attention_backward_dense(hq, hk, sq, sk, d, causal, dtype):
     torch.manual_seed(sq + sk)

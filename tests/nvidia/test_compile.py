@@ -219,9 +219,9 @@ def test_every_launched_attention_specialization_compiles(d, causal, plan):
 
     def compiled(plan):
         cx, dtypes = attention_fwd.specialization()
-        cx.update(plan.forward_constexprs(), D=d, CAUSAL=causal, **ops.scale_constexprs(None))
+        cx.update(plan.forward_constexprs(), **ops.dim_constexprs(d), CAUSAL=causal, **ops.scale_constexprs(None))
         r = compile_ptx(attention_fwd.lower("nvidia", cx, dtypes), scalar_types={"sm_scale": "fp32"})
-        assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{d}k16\.f32\.bf16\.bf16")   # P @ V
+        assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{ops.tile_dim(d)}k16\.f32\.bf16\.bf16")   # P @ V
         assert lines(r.ptx, rf"wgmma\.mma_async\.sync\.aligned\.m64n{plan.BN}k16\.f32\.bf16\.bf16")  # Q @ K^T
         assert r.metadata.num_warps == 4 * plan.replicas + 4       # consumers + the producer warps' group
         return _stack_bytes(r.cubin)

@@ -75,17 +75,18 @@ def _attention_cases(backend: str) -> list[Case]:
                         f"-Q{s.q_stages}-d{d}-c{causal}")
                 if name not in seen:
                     seen.add(name)
-                    cx = {**cx0, **s.forward_constexprs(), **ops.scale_constexprs(None), "D": d,
-                          "CAUSAL": causal}
+                    cx = {**cx0, **s.forward_constexprs(), **ops.scale_constexprs(None),
+                          **ops.dim_constexprs(d), "CAUSAL": causal}
                     out.append(Case(name, attention_fwd, cx))
     for d in ops.HEAD_DIMS:
         out.append(Case(f"bwd-preprocess-d{d}", attention_bwd_preprocess,
-                        {**attention_bwd_preprocess.specialization()[0], "D": d}))
+                        {**attention_bwd_preprocess.specialization()[0], "BM": grad.preprocess_bm(d),
+                         **ops.dim_constexprs(d)}))
         for k in (attention_bwd_dkdv, attention_bwd_dq):
             for causal in (0, 1):
                 for max_seq in ((0, 4096) if backend == "cpu" else (0,)):
                     cx = {**k.specialization()[0], **grad.block_sizes(backend, d, bool(causal), max_seq),
-                          "D": d, "CAUSAL": causal}
+                          **ops.dim_constexprs(d), "CAUSAL": causal}
                     tag = f"-long" if max_seq else ""
                     out.append(Case(f"bwd-{k.fn.__name__}-d{d}-c{causal}{tag}", k, cx))
                     if k is attention_bwd_dkdv:     # dQ fused (grad.fused_dq), where selected or not
