@@ -11,6 +11,7 @@ import torch
 
 import xsync
 from xsync.config import ConfigError
+from xsync.errors import AllocationError
 from xsync.kernels.flash_attn import grad, ops
 from xsync.kernels.flash_attn.backward import attention_bwd_dkdv
 
@@ -25,8 +26,14 @@ def test_fused_kernel_is_proven_on_every_placement(backend, form):
         for causal in (0, 1):
             for max_seq in seqs:
                 cx, dtypes = attention_bwd_dkdv.specialization()
-                cx.update(grad.fused_block_sizes(backend, d, bool(causal), max_seq), D=d, CAUSAL=causal)
+                cx.update(grad.fused_block_sizes(backend, d, bool(causal), max_seq),
+                          **ops.dim_constexprs(d), CAUSAL=causal)
                 assert cx["FUSED_DQ"] == 1
+                if backend == "nvidia" and d == 256:
+                    # dQ's [64, 256] fp32 hand-off does not fit beside the d256 tiles: said, not launched
+                    with pytest.raises(AllocationError, match="shared memory"):
+                        attention_bwd_dkdv.lower(backend, cx, dtypes)
+                    continue
                 with xsync.options(**opts):
                     low = attention_bwd_dkdv.lower(backend, cx, dtypes)
                 assert low.report.proven, (backend, form, d, causal, max_seq, low.report)
