@@ -27,8 +27,10 @@ class ReduceAddSpelling:
     def one_adder(self, s: ir.Store, t: str) -> str:
         """When this core adds ("": always). A vector-only kernel is one vector core a program and
         an ``al.sub_vec_id()`` replica adds its own tile; else both vector cores run the code:
-        vector core 0 adds (scope form); the release form cannot tell the cores apart."""
-        if self.agent_core(self.agent) is not Core.VECTOR or self.agent.memory_pipes or self.plan.sub_vec_id:
+        vector core 0 adds (scope form); the release form cannot tell the cores apart (refused,
+        unless the store sits in an arm a constexpr turns off)."""
+        if (self.agent_core(self.agent) is not Core.VECTOR or self.agent.memory_pipes
+                or self.plan.sub_vec_id or self.dead_arms):
             return ""
         if self.form == "scope":
             return "al.sub_vec_id() == 0"

@@ -62,45 +62,7 @@ whose ends share a core is program order: the payload is a plain value
 ``sync_block_all(mode, ID)`` with the allocated mode (an ``arrive`` is rendered as a
 full ``sync_block_all``: the hardware has no arrive-only form).
 
-Replicas without ``sub_vec_id`` (the 3.2.0 fallback)
----------------------------------------------------
-Hardware model (docs/design.md §4): an AI core is 1 cube + 2 vector cores; a flag is a counter
-(set +1, wait blocks until > 0 then -1); a cube-side set reaches BOTH vector cores; a
-cube-side wait on a vector->cube flag completes only when BOTH vector cores have set.
-In 3.2.0 both vector cores run the same vector code and cannot tell themselves apart.
-
-Fallback: each vector core runs the statements of EVERY replica, in lockstep. Inside a
-role block the statements between two sync points are emitted once per replica with
-``xs.replica_id()`` replaced by the constant r and replica-local names suffixed
-(``x_r0``, ``x_r1``); each sync point is emitted ONCE per core:
-
-* cube -> vector FULL/event: the cube sets once per commit, each vector core receives
-  one count and waits exactly once (not once per replica, which would hang);
-* vector -> cube EMPTY/event: each vector core sets once after all its replicas have
-  released/signalled; the cube waits once and the hardware completes it when both
-  cores have set -- exactly the "all replicas released" condition of the protocol;
-* barriers among the replicas are met by program order; the allocated
-  ``sync_block_all`` is still emitted once per meeting (it also orders the two cores).
-
-The two vector cores thus compute the same results redundantly and store identical
-values (benign). Replicas=1 vector roles run the same way (both cores run them, both
-set, the cube's wait needs both). Counting stays exact because every core performs the
-same sequence of sets and waits as a single replica would.
-
-The same lockstep renders cube roles with replicas > 1 (``Agent.serial``: the one cube
-core computes for every replica, e.g. S and PV for both vector cores in attention):
-the cube waits on a vector->cube flag once (that one wait already needs both vector
-cores' sets, so a second wait for "replica 1" would consume the NEXT round and hang)
-and sets a cube->vector flag once after every replica has written its slot (a set per
-replica would give each vector core two counts per round). N -> N pipes keep one ring
-per replica (``WorkspaceRing.rings``). Lockstep, not whole-block serial order, is what
-makes this safe: deferring replica 0's set to the end of replica 1's block could
-deadlock when replica 0 waits later in the same block on work that needs that set.
-Limits: a sync verb under a branch or loop
-whose condition/bound depends on ``xs.replica_id()`` cannot be put in lockstep and is
-rejected (use the scope form). In the scope form, vector replicas=2 map one replica per
-vector core (``replica_id = al.sub_vec_id()``) and every replica performs its own sync
-ops, which matches the same hardware counting; other replica counts use the lockstep.
+Replicas without ``sub_vec_id`` (the 3.2.0 fallback): the lockstep, drawn in ``replicas.py``.
 
 3.2.0 op-kind hazard: the compiler places work that does not feed or drain a
 ``tl.dot`` on the vector core. A cube-side producer writing a slot with a value not
@@ -122,7 +84,8 @@ from enum import StrEnum
 
 from xsync.backends.ascend.reduce_add import ReduceAddSpelling
 # FORMS: the launcher reads it here
-from xsync.backends.ascend.replicas import FORMS, Core, ReplicaAnalysis, analyze, has_sync  # noqa: F401
+from xsync.backends.ascend.replicas import (  # noqa: F401
+    FORMS, Core, ReplicaAnalysis, analyze, constant_test, has_sync)
 from xsync.backends.spelling import Spelling
 from xsync.backends.source import Emitter, PythonRenderer, doc_text, label, spell_math
 from xsync.lowering import ir
@@ -255,6 +218,21 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
         self.rid_expr = "0"                # replica_id when not unrolled
         self.slot_pipe: dict[str, str] = {}
         self.parts: list[CorePart] = []
+        self.dead_arms = 0                 # depth inside arms a constexpr turns off
+
+    def emit_if(self, s: ir.If, body):
+        """As written; an arm a constexpr turns off is spelled but never compiled (Triton folds
+        the test), so what it would refuse is not refused there."""
+        test = constant_test(self.kernel, s.cond)
+
+        def arm(stmts, live):
+            self.dead_arms += not live
+            try:
+                body(stmts)
+            finally:
+                self.dead_arms -= not live
+
+        super().emit_if(s, lambda stmts: arm(stmts, test is None or bool(test.value) == (stmts is s.body)))
 
     # ------------------------------------------------------------ decided facts
     def core(self, role: str) -> Core:

@@ -2,7 +2,7 @@
 
 :func:`analyze` runs after allocation and before :mod:`xsync.backends.ascend.render`. It decides
 which core each role runs on, which agents run their replicas in lockstep (the 3.2.0 fallback
-described in ``render.py``), which ``sync_block_all`` mode each barrier is spelled with, and
+described below), which ``sync_block_all`` mode each barrier is spelled with, and
 rejects what the chosen source form cannot express. The renderer receives the result as a
 :class:`ReplicaAnalysis` and only spells it.
 
@@ -24,6 +24,46 @@ Rules, checked in this order (each a :class:`~xsync.errors.BackendError` with a 
    replica-taint dataflow): every replica must reach each sync point together.
 5. Workspace tiles. A field that crosses cores through a GM workspace ring is a 1-D or 2-D tile
    whose dimensions are powers of two (``tl.arange`` spells its addresses).
+
+Replicas without ``sub_vec_id`` (the 3.2.0 fallback)
+---------------------------------------------------
+Hardware model (docs/design.md §4): an AI core is 1 cube + 2 vector cores; a flag is a counter
+(set +1, wait blocks until > 0 then -1); a cube-side set reaches BOTH vector cores; a
+cube-side wait on a vector->cube flag completes only when BOTH vector cores have set.
+In 3.2.0 both vector cores run the same vector code and cannot tell themselves apart.
+
+Fallback: each vector core runs the statements of EVERY replica, in lockstep. Inside a
+role block the statements between two sync points are emitted once per replica with
+``xs.replica_id()`` replaced by the constant r and replica-local names suffixed
+(``x_r0``, ``x_r1``); each sync point is emitted ONCE per core:
+
+* cube -> vector FULL/event: the cube sets once per commit, each vector core receives
+  one count and waits exactly once (not once per replica, which would hang);
+* vector -> cube EMPTY/event: each vector core sets once after all its replicas have
+  released/signalled; the cube waits once and the hardware completes it when both
+  cores have set -- exactly the "all replicas released" condition of the protocol;
+* barriers among the replicas are met by program order; the allocated
+  ``sync_block_all`` is still emitted once per meeting (it also orders the two cores).
+
+The two vector cores thus compute the same results redundantly and store identical
+values (benign). Replicas=1 vector roles run the same way (both cores run them, both
+set, the cube's wait needs both). Counting stays exact because every core performs the
+same sequence of sets and waits as a single replica would.
+
+The same lockstep renders cube roles with replicas > 1 (``Agent.serial``: the one cube
+core computes for every replica, e.g. S and PV for both vector cores in attention):
+the cube waits on a vector->cube flag once (that one wait already needs both vector
+cores' sets, so a second wait for "replica 1" would consume the NEXT round and hang)
+and sets a cube->vector flag once after every replica has written its slot (a set per
+replica would give each vector core two counts per round). N -> N pipes keep one ring
+per replica (``WorkspaceRing.rings``). Lockstep, not whole-block serial order, is what
+makes this safe: deferring replica 0's set to the end of replica 1's block could
+deadlock when replica 0 waits later in the same block on work that needs that set.
+Limits: a sync verb under a branch or loop
+whose condition/bound depends on ``xs.replica_id()`` cannot be put in lockstep and is
+rejected (use the scope form). In the scope form, vector replicas=2 map one replica per
+vector core (``replica_id = al.sub_vec_id()``) and every replica performs its own sync
+ops, which matches the same hardware counting; other replica counts use the lockstep.
 """
 from __future__ import annotations
 
