@@ -37,13 +37,13 @@ SECTIONS = ("grid", "varlen", "host", "gemm", "variants", "backward")
 
 
 def _grid():
-    import flash_attn
-    return [flash_attn.measure_point(p) for p in flash_attn.grid(quick=False)]
+    import attention
+    return [attention.measure_point(p) for p in attention.grid(quick=False)]
 
 
 def _varlen():
-    import flash_attn
-    return [flash_attn.measure_varlen(causal) for causal in (False, True)]
+    import attention
+    return [attention.measure_varlen(causal) for causal in (False, True)]
 
 
 def _host():
@@ -58,20 +58,19 @@ def _gemm():
 
 
 def _variants():
-    import flash_attn
+    import attention
     rows = []
-    for d, causal, s in flash_attn.variant_points(quick=True):     # d128 s8k, causal and not
-        rows.extend(flash_attn.measure_attention_variants(d, causal, s))
-    rows.extend(flash_attn.measure_gemm_variants())
+    for d, causal, s in attention.variant_points(quick=True):     # d128 s8k, causal and not
+        rows.extend(attention.measure_attention_variants(d, causal, s))
+    rows.extend(attention.measure_gemm_variants())
     return rows
 
 
 def _backward():
-    import flash_attn
-    if not hasattr(flash_attn, "measure_backward"):
-        return {"skipped": "benchmarks/flash_attn.py has no measure_backward()"}
-    points = [p for p in flash_attn.grid(quick=True) if p["d"] == 128 and p["s"] == 4096]
-    return [flash_attn.measure_backward(p) for p in points]      # d128 s4k, causal and not
+    import attention
+    if not hasattr(attention, "measure_backward"):
+        return {"skipped": "benchmarks/attention.py has no measure_backward()"}
+    return [attention.measure_backward(p) for p in attention.grid(quick=False)]   # all 20 points
 
 
 RUNNERS = dict(grid=_grid, varlen=_varlen, host=_host, gemm=_gemm, variants=_variants,
