@@ -1,0 +1,75 @@
+"""Kernels that load and store tensors of 1 to 4 dimensions (issue 38): one offset per tensor
+dimension, a 1-D or 2-D tile over the tensor's last dimensions (each leading offset picks one
+index). Shared by the core, nvidia and ascend tests of tests/*/test_nd_load_store.py."""
+import xsync as xs
+
+
+@xs.kernel
+def bias_add(X, B, OUT, BM: xs.constexpr, BN: xs.constexpr):
+    """OUT = X + B with a 1-D bias B[N] broadcast over the rows (like torch)."""
+    w = xs.role("w", kind="vector")
+    with w:
+        m = xs.program_id(0) * BM
+        n = xs.program_id(1) * BN
+        x = xs.load(X, [m, n], [BM, BN])
+        b = xs.load(B, [n], [BN])
+        xs.store(OUT, [m, n], x + b[None, :])
+
+
+@xs.kernel
+def row_sums(X, OUT, BM: xs.constexpr, BN: xs.constexpr):
+    """OUT[m] = sum of row m of X (a 1-D store of a 1-D tile)."""
+    w = xs.role("w", kind="vector")
+    with w:
+        m = xs.program_id(0) * BM
+        x = xs.load(X, [m, 0], [BM, BN])
+        xs.store(OUT, [m], xs.sum(x.to(xs.float32), 1))
+
+
+@xs.kernel
+def scale_3d(X, OUT, S, BM: xs.constexpr, D: xs.constexpr):
+    """OUT[b, s, :] = 2 * X[b, s, :] on [B, S, D] tensors, one [BM, D] tile a program."""
+    w = xs.role("w", kind="vector")
+    with w:
+        nb = xs.cdiv(S, BM)
+        b = xs.program_id(0) // nb
+        m = (xs.program_id(0) % nb) * BM
+        x = xs.load(X, [b, m, 0], [BM, D])
+        xs.store(OUT, [b, m, 0], x * 2.0)
+
+
+@xs.kernel
+def heads_4d(Q, OUT, H, S, BM: xs.constexpr, D: xs.constexpr):
+    """OUT[b, h, s, :] = Q[b, h, s, :] * 2 + 1 on [B, H, S, D] views (e.g. a [B, S, H, D]
+    tensor's transpose(1, 2)), rows past S masked."""
+    w = xs.role("w", kind="vector")
+    with w:
+        nb = xs.cdiv(S, BM)
+        bh = xs.program_id(0) // nb
+        m = (xs.program_id(0) % nb) * BM
+        q = xs.load(Q, [bh // H, bh % H, m, 0], [BM, D])
+        xs.store(OUT, [bh // H, bh % H, m, 0], q * 2.0 + 1.0)
+
+
+@xs.kernel
+def bounded_4d(Q, OUT, H, S, s_end, BM: xs.constexpr, D: xs.constexpr):
+    """heads_4d, with rows at or past ``s_end`` not written (bounds: one end per dimension)."""
+    w = xs.role("w", kind="vector")
+    with w:
+        nb = xs.cdiv(S, BM)
+        bh = xs.program_id(0) // nb
+        m = (xs.program_id(0) % nb) * BM
+        q = xs.load(Q, [bh // H, bh % H, m, 0], [BM, D])
+        xs.store(OUT, [bh // H, bh % H, m, 0], q, bounds=[bh // H + 1, H, s_end, D])
+
+
+@xs.kernel
+def add_3d(X, OUT, S, BM: xs.constexpr, D: xs.constexpr):
+    """OUT[0, s, :] += X[b, s, :] summed over b (reduce="add" into a 3-D tensor)."""
+    w = xs.role("w", kind="vector")
+    with w:
+        nb = xs.cdiv(S, BM)
+        b = xs.program_id(0) // nb
+        m = (xs.program_id(0) % nb) * BM
+        x = xs.load(X, [b, m, 0], [BM, D])
+        xs.store(OUT, [0, m, 0], x, reduce="add")
