@@ -73,3 +73,33 @@ def add_3d(X, OUT, S, BM: xs.constexpr, D: xs.constexpr):
         m = (xs.program_id(0) % nb) * BM
         x = xs.load(X, [b, m, 0], [BM, D])
         xs.store(OUT, [0, m, 0], x, reduce="add")
+
+
+@xs.kernel
+def batched_gemm(a, b, bias, c, M, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                 STAGES: xs.constexpr):
+    """c[z] = a[z] @ b[z] + bias on [Z, M, K] @ [Z, K, N] (any strides but the last), a copy role
+    filling a pipe from the 3-D tensors (program (m block, n block, z))."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES,
+                    a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+    off_m = xs.program_id(0) * BM
+    off_n = xs.program_id(1) * BN
+    z = xs.program_id(2)
+    with mma:
+        acc = xs.zeros([BM, BN], xs.float32)
+    for k in range(0, K, BK):
+        with load:
+            slot = tiles.acquire()
+            slot.a = xs.load(a, [z, off_m, k], [BM, BK])
+            slot.b = xs.load(b, [z, k, off_n], [BK, BN])
+            tiles.commit()
+        with mma:
+            ab = tiles.wait()
+            acc = xs.mma(ab.a, ab.b, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release()
+    with mma:
+        acc = acc + xs.load(bias, [off_n], [BN])[None, :]
+        xs.store(c, [z, off_m, off_n], acc)

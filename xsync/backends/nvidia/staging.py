@@ -141,6 +141,8 @@ class _Planner:
 
     def store(self, agent, s: ir.Store, shape, loops) -> StagedStore | None:
         tensor = s.tensor
+        if self.tensors[tensor].rank != 2:      # TMA stores take 2-D tensors (masked stores the rest)
+            return None
         dt = self.tensors[tensor].dtype
         rows, cols = shape
         row_bytes = cols * dt.bytes

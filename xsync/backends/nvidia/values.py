@@ -13,6 +13,7 @@ from typing import Mapping
 
 from xsync.dtypes import DType
 from xsync.backends.nvidia import exp2
+from xsync.backends.nvidia.tensors import leading
 from xsync.backends.nvidia.layouts import SCALAR, AgentLayouts, LayoutConstant, LayoutRules, T, ValueKind
 from xsync.backends.source import PRECEDENCE, Emitter, float_literal, int_power, spell_math
 from xsync.errors import BackendError
@@ -230,8 +231,29 @@ class ValueSpeller(LayoutRules):
 
     def pointer_load(self, e: ir.Call, t: T) -> str:
         tn, offs, lay = e.args[0].id, e.args[1].items, t.layout
+        use = self.tensors[tn]
+        if use.rank != 2 or len(t.shape) != 2:
+            return self.nd_load(use, [self.tx(x)[0] for x in offs], t)
         r, c = self.fresh("rows"), self.fresh("cols")
         self.out.line(f"{r} = {self.tx(offs[0])[0]} + gl.arange(0, {t.shape[0]}, layout=gl.SliceLayout(1, {lay}))")
         self.out.line(f"{c} = {self.tx(offs[1])[0]} + gl.arange(0, {t.shape[1]}, layout=gl.SliceLayout(0, {lay}))")
         return (f"gl.load({self.names(tn)} + {r}[:, None].to(gl.int64) * {tn}_stride + {c}[None, :], "
                 f"mask=({r}[:, None] < {tn}_rows) & ({c}[None, :] < {tn}_cols), other=0.0)")
+
+    def nd_load(self, use, offs: list[str], t: T) -> str:
+        """A masked load of a 1-D or 2-D tile over the last dimensions of a tensor of any rank;
+        the leading offsets pick one index each (masked like the tile's own dimensions)."""
+        sizes, strides = use.dims()
+        addr, lead_masks = leading(use, offs, len(t.shape))
+        c = self.fresh("cols")
+        if len(t.shape) == 1:
+            self.out.line(f"{c} = {offs[-1]} + gl.arange(0, {t.shape[0]}, layout={t.layout})")
+            ptr, masks = f"{c}", [f"({c} < {sizes[-1]})"]
+        else:
+            r = self.fresh("rows")
+            self.out.line(f"{r} = {offs[-2]} + gl.arange(0, {t.shape[0]}, layout=gl.SliceLayout(1, {t.layout}))")
+            self.out.line(f"{c} = {offs[-1]} + gl.arange(0, {t.shape[1]}, layout=gl.SliceLayout(0, {t.layout}))")
+            ptr = f"{r}[:, None].to(gl.int64) * {strides[-2]} + {c}[None, :]"
+            masks = [f"({r}[:, None] < {sizes[-2]})", f"({c}[None, :] < {sizes[-1]})"]
+        return (f"gl.load({self.names(use.name)}{addr} + {ptr}, mask={' & '.join(masks + lead_masks)}, "
+                f"other=0.0)")
