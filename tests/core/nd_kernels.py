@@ -64,15 +64,22 @@ def bounded_4d(Q, OUT, H, S, s_end, BM: xs.constexpr, D: xs.constexpr):
 
 
 @xs.kernel
-def add_3d(X, OUT, S, BM: xs.constexpr, D: xs.constexpr):
-    """OUT[0, s, :] += X[b, s, :] summed over b (reduce="add" into a 3-D tensor)."""
-    w = xs.role("w", kind="vector")
-    with w:
-        nb = xs.cdiv(S, BM)
-        b = xs.program_id(0) // nb
-        m = (xs.program_id(0) % nb) * BM
-        x = xs.load(X, [b, m, 0], [BM, D])
-        xs.store(OUT, [0, m, 0], x, reduce="add")
+def add_3d(X, OUT, S, Z, BM: xs.constexpr, D: xs.constexpr, STAGES: xs.constexpr):
+    """OUT[0, s, :] += X[z, s, :] for every z (reduce="add" into a 3-D tensor): program (m, p)
+    adds the z = p, p + programs, ... of its row block, read through a pipe from a copy role."""
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    rows = xs.pipe(load, work, stages=STAGES, t=xs.tile([BM, D], xs.float32))
+    m = xs.program_id(0) * BM
+    for z in range(xs.program_id(1), Z, xs.num_programs(1)):
+        with load:
+            s = rows.acquire()
+            s.t = xs.load(X, [z, m, 0], [BM, D])
+            rows.commit()
+        with work:
+            got = rows.wait()
+            xs.store(OUT, [0, m, 0], got.t, reduce="add")
+            rows.release()
 
 
 @xs.kernel

@@ -69,7 +69,7 @@ def test_reduce_add_into_3d():
     B, S, D = 4, 24, 16
     x = torch.randn(B, S, D)
     out = torch.zeros(1, S, D)
-    add_3d[(B * 2,)](x, out, S, BM=16, D=D, backend="cpu")
+    add_3d[(2, 3)](x, out, S, B, BM=16, D=D, STAGES=2, backend="cpu")
     torch.testing.assert_close(out[0], x.sum(0))
 
 
