@@ -10,7 +10,7 @@ import torch
 import xsync as xs
 from xsync import cli
 from xsync.errors import KernelSourceError, LaunchError
-from tests.core.nd_kernels import add_3d, bias_add, bounded_4d, heads_4d, row_sums, scale_3d
+from tests.core.nd_kernels import add_3d, batched_gemm, bias_add, bounded_4d, heads_4d, row_sums, scale_3d
 
 
 def _line(tag: str) -> int:
@@ -71,6 +71,15 @@ def test_reduce_add_into_3d():
     out = torch.zeros(1, S, D)
     add_3d[(2, 3)](x, out, S, B, BM=16, D=D, STAGES=2, backend="cpu")
     torch.testing.assert_close(out[0], x.sum(0))
+
+
+def test_pipe_filled_from_3d_views():
+    Z, M, N, K = 2, 40, 48, 64
+    a = torch.randn(M, Z, K).bfloat16().transpose(0, 1)            # [Z, M, K], strided
+    b = torch.randn(Z, K, N).bfloat16()
+    bias, c = torch.randn(N), torch.zeros(Z, M, N)
+    batched_gemm[(2, 2, Z)](a, b, bias, c, M, K, BM=32, BN=32, BK=16, STAGES=2, backend="cpu")
+    torch.testing.assert_close(c, a.float() @ b.float() + bias, atol=1e-4, rtol=1e-4)
 
 
 def test_launch_refuses_a_tensor_of_another_rank():
