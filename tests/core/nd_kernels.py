@@ -13,7 +13,7 @@ def bias_add(X, B, OUT, BM: xs.constexpr, BN: xs.constexpr):
         n = xs.program_id(1) * BN
         x = xs.load(X, [m, n], [BM, BN])
         b = xs.load(B, [n], [BN])
-        xs.store(OUT, [m, n], x + b[None, :])
+        xs.store(OUT, [m, n], x + b)            # b broadcasts over the rows
 
 
 @xs.kernel

@@ -13,7 +13,7 @@ from xsync.backends.nvidia import compile_ptx
 F = xs.float32
 CASES = [
     (bias_add, dict(BM=64, BN=64), dict(X=F, B=F, OUT=F),
-     ["gl.load(B + xs_cols", "mask=(xs_cols", "< B_size0)"]),
+     ["gl.load(B + xs_cols", "< B_size0)", "x + b[None, :]"]),
     (row_sums, dict(BM=64, BN=64), dict(X=F, OUT=F), ["gl.store(OUT + xs_cols", "< OUT_size0)"]),
     (scale_3d, dict(BM=64, D=64), dict(X=xs.bfloat16, OUT=xs.bfloat16),
      ["gl.to_tensor(b).to(gl.int64) * X_stride0", "(b < X_size0)"]),

@@ -189,7 +189,8 @@ class LayoutRules:
         None: a scalar op."""
         ts = [self.type_of(a) for a in args]
         shape, lay = self.bshape(ts, want)
-        return shape, lay, [lay if shape is not None and t.kind is ValueKind.TILE else None for t in ts]
+        return shape, lay, [None if shape is None or t.kind is not ValueKind.TILE else
+                            f"gl.SliceLayout(0, {lay})" if len(t.shape) < len(shape) else lay for t in ts]
 
     @staticmethod
     def promote(*ts):

@@ -105,12 +105,12 @@ class ValueSpeller(LayoutRules):
             return self.view(self.names(e.id), self.env.get(e.id, SCALAR), t)
         if isinstance(e, (ir.BinOp, ir.Compare)):
             p = PRECEDENCE["cmp" if isinstance(e, ir.Compare) else e.op]
-            lw, rw = self.broadcast((e.left, e.right), want)[2]
-            code = f"{self.tx(e.left, lw, p + isinstance(e, ir.Compare))[0]} {e.op} {self.tx(e.right, rw, p + 1)[0]}"
+            left, right = self.operands((e.left, e.right), want, (p + isinstance(e, ir.Compare), p + 1))
+            code = f"{left} {e.op} {right}"
             return f"({code})" if p < parent else code
         if isinstance(e, ir.BoolOp):
             p = PRECEDENCE[e.op]
-            parts = [self.tx(v, w, p + 1)[0] for v, w in zip(e.values, self.broadcast(e.values, want)[2])]
+            parts = self.operands(e.values, want, [p + 1] * len(e.values))
             if t.kind is ValueKind.SCALAR:
                 code = f" {e.op} ".join(parts)
                 return f"({code})" if p < parent else code
@@ -137,6 +137,18 @@ class ValueSpeller(LayoutRules):
             return self.call(e, t, want)
         raise TypeError(f"cannot render {e!r}")
 
+    def operands(self, args, want, parents) -> list[str]:
+        """The operands of a broadcasting op, each in the layout the op asks of it; a 1-D tile
+        of a 2-D op gets its leading axis (``[None, :]``, as torch broadcasts): Gluon broadcasts
+        equal ranks only."""
+        shape, _, wants = self.broadcast(args, want)
+        out = []
+        for a, w, parent in zip(args, wants, parents):
+            lower = shape is not None and w is not None and len(self.type_of(a).shape) < len(shape)
+            code = self.tx(a, w, 99 if lower else parent)[0]
+            out.append(f"{code}[None, :]" if lower else code)
+        return out
+
     def field_view(self, e: ir.Attr):
         """(code, type) of a slot field where it lives: registers, or the slot's shared memory."""
         slot = e.value.id
@@ -161,7 +173,7 @@ class ValueSpeller(LayoutRules):
         if op is ir.TileOp.REPLICA_ID:
             return "REPLICA"
         if op in (ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE):
-            args = [self.tx(a, w)[0] for a, w in zip(e.args, self.broadcast(e.args, want)[2])]
+            args = self.operands(e.args, want, [0] * len(e.args))
             helper = exp2.SHARES.get(self.exp2_share)
             if op is ir.TileOp.EXP2 and helper and exp2.applies(t):     # a share on the FMA pipe (exp2.py)
                 self.exp2_used = True
