@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import xsync as xs
-from tests.core.nd_kernels import add_3d, batched_gemm, bias_add, bounded_4d, heads_4d, row_sums, scale_3d
+from tests.core.nd_kernels import (add_3d, batched_gemm, bias_add, bounded_4d, heads_4d, row_sums, rows_as_vectors,
+                                   scale_3d)
 from xsync.backends.ascend import hivm
 from xsync.errors import LaunchError
 
@@ -15,6 +16,7 @@ F = xs.float32
 CASES = [
     (bias_add, dict(BM=16, BN=16), dict(X=F, B=F, OUT=F)),
     (row_sums, dict(BM=16, BN=16), dict(X=F, OUT=F)),
+    (rows_as_vectors, dict(BN=32), dict(X=F, OUT=F)),
     (scale_3d, dict(BM=16, D=32), dict(X=xs.bfloat16, OUT=xs.bfloat16)),
     (heads_4d, dict(BM=16, D=32), dict(Q=xs.float16, OUT=xs.float16)),
     (bounded_4d, dict(BM=16, D=32), dict(Q=F, OUT=F)),
@@ -54,6 +56,9 @@ def test_simulated_bias_and_row_sums(triton_ascend):
     sums = torch.full((37,), -1.0)
     row_sums[(3,)](x[:, :16], sums, BM=16, BN=16, backend="ascend-sim")
     torch.testing.assert_close(sums, x[:, :16].sum(1), atol=1e-5, rtol=1e-5)
+    rows = torch.full((5, 24), 3.0)
+    rows_as_vectors[(6,)](x[:5, :24], rows, BN=32, backend="ascend-sim")
+    torch.testing.assert_close(rows, 2 * x[:5, :24])
 
 
 def test_simulated_3d_and_4d_views(triton_ascend):

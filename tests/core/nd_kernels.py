@@ -110,3 +110,14 @@ def batched_gemm(a, b, bias, c, M, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs
     with mma:
         acc = acc + xs.load(bias, [off_n], [BN])[None, :]
         xs.store(c, [z, off_m, off_n], acc)
+
+
+@xs.kernel
+def rows_as_vectors(X, OUT, BN: xs.constexpr):
+    """OUT[r, :] = 2 * X[r, :], one row a program as a 1-D tile of a 2-D tensor (columns past
+    the end masked)."""
+    w = xs.role("w", kind="vector")
+    with w:
+        r = xs.program_id(0)
+        v = xs.load(X, [r, 0], [BN])
+        xs.store(OUT, [r, 0], v * 2.0)

@@ -10,7 +10,8 @@ import torch
 import xsync as xs
 from xsync import cli
 from xsync.errors import KernelSourceError, LaunchError
-from tests.core.nd_kernels import add_3d, batched_gemm, bias_add, bounded_4d, heads_4d, row_sums, scale_3d
+from tests.core.nd_kernels import (add_3d, batched_gemm, bias_add, bounded_4d, heads_4d, row_sums, rows_as_vectors,
+                                   scale_3d)
 
 
 def _line(tag: str) -> int:
@@ -38,6 +39,13 @@ def test_1d_store_masks_the_tail():
     out = torch.full((20,), -1.0)
     row_sums[(2,)](x, out, BM=16, BN=16, backend="cpu")
     torch.testing.assert_close(out, x.sum(1))
+
+
+def test_a_row_of_a_2d_tensor_as_a_1d_tile():
+    x = torch.randn(5, 24)
+    out = torch.full((5, 24), 3.0)
+    rows_as_vectors[(6,)](x, out, BN=32, backend="cpu")             # a 6th program: past the rows
+    torch.testing.assert_close(out, 2 * x)
 
 
 def test_3d_strided_view():

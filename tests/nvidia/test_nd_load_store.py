@@ -7,7 +7,8 @@ pointer load and an arrive (no TMA). Numerics need a GPU (the CPU emulator's are
 import pytest
 
 import xsync as xs
-from tests.core.nd_kernels import add_3d, batched_gemm, bias_add, bounded_4d, heads_4d, row_sums, scale_3d
+from tests.core.nd_kernels import (add_3d, batched_gemm, bias_add, bounded_4d, heads_4d, row_sums, rows_as_vectors,
+                                   scale_3d)
 from xsync.backends.nvidia import compile_ptx
 
 F = xs.float32
@@ -15,6 +16,8 @@ CASES = [
     (bias_add, dict(BM=64, BN=64), dict(X=F, B=F, OUT=F),
      ["gl.load(B + xs_cols", "< B_size0)", "x + b[None, :]"]),
     (row_sums, dict(BM=64, BN=64), dict(X=F, OUT=F), ["gl.store(OUT + xs_cols", "< OUT_size0)"]),
+    (rows_as_vectors, dict(BN=128), dict(X=F, OUT=F),
+     ["gl.load(X + gl.to_tensor(r).to(gl.int64) * X_stride + xs_cols", "(r < X_rows)"]),
     (scale_3d, dict(BM=64, D=64), dict(X=xs.bfloat16, OUT=xs.bfloat16),
      ["gl.to_tensor(b).to(gl.int64) * X_stride0", "(b < X_size0)"]),
     (heads_4d, dict(BM=64, D=128), dict(Q=xs.float16, OUT=xs.float16),
@@ -31,7 +34,7 @@ CASES = [
 @pytest.mark.parametrize("kernel,constexprs,dtypes,spelled", CASES, ids=[c[0].__name__ for c in CASES])
 def test_compiles_for_sm90a(kernel, constexprs, dtypes, spelled):
     r = compile_ptx(kernel, constexprs, dtypes)
-    assert ".target sm_90a" in r.ptx and len(r.cubin) > 10_000
+    assert ".target sm_90a" in r.ptx and len(r.cubin) > 4_000
     for s in spelled:
         assert s in r.source, s
 
