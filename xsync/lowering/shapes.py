@@ -181,8 +181,8 @@ class ShapeCheck:
         if got is not UNKNOWN and not 1 <= len(got) <= min(2, rank):
             self.fail(f"xs.store into `{s.tensor}` ({rank} offset(s)) writes {shown(got)}; it stores a "
                       f"1-D or 2-D tile into the tensor's last {min(2, rank)} dimension(s)",
-                      "tile); x[:, None] makes a column of a 1-D "
-                      "tile, and each leading offset picks one index of its dimension",
+                      "store a [rows, cols] tile or a 1-D one (x[:, None] makes a column of a 1-D "
+                      "tile); each leading offset picks one index of its dimension",
                       objects=(s.tensor,))
         if got is not UNKNOWN:      # the frontend's own node, before any other reader sees it
             object.__setattr__(s, "value_rank", len(got))
