@@ -1,0 +1,17 @@
+"""Examples to copy from: each module is one xsync kernel source (proven and compiled for every
+backend) plus the torch function that launches it.
+
+| module | kernel | torch function |
+|---|---|---|
+| gemm_epilogue.py | persistent GEMM, C = act(A @ B + bias), GELU erf / tanh | ``matmul_bias_act`` |
+| split_k.py | split-K GEMM, partial tiles reduce-added into fp32, then cast | ``matmul_split_k`` |
+| norms.py | RMSNorm and LayerNorm, forward and backward (dx, dweight, dbias) | ``rms_norm``, ``layer_norm`` (autograd) and their ``*_forward`` / ``*_backward`` |
+| softmax.py | row softmax, online over column blocks for wide rows | ``softmax`` |
+
+Every function takes ``backend=`` (a name such as "cpu", "nvidia", "ascend", "ascend-sim", or a
+Backend); left out, ``XSYNC_BACKEND`` / ``xsync.options(backend=...)`` decides, and unset the
+first available backend (a Hopper GPU, an Ascend NPU, else the CPU emulator).
+"""
+from xsync.kernels.examples.gemm_epilogue import gemm_bias_act, matmul_bias_act  # noqa: F401
+from xsync.kernels.examples.norms import (rmsnorm_bwd, rmsnorm_fwd, rms_norm, rms_norm_backward,  # noqa: F401
+                                          rms_norm_forward)

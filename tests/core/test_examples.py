@@ -1,0 +1,93 @@
+"""The examples users copy from (kernels/examples/): every kernel is proven on every placement
+(`xsync check`), and the torch functions that launch them match torch in float64 on the CPU
+emulator, on shapes the tiles do not divide and with fewer programs than tiles (persistent)."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from xsync.kernels.examples import gemm_epilogue, norms
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _spec(kernel, **over):
+    return kernel, {**kernel.specialization()[0], **over}
+
+
+# every kernel at the specializations the functions launch (the constexprs that change the code)
+SPECS = [
+    _spec(gemm_epilogue.gemm_bias_act, ACT=0), _spec(gemm_epilogue.gemm_bias_act, ACT=1),
+    _spec(gemm_epilogue.gemm_bias_act, ACT=2),
+    _spec(norms.rmsnorm_fwd), _spec(norms.rmsnorm_bwd),
+]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "nvidia", "ascend"])
+def test_every_example_is_proven(backend):
+    for kernel, cx in SPECS:
+        report = kernel.lower(backend, cx).report
+        assert report.proven, f"{kernel.__name__} {cx}: {report.summary()}"
+
+
+def test_xsync_check_proves_an_example():
+    r = subprocess.run([sys.executable, "-m", "xsync", "check", "xsync.kernels.examples.norms:rmsnorm_bwd"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("verdict: OK") == 3, r.stdout
+
+
+def _close(got, want, tol):
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------- GEMM + bias + activation
+@pytest.mark.parametrize("activation,approximate", [("none", None), ("gelu", "none"), ("gelu_tanh", "tanh")])
+def test_matmul_bias_act_matches_torch(activation, approximate):
+    torch.manual_seed(0)
+    M, N, K = 100, 70, 50                                   # no dimension a multiple of a tile
+    a, b, bias = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16(), torch.randn(N)
+    c = gemm_epilogue.matmul_bias_act(a, b, bias, activation, out_dtype=torch.float32, backend="cpu",
+                                      block=(32, 32, 16), stages=2, programs=3)   # 12 tiles, 3 programs
+    h = a.double() @ b.double() + bias.double()
+    _close(c, h if approximate is None else torch.nn.functional.gelu(h, approximate=approximate), 1e-5)
+    c16 = gemm_epilogue.matmul_bias_act(a, b, None, activation, backend="cpu", block=(64, 64, 32), stages=2)
+    assert c16.dtype == torch.bfloat16
+    h = a.double() @ b.double()
+    _close(c16, h if approximate is None else torch.nn.functional.gelu(h, approximate=approximate), 2e-2)
+
+
+def test_matmul_bias_act_refuses_an_unknown_activation():
+    with pytest.raises(ValueError, match="gelu_tanh"):
+        gemm_epilogue.matmul_bias_act(torch.zeros(4, 4), torch.zeros(4, 4), activation="relu", backend="cpu")
+
+
+# ---------------------------------------------------------------- RMSNorm
+@pytest.mark.parametrize("M,N,programs", [(37, 50, 2), (64, 256, None)])
+def test_rms_norm_forward_and_backward_match_torch(M, N, programs):
+    torch.manual_seed(0)
+    x, w, dy = torch.randn(M, N).bfloat16(), torch.randn(N), torch.randn(M, N).bfloat16()
+    y = norms.rms_norm_forward(x, w, 1e-5, backend="cpu", programs=programs)
+    xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+    ref = torch.nn.functional.rms_norm(xd, (N,), wd, 1e-5)
+    ref.backward(dy.double())
+    _close(y, ref.detach(), 2e-2)
+    dx, dw = norms.rms_norm_backward(dy, x, w, 1e-5, backend="cpu", programs=programs)
+    _close(dx, xd.grad, 3e-2)
+    _close(dw, wd.grad, 1e-4)
+
+
+def test_rms_norm_autograd():
+    torch.manual_seed(1)
+    x = torch.randn(2, 5, 24, dtype=torch.float32, requires_grad=True)
+    w = torch.randn(24, requires_grad=True)
+    y = norms.rms_norm(x, w, 1e-6, backend="cpu")
+    y.backward(torch.ones_like(y))
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = torch.nn.functional.rms_norm(xd, (24,), wd, 1e-6)
+    ref.backward(torch.ones_like(ref))
+    _close(y.detach(), ref.detach(), 1e-5)
+    _close(x.grad, xd.grad, 1e-4)
+    _close(w.grad, wd.grad, 1e-4)
