@@ -13,5 +13,6 @@ Backend); left out, ``XSYNC_BACKEND`` / ``xsync.options(backend=...)`` decides, 
 first available backend (a Hopper GPU, an Ascend NPU, else the CPU emulator).
 """
 from xsync.kernels.examples.gemm_epilogue import gemm_bias_act, matmul_bias_act  # noqa: F401
+from xsync.kernels.examples.split_k import gemm_split_k, matmul_split_k  # noqa: F401
 from xsync.kernels.examples.norms import (rmsnorm_bwd, rmsnorm_fwd, rms_norm, rms_norm_backward,  # noqa: F401
                                           rms_norm_forward)

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from xsync.kernels.examples import gemm_epilogue, norms
+from xsync.kernels.examples import gemm_epilogue, norms, split_k
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,6 +21,7 @@ def _spec(kernel, **over):
 SPECS = [
     _spec(gemm_epilogue.gemm_bias_act, ACT=0), _spec(gemm_epilogue.gemm_bias_act, ACT=1),
     _spec(gemm_epilogue.gemm_bias_act, ACT=2),
+    _spec(split_k.gemm_split_k),
     _spec(norms.rmsnorm_fwd), _spec(norms.rmsnorm_bwd),
 ]
 
@@ -62,6 +63,18 @@ def test_matmul_bias_act_matches_torch(activation, approximate):
 def test_matmul_bias_act_refuses_an_unknown_activation():
     with pytest.raises(ValueError, match="gelu_tanh"):
         gemm_epilogue.matmul_bias_act(torch.zeros(4, 4), torch.zeros(4, 4), activation="relu", backend="cpu")
+
+
+# ---------------------------------------------------------------- split-K GEMM
+@pytest.mark.parametrize("splits", [None, 1, 3, 100])
+def test_matmul_split_k_matches_torch(splits):
+    torch.manual_seed(0)
+    M, N, K = 100, 70, 300                   # 19 K steps of 16: a short last split for most counts
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    c = split_k.matmul_split_k(a, b, splits, out_dtype=torch.float32, backend="cpu", block=(32, 32, 16),
+                               stages=2)
+    _close(c, a.double() @ b.double(), 1e-5)
+    assert split_k.matmul_split_k(a, b, 2, backend="cpu", block=(64, 64, 32)).dtype == torch.bfloat16
 
 
 # ---------------------------------------------------------------- RMSNorm

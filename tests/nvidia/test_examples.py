@@ -22,7 +22,7 @@ GPU = gpu_reason()
 def test_examples_on_gpu():
     import torch
 
-    from xsync.kernels.examples import matmul_bias_act, rms_norm_backward, rms_norm_forward
+    from xsync.kernels.examples import matmul_bias_act, matmul_split_k, rms_norm_backward, rms_norm_forward
 
     torch.manual_seed(0)
     M, N, K = 1000, 712, 520                 # tiles cut at M and N; odd inner size padded on the host
@@ -32,6 +32,9 @@ def test_examples_on_gpu():
     c = matmul_bias_act(a, b, bias, "gelu", out_dtype=torch.float32, backend="nvidia")
     ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double())
     torch.testing.assert_close(c.double(), ref, rtol=2e-3, atol=2e-3)
+
+    c = matmul_split_k(a[:128], b, 4, out_dtype=torch.float32, backend="nvidia")
+    torch.testing.assert_close(c.double(), a[:128].double() @ b.double(), rtol=1e-3, atol=1e-3)
 
     x, w, dy = (torch.randn(M, 1000, device="cuda").bfloat16(), torch.randn(1000, device="cuda"),
                 torch.randn(M, 1000, device="cuda").bfloat16())
