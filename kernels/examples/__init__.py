@@ -6,7 +6,7 @@ backend) plus the torch function that launches it.
 | gemm_epilogue.py | persistent GEMM, C = act(A @ B + bias), GELU erf / tanh | ``matmul_bias_act`` |
 | split_k.py | split-K GEMM, partial tiles reduce-added into fp32, then cast | ``matmul_split_k`` |
 | norms.py | RMSNorm and LayerNorm, forward and backward (dx, dweight, dbias) | ``rms_norm``, ``layer_norm`` (autograd) and their ``*_forward`` / ``*_backward`` |
-| softmax.py | row softmax, online over column blocks for wide rows | ``softmax`` |
+| row_softmax.py | row softmax, online over column blocks for wide rows | ``softmax`` |
 
 Every function takes ``backend=`` (a name such as "cpu", "nvidia", "ascend", "ascend-sim", or a
 Backend); left out, ``XSYNC_BACKEND`` / ``xsync.options(backend=...)`` decides, and unset the
@@ -16,3 +16,4 @@ from xsync.kernels.examples.gemm_epilogue import gemm_bias_act, matmul_bias_act 
 from xsync.kernels.examples.split_k import gemm_split_k, matmul_split_k  # noqa: F401
 from xsync.kernels.examples.norms import (rmsnorm_bwd, rmsnorm_fwd, rms_norm, rms_norm_backward,  # noqa: F401
                                           rms_norm_forward)
+from xsync.kernels.examples.row_softmax import softmax, softmax_rows  # noqa: F401

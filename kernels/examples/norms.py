@@ -4,7 +4,7 @@ One kernel source per pass, every backend: a copy role streams row blocks of ``B
 through a ring of ``STAGES`` slots to a vector role that normalizes them in float32. A row is
 one tile of ``BN >= N`` columns (a power of two; the load reads zeros past ``N`` and the store
 drops them), so these kernels suit hidden sizes up to a few thousand; the softmax example
-(softmax.py) shows how to loop over the columns of wider rows.
+(row_softmax.py) shows how to loop over the columns of wider rows.
 
 Programs walk the row blocks with ``xs.tile_range`` (one program per SM / AI core, or fewer).
 The backward recomputes the row statistics from ``x`` instead of saving them, and each program

@@ -8,7 +8,7 @@ import torch
 from tests.core.test_examples import SPECS
 import xsync as xs
 from xsync.errors import UnsupportedError
-from xsync.kernels.examples import gemm_epilogue, norms, split_k
+from xsync.kernels.examples import gemm_epilogue, norms, row_softmax, split_k
 
 # The split-K kernel's reduce-add runs in a vector role of a kernel with matrix work: only the
 # scope form (triton-ascend 3.2.1+, `al`) lets one vector core add, and the installed 3.2.0 has
@@ -73,3 +73,10 @@ def test_simulated_matmul_split_k_scope_form(triton_ascend):
         c = split_k.matmul_split_k(a, b, 3, out_dtype=torch.float32, backend="ascend-sim", block=(32, 32, 16),
                                    stages=2)
     _close(c, a.double() @ b.double(), 1e-5)
+
+
+def test_simulated_softmax(triton_ascend):
+    torch.manual_seed(0)
+    x = torch.randn(20, 300) * 5
+    y = row_softmax.softmax(x, backend="ascend-sim", block=(8, 64), programs=2)
+    _close(y, torch.softmax(x.double(), -1), 1e-6)

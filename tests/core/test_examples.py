@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from xsync.kernels.examples import gemm_epilogue, norms, split_k
+from xsync.kernels.examples import gemm_epilogue, norms, row_softmax, split_k
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,6 +23,7 @@ SPECS = [
     _spec(gemm_epilogue.gemm_bias_act, ACT=2),
     _spec(split_k.gemm_split_k),
     _spec(norms.rmsnorm_fwd), _spec(norms.rmsnorm_bwd),
+    _spec(row_softmax.softmax_rows),
 ]
 
 
@@ -104,3 +105,16 @@ def test_rms_norm_autograd():
     _close(y.detach(), ref.detach(), 1e-5)
     _close(x.grad, xd.grad, 1e-4)
     _close(w.grad, wd.grad, 1e-4)
+
+
+# ---------------------------------------------------------------- softmax
+@pytest.mark.parametrize("M,N,block", [(37, 50, None), (20, 300, (8, 64)), (33, 1000, (4, 128))])
+def test_softmax_matches_torch(M, N, block):
+    """One column tile a row, and rows of 5 and 8 column tiles, the last one cut."""
+    torch.manual_seed(0)
+    x = torch.randn(M, N) * 5
+    y = row_softmax.softmax(x, backend="cpu", block=block, programs=3)
+    _close(y, torch.softmax(x.double(), -1), 1e-6)
+    y16 = row_softmax.softmax(x.bfloat16().reshape(M, 1, N), backend="cpu", block=block)
+    assert y16.shape == (M, 1, N) and y16.dtype == torch.bfloat16
+    _close(y16.reshape(M, N), torch.softmax(x.bfloat16().double(), -1), 1e-2)

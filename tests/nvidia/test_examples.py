@@ -22,7 +22,7 @@ GPU = gpu_reason()
 def test_examples_on_gpu():
     import torch
 
-    from xsync.kernels.examples import matmul_bias_act, matmul_split_k, rms_norm_backward, rms_norm_forward
+    from xsync.kernels.examples import matmul_bias_act, matmul_split_k, rms_norm_backward, rms_norm_forward, softmax
 
     torch.manual_seed(0)
     M, N, K = 1000, 712, 520                 # tiles cut at M and N; odd inner size padded on the host
@@ -46,3 +46,7 @@ def test_examples_on_gpu():
     dx, dw = rms_norm_backward(dy, x, w, backend="nvidia")
     torch.testing.assert_close(dx.double(), xd.grad, rtol=3e-2, atol=3e-2)
     torch.testing.assert_close(dw.double(), wd.grad, rtol=1e-3, atol=1e-3)
+
+    s = torch.randn(300, 5000, device="cuda") * 5        # 5 column tiles of 1024, the last cut
+    torch.testing.assert_close(softmax(s, backend="nvidia").double(), torch.softmax(s.double(), -1),
+                               rtol=1e-5, atol=1e-6)
