@@ -14,6 +14,7 @@ first available backend (a Hopper GPU, an Ascend NPU, else the CPU emulator).
 """
 from xsync.kernels.examples.gemm_epilogue import gemm_bias_act, matmul_bias_act  # noqa: F401
 from xsync.kernels.examples.split_k import gemm_split_k, matmul_split_k  # noqa: F401
-from xsync.kernels.examples.norms import (rmsnorm_bwd, rmsnorm_fwd, rms_norm, rms_norm_backward,  # noqa: F401
-                                          rms_norm_forward)
+from xsync.kernels.examples.norms import (layer_norm, layer_norm_backward, layer_norm_forward,  # noqa: F401
+                                          layernorm_bwd, layernorm_fwd, rms_norm, rms_norm_backward,
+                                          rms_norm_forward, rmsnorm_bwd, rmsnorm_fwd)
 from xsync.kernels.examples.row_softmax import softmax, softmax_rows  # noqa: F401

@@ -88,6 +88,73 @@ def rmsnorm_bwd(x, w, dy, dx, dw, M, N, eps, BM: xs.constexpr, BN: xs.constexpr,
         xs.store(dw, [0, 0], dw_acc[None, :], bounds=[1, N], reduce="add")
 
 
+@xs.kernel(example=LN_FWD)
+def layernorm_fwd(x, w, b, y, M, N, eps, BM: xs.constexpr, BN: xs.constexpr, STAGES: xs.constexpr):
+    """y = (x - mean) * rsqrt(var + eps) * w + b, row by row (biased variance, as torch);
+    ``w`` and ``b`` are [1, N] rows."""
+    load = xs.role("load", kind="copy")
+    norm = xs.role("norm", kind="vector")
+    rows = xs.pipe(load, norm, stages=STAGES, x=xs.tile([BM, BN], x.dtype))
+    with norm:
+        wt = xs.load(w, [0, 0], [1, BN]).to(xs.float32)
+        bt = xs.load(b, [0, 0], [1, BN]).to(xs.float32)
+    for tile in xs.tile_range(xs.cdiv(M, BM)):
+        row = tile * BM
+        with load:
+            s = rows.acquire()
+            s.x = xs.load(x, [row, 0], [BM, BN])
+            rows.commit()
+        with norm:
+            got = rows.wait()
+            v = got.x.to(xs.float32)
+            rows.release()
+            mean = xs.sum(v, 1) / N
+            d = xs.where(xs.arange(0, BN)[None, :] < N, v - mean[:, None], 0.0)   # columns past N: 0
+            r = xs.rsqrt(xs.sum(d * d, 1) / N + eps)
+            xs.store(y, [row, 0], (d * r[:, None] * wt + bt).to(y.dtype))
+
+
+@xs.kernel(example=LN_BWD)
+def layernorm_bwd(x, w, dy, dx, dw, db, M, N, eps, BM: xs.constexpr, BN: xs.constexpr,
+                  STAGES: xs.constexpr):
+    """dx, dw and db of :func:`layernorm_fwd`. With xhat = (x - mean) * r and g = dy * w:
+    dx = r * (g - mean(g) - xhat * mean(g * xhat)) per row; dw = sum over rows of dy * xhat and
+    db = sum over rows of dy, added into the float32 [1, N] rows ``dw`` and ``db`` (zero them)."""
+    load = xs.role("load", kind="copy")
+    norm = xs.role("norm", kind="vector")
+    rows = xs.pipe(load, norm, stages=STAGES,
+                   x=xs.tile([BM, BN], x.dtype), dy=xs.tile([BM, BN], dy.dtype))
+    with norm:
+        wt = xs.load(w, [0, 0], [1, BN]).to(xs.float32)
+        dw_acc = xs.zeros([BN], xs.float32)
+        db_acc = xs.zeros([BN], xs.float32)
+    for tile in xs.tile_range(xs.cdiv(M, BM)):
+        row = tile * BM
+        with load:
+            s = rows.acquire()
+            s.x = xs.load(x, [row, 0], [BM, BN])
+            s.dy = xs.load(dy, [row, 0], [BM, BN])
+            rows.commit()
+        with norm:
+            got = rows.wait()
+            v = got.x.to(xs.float32)
+            g = got.dy.to(xs.float32)
+            rows.release()
+            mean = xs.sum(v, 1) / N
+            d = xs.where(xs.arange(0, BN)[None, :] < N, v - mean[:, None], 0.0)
+            r = xs.rsqrt(xs.sum(d * d, 1) / N + eps)
+            xhat = d * r[:, None]
+            gw = g * wt
+            c1 = xs.sum(xhat * gw, 1) / N
+            c2 = xs.sum(gw, 1) / N
+            xs.store(dx, [row, 0], ((gw - xhat * c1[:, None] - c2[:, None]) * r[:, None]).to(dx.dtype))
+            dw_acc = dw_acc + xs.sum(g * xhat, 0)
+            db_acc = db_acc + xs.sum(g, 0)
+    with norm:
+        xs.store(dw, [0, 0], dw_acc[None, :], bounds=[1, N], reduce="add")
+        xs.store(db, [0, 0], db_acc[None, :], bounds=[1, N], reduce="add")
+
+
 # ---------------------------------------------------------------- torch-facing functions
 def _rows(x: torch.Tensor) -> torch.Tensor:
     return readable(x.reshape(-1, x.shape[-1]))
@@ -143,3 +210,53 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, backen
     """RMSNorm with autograd: ``torch.nn.functional.rms_norm(x, (N,), weight, eps)``, forward
     and backward by the xsync kernels above."""
     return _RMSNorm.apply(x, weight, eps, backend)
+
+
+def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                       eps: float = 1e-5, *, backend=None, block_rows: int | None = None,
+                       programs: int | None = None) -> torch.Tensor:
+    """LayerNorm of ``x`` over its last dimension, in ``x``'s dtype (float32 math)."""
+    backend = backend_for(backend)
+    x2 = _rows(x)
+    m, n = x2.shape
+    if bias is None:
+        bias = torch.zeros(n, dtype=torch.float32, device=x.device)
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    _launch(layernorm_fwd, (x2, readable(weight.reshape(1, n)), readable(bias.reshape(1, n)), y, m, n,
+                            float(eps)), n, m, x.device, backend, block_rows, programs)
+    return y.reshape(x.shape)
+
+
+def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5, *,
+                        backend=None, block_rows: int | None = None, programs: int | None = None):
+    """(dx, dweight, dbias) of :func:`layer_norm_forward`; dbias in weight's dtype."""
+    backend = backend_for(backend)
+    x2, dy2 = _rows(x), _rows(dy.to(x.dtype))
+    m, n = x2.shape
+    dx = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    dw = torch.zeros(1, n, dtype=torch.float32, device=x.device)
+    db = torch.zeros(1, n, dtype=torch.float32, device=x.device)
+    _launch(layernorm_bwd, (x2, readable(weight.reshape(1, n)), dy2, dx, dw, db, m, n, float(eps)), n, m,
+            x.device, backend, block_rows, programs)
+    return dx.reshape(x.shape), dw.reshape(weight.shape).to(weight.dtype), db.reshape(weight.shape).to(weight.dtype)
+
+
+class _LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, backend):
+        ctx.save_for_backward(x, weight)
+        ctx.eps, ctx.backend, ctx.has_bias = eps, backend, bias is not None
+        return layer_norm_forward(x, weight, bias, eps, backend=backend)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        dx, dw, db = layer_norm_backward(dy, x, weight, ctx.eps, backend=ctx.backend)
+        return dx, dw, db if ctx.has_bias else None, None, None
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, eps: float = 1e-5, *,
+               backend=None) -> torch.Tensor:
+    """LayerNorm with autograd: ``torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)``,
+    forward and backward by the xsync kernels above."""
+    return _LayerNorm.apply(x, weight, bias, eps, backend)

@@ -80,3 +80,18 @@ def test_simulated_softmax(triton_ascend):
     x = torch.randn(20, 300) * 5
     y = row_softmax.softmax(x, backend="ascend-sim", block=(8, 64), programs=2)
     _close(y, torch.softmax(x.double(), -1), 1e-6)
+
+
+def test_simulated_layer_norm(triton_ascend):
+    torch.manual_seed(0)
+    M, N = 37, 50
+    x, dy = torch.randn(M, N).bfloat16() * 3 + 1, torch.randn(M, N).bfloat16()
+    w, b = torch.randn(N), torch.randn(N)
+    xd, wd, bd = (t.double().requires_grad_() for t in (x, w, b))
+    ref = torch.nn.functional.layer_norm(xd, (N,), wd, bd, 1e-5)
+    ref.backward(dy.double())
+    _close(norms.layer_norm_forward(x, w, b, backend="ascend-sim", programs=2), ref.detach(), 3e-2)
+    dx, dw, db = norms.layer_norm_backward(dy, x, w, backend="ascend-sim", programs=2)
+    _close(dx, xd.grad, 3e-2)
+    _close(dw, wd.grad, 1e-4)
+    _close(db, bd.grad, 1e-4)

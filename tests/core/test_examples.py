@@ -22,7 +22,7 @@ SPECS = [
     _spec(gemm_epilogue.gemm_bias_act, ACT=0), _spec(gemm_epilogue.gemm_bias_act, ACT=1),
     _spec(gemm_epilogue.gemm_bias_act, ACT=2),
     _spec(split_k.gemm_split_k),
-    _spec(norms.rmsnorm_fwd), _spec(norms.rmsnorm_bwd),
+    _spec(norms.rmsnorm_fwd), _spec(norms.rmsnorm_bwd), _spec(norms.layernorm_fwd), _spec(norms.layernorm_bwd),
     _spec(row_softmax.softmax_rows),
 ]
 
@@ -105,6 +105,37 @@ def test_rms_norm_autograd():
     _close(y.detach(), ref.detach(), 1e-5)
     _close(x.grad, xd.grad, 1e-4)
     _close(w.grad, wd.grad, 1e-4)
+
+
+# ---------------------------------------------------------------- LayerNorm
+@pytest.mark.parametrize("M,N,programs", [(37, 50, 2), (64, 256, None)])
+def test_layer_norm_forward_and_backward_match_torch(M, N, programs):
+    torch.manual_seed(0)
+    x, dy = torch.randn(M, N).bfloat16() * 3 + 1, torch.randn(M, N).bfloat16()
+    w, b = torch.randn(N), torch.randn(N)
+    y = norms.layer_norm_forward(x, w, b, 1e-5, backend="cpu", programs=programs)
+    xd, wd, bd = (t.double().requires_grad_() for t in (x, w, b))
+    ref = torch.nn.functional.layer_norm(xd, (N,), wd, bd, 1e-5)
+    ref.backward(dy.double())
+    _close(y, ref.detach(), 3e-2)
+    dx, dw, db = norms.layer_norm_backward(dy, x, w, 1e-5, backend="cpu", programs=programs)
+    _close(dx, xd.grad, 3e-2)
+    _close(dw, wd.grad, 1e-4)
+    _close(db, bd.grad, 1e-4)
+
+
+def test_layer_norm_autograd():
+    torch.manual_seed(1)
+    x = torch.randn(3, 4, 40, requires_grad=True)
+    w, b = torch.randn(40, requires_grad=True), torch.randn(40, requires_grad=True)
+    y = norms.layer_norm(x, w, b, 1e-5, backend="cpu")
+    y.backward(torch.cos(y.detach()))
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    ref = torch.nn.functional.layer_norm(xd, (40,), wd, bd, 1e-5)
+    ref.backward(torch.cos(ref.detach()))
+    _close(y.detach(), ref.detach(), 1e-5)
+    for got, want in ((x.grad, xd.grad), (w.grad, wd.grad), (b.grad, bd.grad)):
+        _close(got, want, 1e-4)
 
 
 # ---------------------------------------------------------------- softmax

@@ -22,7 +22,8 @@ GPU = gpu_reason()
 def test_examples_on_gpu():
     import torch
 
-    from xsync.kernels.examples import matmul_bias_act, matmul_split_k, rms_norm_backward, rms_norm_forward, softmax
+    from xsync.kernels.examples import (layer_norm_backward, layer_norm_forward, matmul_bias_act, matmul_split_k,
+                                       rms_norm_backward, rms_norm_forward, softmax)
 
     torch.manual_seed(0)
     M, N, K = 1000, 712, 520                 # tiles cut at M and N; odd inner size padded on the host
@@ -46,6 +47,17 @@ def test_examples_on_gpu():
     dx, dw = rms_norm_backward(dy, x, w, backend="nvidia")
     torch.testing.assert_close(dx.double(), xd.grad, rtol=3e-2, atol=3e-2)
     torch.testing.assert_close(dw.double(), wd.grad, rtol=1e-3, atol=1e-3)
+
+    b0 = torch.randn(1000, device="cuda")
+    xd, wd, bd = x.double().requires_grad_(), w.double().requires_grad_(), b0.double().requires_grad_()
+    y_ref = torch.nn.functional.layer_norm(xd, (1000,), wd, bd, 1e-5)
+    y_ref.backward(dy.double())
+    torch.testing.assert_close(layer_norm_forward(x, w, b0, backend="nvidia").double(), y_ref.detach(),
+                               rtol=3e-2, atol=3e-2)
+    dx, dw, db = layer_norm_backward(dy, x, w, backend="nvidia")
+    torch.testing.assert_close(dx.double(), xd.grad, rtol=3e-2, atol=3e-2)
+    torch.testing.assert_close(dw.double(), wd.grad, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(db.double(), bd.grad, rtol=1e-3, atol=1e-3)
 
     s = torch.randn(300, 5000, device="cuda") * 5        # 5 column tiles of 1024, the last cut
     torch.testing.assert_close(softmax(s, backend="nvidia").double(), torch.softmax(s.double(), -1),
