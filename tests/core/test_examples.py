@@ -149,3 +149,20 @@ def test_softmax_matches_torch(M, N, block):
     y16 = row_softmax.softmax(x.bfloat16().reshape(M, 1, N), backend="cpu", block=block)
     assert y16.shape == (M, 1, N) and y16.dtype == torch.bfloat16
     _close(y16.reshape(M, N), torch.softmax(x.bfloat16().double(), -1), 1e-2)
+
+
+# ---------------------------------------------------------------- the benchmark's calls
+def test_benchmark_rows_run_on_the_emulator():
+    """benchmarks/examples.py (timed on a Hopper GPU) calls each example and its torch
+    equivalent; here both, sizes divided by 16, on the CPU emulator: same shapes and dtypes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("xsync_bench_examples",
+                                                  os.path.join(ROOT, "benchmarks", "examples.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for name, (ours, theirs) in bench.cases("cpu", 16, "cpu").items():
+        got, want = ours(), theirs()
+        got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+        assert [(g.shape, g.dtype) for g in got] == [(w.shape, w.dtype) for w in want], name
+        assert all(g.isfinite().all() for g in got), name
