@@ -40,3 +40,29 @@ def readable(x: torch.Tensor) -> torch.Tensor:
     padded = torch.zeros(x.shape[0], cols, dtype=x.dtype, device=x.device)
     padded[:, :x.shape[1]] = x
     return padded[:, :x.shape[1]]
+
+
+_FITTED: dict = {}   # (kernel, backend, constexprs) -> the row block that fitted
+
+
+def launch_rows(kernel, args, rows: int, device, backend, constexprs: dict, block_rows: int,
+                programs_: int | None = None) -> None:
+    """``kernel[grid](*args, BM=..., **constexprs)`` over ``rows`` rows in blocks of
+    ``block_rows``, halved while the backend's memory check refuses the tiles (an
+    ``AllocationError`` at compile, before anything runs: e.g. an Ascend vector core's unified
+    buffer); the block that fitted is remembered."""
+    from xsync.errors import AllocationError
+
+    key = (kernel, backend, tuple(sorted(constexprs.items())), block_rows)
+    bm = _FITTED.get(key, block_rows)
+    while True:
+        grid = (programs(backend, -(-rows // bm), device, programs_),)
+        try:
+            kernel[grid](*args, BM=bm, **constexprs, backend=backend)
+        except AllocationError:
+            if bm == 1:
+                raise
+            bm //= 2
+            continue
+        _FITTED[key] = bm
+        return

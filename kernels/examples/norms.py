@@ -4,7 +4,11 @@ One kernel source per pass, every backend: a copy role streams row blocks of ``B
 through a ring of ``STAGES`` slots to a vector role that normalizes them in float32. A row is
 one tile of ``BN >= N`` columns (a power of two; the load reads zeros past ``N`` and the store
 drops them), so these kernels suit hidden sizes up to a few thousand; the softmax example
-(row_softmax.py) shows how to loop over the columns of wider rows.
+(row_softmax.py) shows how to loop over the columns of wider rows. The functions start with
+row blocks of up to 16 rows and halve them while the backend's memory check refuses the tiles
+(an Ascend vector core's 192 KB unified buffer). By xsync's estimate one row fits there up to
+N = 8192 (RMSNorm forward), 4096 (RMSNorm backward, LayerNorm forward) and 2048 (LayerNorm
+backward); wider rows are an AllocationError naming the tiles.
 
 Programs walk the row blocks with ``xs.tile_range`` (one program per SM / AI core, or fewer).
 The backward recomputes the row statistics from ``x`` instead of saving them, and each program
@@ -21,8 +25,7 @@ import torch
 
 import xsync as xs
 
-from ._host import backend_for, pow2, readable
-from ._host import programs as _programs
+from ._host import backend_for, launch_rows, pow2, readable
 
 RMS_FWD = dict(x=xs.bfloat16, w=xs.float32, y=xs.bfloat16, BM=16, BN=256, STAGES=2)
 RMS_BWD = dict(x=xs.bfloat16, w=xs.float32, dy=xs.bfloat16, dx=xs.bfloat16, dw=xs.float32,
@@ -163,8 +166,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 def _launch(kernel, args, n: int, m: int, device, backend, block_rows, programs_):
     bn = pow2(n)
     bm = block_rows or max(1, min(16, 8192 // bn))        # a [BM, BN] fp32 tile of <= 32 KB
-    grid = (_programs(backend, -(-m // bm), device, programs_),)
-    kernel[grid](*args, BM=bm, BN=bn, STAGES=2, backend=backend)
+    launch_rows(kernel, args, m, device, backend, dict(BN=bn, STAGES=2), bm, programs_)
 
 
 def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, backend=None,

@@ -16,8 +16,7 @@ import torch
 
 import xsync as xs
 
-from ._host import backend_for, pow2, readable
-from ._host import programs as _programs
+from ._host import backend_for, launch_rows, pow2, readable
 
 EXAMPLE = dict(x=xs.bfloat16, y=xs.bfloat16, BM=16, BN=256, STAGES=2)
 
@@ -68,6 +67,5 @@ def softmax(x: torch.Tensor, *, backend=None, block: tuple[int, int] | None = No
     bn = block[1] if block else min(pow2(n), 1024)
     bm = block[0] if block else max(1, min(16, 8192 // bn))
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    grid = (_programs(backend, -(-m // bm), x.device, programs),)
-    softmax_rows[grid](x2, y, m, n, BM=bm, BN=bn, STAGES=2, backend=backend)
+    launch_rows(softmax_rows, (x2, y, m, n), m, x.device, backend, dict(BN=bn, STAGES=2), bm, programs)
     return y.reshape(x.shape)

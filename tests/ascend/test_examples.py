@@ -95,3 +95,22 @@ def test_simulated_layer_norm(triton_ascend):
     _close(dx, xd.grad, 3e-2)
     _close(dw, wd.grad, 1e-4)
     _close(db, bd.grad, 1e-4)
+
+
+def test_rows_too_wide_for_the_unified_buffer_take_smaller_blocks(triton_ascend):
+    """A LayerNorm backward row block of 4 x 2048 does not fit a vector core's UB (xsync's
+    estimate refuses it at compile, before anything runs); the function halves the block until
+    one fits (here 1 row) and remembers it."""
+    from xsync.kernels.examples import _host
+
+    torch.manual_seed(0)
+    M, N = 6, 1500
+    x, dy, w = torch.randn(M, N).bfloat16(), torch.randn(M, N).bfloat16(), torch.randn(N)
+    dx, dw, db = norms.layer_norm_backward(dy, x, w, backend="ascend-sim", programs=2)
+    xd, wd, bd = (t.double().requires_grad_() for t in (x, w, torch.zeros(N)))
+    torch.nn.functional.layer_norm(xd, (N,), wd, bd, 1e-5).backward(dy.double())
+    _close(dx, xd.grad, 3e-2)
+    _close(dw, wd.grad, 1e-4)
+    fitted = [bm for (k, b, cx, start), bm in _host._FITTED.items()
+              if k is norms.layernorm_bwd and b.name == "ascend-sim" and dict(cx)["BN"] == 2048]
+    assert fitted == [1]
