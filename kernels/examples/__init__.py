@@ -1,5 +1,6 @@
-"""Examples to copy from: each module is one xsync kernel source (proven and compiled for every
-backend) plus the torch function that launches it.
+"""Examples to copy from: each module is one xsync kernel source (proven for every backend,
+compiled for Hopper and Ascend; split-K's Ascend form needs triton-ascend 3.2.1+, split_k.py)
+plus the torch function that launches it. docs/tutorial.md §11 walks through norms.py.
 
 | module | kernel | torch function |
 |---|---|---|
