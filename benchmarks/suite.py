@@ -11,7 +11,8 @@ Sections (each measured side by side with its torch reference in this one proces
   gemm      kernels/gemm.py at 4096^3 and 8192^3 vs torch.matmul: plain and persistent, 128x128 and
             256x128 (two consumer warpgroups) output tiles, fp32 C and (``_bf16``) bf16 C as torch's
   variants  rewrites of the flagship kernel that mean the same, vs the flagship (if present)
-  backward  attention backward vs SDPA backward (if present)
+  backward  attention backward vs SDPA backward and FA4 (if importable), all 20 grid points
+  model     a Llama-style LM's training step, xsync attention vs SDPA (benchmarks/model_step.py)
 
 Writes suite.json (``--update`` keeps the sections of an existing file that this run does not
 measure, so a run may be split over calls). README tables come from it only:
@@ -33,7 +34,7 @@ for path in (ROOT, os.path.join(ROOT, "benchmarks")):
 
 from benchmarks._gpu import cuda_missing  # noqa: E402 - after the source tree is on sys.path
 
-SECTIONS = ("grid", "varlen", "host", "gemm", "variants", "backward")
+SECTIONS = ("grid", "varlen", "host", "gemm", "variants", "backward", "model")
 
 
 def _grid():
@@ -73,8 +74,13 @@ def _backward():
     return [attention.measure_backward(p) for p in attention.grid(quick=False)]   # all 20 points
 
 
+def _model():
+    import model_step
+    return [model_step.measure(name, cfg, steps=5, device="cuda") for name, cfg in model_step.CONFIGS.items()]
+
+
 RUNNERS = dict(grid=_grid, varlen=_varlen, host=_host, gemm=_gemm, variants=_variants,
-               backward=_backward)
+               backward=_backward, model=_model)
 
 
 def main(argv=None) -> int:
