@@ -3,7 +3,7 @@
     xsync check MODULE:KERNEL [--backend B] [--set NAME=VALUE ...] [--accept-bounded]
     xsync lower MODULE:KERNEL --backend B [--out DIR] [--set NAME=VALUE ...] [--accept-bounded]
     xsync trace MODULE:KERNEL [--out file.svg|file.png] [--set NAME=VALUE ...] [--grid 1,2]
-    xsync bench flash_attn|gemm [--quick]   benchmark vs torch on a GPU, with a progress bar
+    xsync bench flash_attn|gemm|examples|model  benchmark vs torch on a GPU, with a progress bar
     xsync config   every XSYNC_* option with its resolved value
     xsync demo     the main job: examples + flash attention on the default backend vs torch
 
@@ -255,13 +255,15 @@ def cmd_trace(args) -> int:
     return 0
 
 
-BENCHMARKS = ("flash_attn", "gemm", "examples")
+# `xsync bench NAME` runs benchmarks/<file>.py (attention.py: a file named flash_attn.py would
+# shadow the flash_attn package FA4 is imported from)
+BENCHMARKS = {"flash_attn": "attention", "gemm": "gemm", "examples": "examples", "model": "model_step"}
 
 
 def cmd_bench(args) -> int:
     """Run benchmarks/<name>.py from the source tree (they need a CUDA GPU)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(root, "benchmarks", f"{args.name}.py")
+    path = os.path.join(root, "benchmarks", f"{BENCHMARKS.get(args.name, args.name)}.py")
     if not os.path.exists(path):
         raise UsageError(f"{path} not found; `xsync bench` runs from a source checkout "
                          f"(benchmarks: {', '.join(BENCHMARKS)})")
@@ -345,7 +347,7 @@ def _run(argv) -> int:
                    help="placement whose deadlock counterexample to draw (runs are always on cpu)")
     p.set_defaults(func=cmd_trace)
     p = sub.add_parser("bench", help="run a benchmark side by side with torch (GPU), with progress")
-    p.add_argument("name", choices=BENCHMARKS)
+    p.add_argument("name", choices=list(BENCHMARKS))
     p.add_argument("rest", nargs=argparse.REMAINDER, help="benchmark options, e.g. --quick")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("config", help="the resolved configuration: every XSYNC_* option, its value "
