@@ -197,8 +197,12 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                 # left edge, seen from the keys)
                 q_end = q_len
                 if WINDOW:
-                    mask_until = n_block + (xs.replica_id() + 1) * BM - 1 - (k_len - q_len) - win_right
-                    q_end = xs.minimum(q_len, n_block + xs.replica_id() * BM + 1 - (k_len - q_len) + win_left)
+                    # key j is seen by queries i with j - hi_d <= i <= j - lo_d (the window's offsets
+                    # from the diagonal, computed once: fewer live scalars beside dK and dV)
+                    lo_d = k_len - q_len - win_left
+                    hi_d = k_len - q_len + win_right
+                    mask_until = n_block + (xs.replica_id() + 1) * BM - 1 - hi_d
+                    q_end = xs.minimum(q_len, n_block + xs.replica_id() * BM + 1 - lo_d)
                 # FUSED_DQ: keys past the sequence must not add to dQ (their K rows are another
                 # sequence's, or zeros); dK and dV need no such mask (their rows are not stored)
                 keys_end = 0
@@ -238,8 +242,7 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                             if CAUSAL:
                                 keep = keep & (keys[:, None] <= cols[None, :] + (k_len - q_len))
                             if WINDOW:
-                                diag = keys[:, None] - cols[None, :] - (k_len - q_len)
-                                keep = keep & (diag <= win_right) & (diag >= -win_left)
+                                keep = keep & (keys[:, None] <= cols[None, :] + hi_d) & (keys[:, None] >= cols[None, :] + lo_d)
                             if FUSED_DQ:
                                 keep = keep & (keys[:, None] < k_len)
                             p = xs.where(keep, p, 0.0)
@@ -375,10 +378,12 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                     if WINDOW:
                         if n + BN > mask_from or n < full_from:     # an edge block of the window
                             cols = n + xs.arange(0, BN)
-                            diag = cols[None, :] - rows[:, None] - (k_len - q_len)
-                            keep = (cols[None, :] < k_len) & (diag <= win_right) & (diag >= -win_left)
+                            # bounds as [BM, 1] columns against [1, BN] keys: no [BM, BN] integer tile
+                            keep = (cols[None, :] < k_len) & \
+                                (cols[None, :] <= rows[:, None] + (k_len - q_len + win_right)) & \
+                                (cols[None, :] >= rows[:, None] + (k_len - q_len - win_left))
                             if CAUSAL:
-                                keep = keep & (diag <= 0)
+                                keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
                             p = xs.where(keep, p, 0.0)
                     elif n + BN > mask_from:       # a boundary block: mask; the others need none
                         cols = n + xs.arange(0, BN)

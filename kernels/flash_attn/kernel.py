@@ -186,10 +186,12 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                     if WINDOW:
                         if n + BN > mask_from or n < full_from:     # an edge block of the window
                             cols = n + xs.arange(0, BN)
-                            diag = cols[None, :] - rows[:, None] - (k_len - q_len)
-                            keep = (cols[None, :] < k_len) & (diag <= win_right) & (diag >= -win_left)
+                            # bounds as [BM, 1] columns against [1, BN] keys: no [BM, BN] integer tile
+                            keep = (cols[None, :] < k_len) & \
+                                (cols[None, :] <= rows[:, None] + (k_len - q_len + win_right)) & \
+                                (cols[None, :] >= rows[:, None] + (k_len - q_len - win_left))
                             if CAUSAL:
-                                keep = keep & (diag <= 0)
+                                keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
                             x = xs.where(keep, x, -INF)
                     elif n + BN > mask_from:       # a boundary block: mask; the others need none
                         cols = n + xs.arange(0, BN)

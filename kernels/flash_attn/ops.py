@@ -244,22 +244,30 @@ _SPILLED: dict = {}
 
 
 def launched_schedule(backend, head_dim: int, causal: bool, max_seq: int,
-                      dtype=torch.bfloat16) -> schedule.Schedule:
+                      dtype=torch.bfloat16, window: bool = False) -> schedule.Schedule:
     """The schedule the ops launch for this shape: the table's (schedule.lookup), or where
     its kernel spilled when this process first launched it, its ``fallback``. ``backend``: a
-    Backend or its name."""
+    Backend or its name. ``window``: the sliding-window kernel (another specialization, with
+    a spill record of its own: on Hopper d64's three consumer warpgroups spill with the
+    window's masks under Triton 3.6, 248 B a thread, and fall back to two)."""
     from xsync.backends import get
 
     backend = get(backend)
     plan = schedule.lookup(backend, head_dim, causal, max_seq)
-    while plan.fallback is not None and _SPILLED.get((backend, head_dim, bool(causal), dtype, plan)):
+    mask = _mask_kind(causal, window)
+    while plan.fallback is not None and _SPILLED.get((backend, head_dim, mask, dtype, plan)):
         plan = plan.fallback
     return plan
 
 
+def _mask_kind(causal, window) -> bool | str:
+    """The spill records' mask key: the causal flag, or "window" for a windowed kernel."""
+    return "window" if window else bool(causal)
+
+
 def spilled_schedules() -> dict:
-    """{(backend name, head_dim, causal, dtype, schedule): local bytes a thread} of the table
-    rows checked so far (0: no spill, so the row's own schedule runs)."""
+    """{(backend name, head_dim, causal (or "window"), dtype, schedule): local bytes a thread} of
+    the table rows checked so far (0: no spill, so the row's own schedule runs)."""
     return {(key[0].name, *key[1:]): local for key, local in _SPILLED.items()}
 
 
@@ -287,13 +295,13 @@ def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scal
     from xsync.backends import select
 
     backend = select()
-    plan = launched_schedule(backend, d, causal, max_q, q2.dtype)
+    plan = launched_schedule(backend, d, causal, max_q, q2.dtype, window=bool(window_args))
     if not packs_tiles(plan, causal):
         packed_tokens = None
     out = launch(attention_fwd, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal,
                  scale, layout, backend, plan, constexprs_over=window_args, packed_tokens=packed_tokens)
-    key = (backend, d, bool(causal), q2.dtype, plan)
-    if window_args or plan.fallback is None or key in _SPILLED or not scale_constexprs(scale)["SCALE_POSITIVE"]:
+    key = (backend, d, _mask_kind(causal, window_args), q2.dtype, plan)
+    if plan.fallback is None or key in _SPILLED or not scale_constexprs(scale)["SCALE_POSITIVE"]:
         return out, True
     measure = getattr(out[1], "local_memory_bytes", None)
     spilled = measure() if measure is not None else None
