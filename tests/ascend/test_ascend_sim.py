@@ -3,6 +3,7 @@ module xsync emits, split per core as the HIVM compiler splits it, one cube and 
 threads per AI core under triton-ascend's interpreter, flags as receiver counters. Numerics
 against float64 torch for every kernel; planted protocol faults in the generated code end in
 a named report within seconds."""
+import dataclasses
 import math
 import re
 import time
@@ -11,7 +12,6 @@ import pytest
 import torch
 
 import xsync
-from xsync.backends.ascend.render import AscendModule
 from xsync.backends.ascend.simulator import simulate
 from xsync.errors import BackendError, SimulationError, StallError
 from xsync.kernels.flash_attn import attention, attention_varlen
@@ -197,7 +197,7 @@ def planted(edit, tiles=TILES):
                 out=torch.zeros(M, N), M=M, N=N, K=K)
     start = time.monotonic()
     with pytest.raises(xsync.XSyncError) as err:
-        simulate(compiled, (M // 64, 2), args, AscendModule(text, compiled.form, compiled.module.parts))
+        simulate(compiled, (M // 64, 2), args, dataclasses.replace(compiled.module, source=text))
     return err.value, time.monotonic() - start, ids
 
 

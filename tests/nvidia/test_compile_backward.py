@@ -49,7 +49,9 @@ def fused():
     out = []
     for d in ops.HEAD_DIMS:
         for causal in (0, 1):
-            cx = dict(grad.fused_block_sizes("nvidia", d, bool(causal)), D=d, CAUSAL=causal)
+            if d == 256:
+                continue    # refused at lowering (shared memory): tests/core/test_backward_fused_dq.py
+            cx = dict(grad.fused_block_sizes("nvidia", d, bool(causal)), **ops.dim_constexprs(d), CAUSAL=causal)
             out.append(pytest.param(cx, id=f"dkdv-fused-dq-d{d}-{'causal' if causal else 'full'}"))
     return out
 

@@ -111,8 +111,13 @@ class PythonRenderer:
             out = f"{self.expr(e.left, p + 1)} {e.op} {self.expr(e.right, p + 1)}"
             return f"({out})" if p < parent else out
         if isinstance(e, ir.BoolOp):
+            # Triton refuses a chain (A or B or C): pairs, left to right
             p = PRECEDENCE[e.op]
-            out = f" {self.bool_op(e.op)} ".join(self.expr(v, p + 1) for v in e.values)
+            out = self.expr(e.values[0], p + 1)
+            for v in e.values[1:]:
+                out = f"{out} {self.bool_op(e.op)} {self.expr(v, p + 1)}"
+                if v is not e.values[-1]:
+                    out = f"({out})"
             return f"({out})" if p < parent else out
         if isinstance(e, ir.UnaryOp):
             p = PRECEDENCE["unary"] if e.op != "not" else PRECEDENCE["not"]

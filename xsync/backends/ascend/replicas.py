@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from xsync.errors import BackendError
-from xsync.lowering import ir, shapes
+from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation
 from xsync.lowering.placement import Agent, Placement, Unit
 from xsync.lowering.slicing import slice_agent
@@ -142,23 +142,10 @@ def check_form(form: str) -> None:
                            fix=f"use one of: {', '.join(FORMS)} (or XSYNC_ASCEND_FORM)")
 
 
-def check_tile_shapes(kernel: ir.KernelIR) -> None:
-    """triton-ascend's tiles (``tl.arange``, block pointers' block shapes) have power-of-two
-    dimensions: a kernel writing another shape is refused here, at check, with its line (the
-    HIVM compiler would fail later without one)."""
-    for shape, what, loc in shapes.written_tiles(kernel):
-        if any(not isinstance(d, int) or d <= 0 or d & (d - 1) for d in shape):
-            raise BackendError(f"{what} has shape {list(shape)}; triton-ascend tiles have power-of-two "
-                               f"dimensions", loc=loc or kernel.loc,
-                               fix="use powers of two (16, 32, 64, 128) and mask the edges: xs.load "
-                                   "reads 0 beyond the tensor, xs.store(..., bounds=...) drops them")
-
-
 def analyze(kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
             form: str = "release") -> ReplicaAnalysis:
     """Decide cores, lockstep and barrier spellings; check rules 1-5 (module docstring)."""
     check_form(form)
-    check_tile_shapes(kernel)
     cores = {r.name: core_of_role(placement, r.name) for r in kernel.roles}
     modes = {b.name: barrier_mode(allocation.block_barrier(b.name).mode, form)
              for b in kernel.barriers}

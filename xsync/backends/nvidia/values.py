@@ -111,7 +111,9 @@ class ValueSpeller(LayoutRules):
             p = PRECEDENCE[e.op]
             parts = [self.tx(v, w, p + 1)[0] for v, w in zip(e.values, self.broadcast(e.values, want)[2])]
             if t.kind is ValueKind.SCALAR:
-                code = f" {e.op} ".join(parts)
+                code = parts[0]
+                for i, x in enumerate(parts[1:], 2):     # pairs: Triton refuses A or B or C
+                    code = f"{code} {e.op} {x}" if i == len(parts) else f"({code} {e.op} {x})"
                 return f"({code})" if p < parent else code
             return "(" + (" & " if e.op == "and" else " | ").join(f"({x})" for x in parts) + ")"
         if isinstance(e, ir.UnaryOp):
