@@ -47,7 +47,11 @@ query i sees keys j <= i + k_len - q_len) the blocks that cross the diagonal. Fu
 blocks are never visited: the loop bounds (unannotated, so every agent runs the same trip
 counts) start the dK/dV query loop at the first query block that sees the tile's first key and
 stop the dQ key loop after the last key the tile's last row sees. A row whose LSE is +inf
-(it saw no key) gets P = 0, so all its gradients are 0, never NaN.
+(it saw no key) gets P = 0, so all its gradients are 0, never NaN. With a sliding window
+(WINDOW=1, window.py; extents ``win_left``/``win_right`` at run time) both ends are bounded: the
+dK/dV query loop runs over the query blocks that see any of the tile's keys, the dQ key loop
+over the key blocks any of the tile's rows sees, and blocks crossing an edge of the window are
+masked (the fused dQ share too: it is dS K of the masked P).
 
 Placement does the rest, as for the forward: on Hopper mma and grad share a consumer warpgroup
 per replica (sdp/pds/ds_in are register hand-offs; every Q/dO and K/V tile arrives by TMA in

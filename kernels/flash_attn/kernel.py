@@ -48,6 +48,12 @@ the same kernel reads [B*H*S, D] (dense: cu_rows=H, head_rows=S, head_cols=0) an
 [total, H*D] (varlen: cu_rows=1, head_rows=0, head_cols=D) layouts. The log-sum-exp goes to row
 `b * lse_batch_rows + h`, column `q_start * lse_packed + i`: [B*H, S] for dense batches,
 [H, total] for packed ones.
+
+Sliding window (WINDOW=1, flash-attn's window_size: window.py): query i sees keys i + k_len -
+q_len - win_left ..= i + k_len - q_len + win_right, the extents run-time scalars. The key loop
+starts at the block the tile's first row sees first (not 0) and ends after the last key its last
+row sees; blocks crossing either edge of the window are masked, the others not. With WINDOW=0
+its arms fold away (Triton drops an arm a constexpr turns off): the kernel compiles as without.
 """
 import xsync as xs
 
