@@ -218,3 +218,16 @@ def test_extents_stay_in_int32():
     assert win.extents((-1, 5), 100, 30) == (130, 5)
     assert win.extents((10 ** 12, -1), 100, 30) == (130, 130)
     assert math.isfinite(sum(win.extents((0, 0), 2 ** 30, 2 ** 30)))
+
+
+def test_window_traces_under_torch_compile():
+    """The window travels as two int arguments of the custom ops (forward and backward)."""
+    torch.manual_seed(8)
+    q, k, v = (torch.randn(1, 2, 40, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    f = torch.compile(lambda a, b, c: ops.attention(a, b, c, window_size=(5, 3))[0], fullgraph=True,
+                      backend="eager")
+    o = f(q, k, v)
+    o.float().sum().backward()
+    ro, _, rgrads = reference(q, k, v, torch.ones_like(o), 5, 3, 64 ** -0.5)
+    check(o, ro, "O")
+    check(q.grad, rgrads[0], "dq")
