@@ -199,13 +199,13 @@ def _varlen_launcher(name, q, k, v, cu, max_len, causal):
 
 
 def varlen_ab(names, rounds: int) -> list:
-    """The varlen benchmark's problem (benchmarks/flash_attn.py VARLEN_LENS, h*d = 2048), d 64
+    """The varlen benchmark's problem (benchmarks/attention.py VARLEN_LENS, h*d = 2048), d 64
     and 128, causal and not: each candidate against torch's varlen_attn, interleaved."""
     import torch
 
-    from benchmarks import flash_attn
+    from benchmarks import attention as bench_attention
 
-    lens = list(flash_attn.VARLEN_LENS)
+    lens = list(bench_attention.VARLEN_LENS)
     rows = []
     for d in (128, 64):
         for causal in (False, True):
@@ -213,9 +213,9 @@ def varlen_ab(names, rounds: int) -> list:
             cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
             torch.manual_seed(0)
             q, k, v = (torch.randn(sum(lens), h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            flop = sum(flash_attn.flops(1, h, n, d, causal) for n in lens)
+            flop = sum(bench_attention.flops(1, h, n, d, causal) for n in lens)
             runs, errs = {}, {}
-            ref, _ = flash_attn.varlen_attn_call(q, k, v, cu, max(lens), causal)
+            ref, _ = bench_attention.varlen_attn_call(q, k, v, cu, max(lens), causal)
             want = ref().float() if ref is not None else None
             for name in names:
                 o, runs[name] = _varlen_launcher(name, q, k, v, cu, max(lens), causal)

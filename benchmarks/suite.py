@@ -11,7 +11,8 @@ Sections (each measured side by side with its torch reference in this one proces
   gemm      kernels/gemm.py at 4096^3 and 8192^3 vs torch.matmul: plain and persistent, 128x128 and
             256x128 (two consumer warpgroups) output tiles, fp32 C and (``_bf16``) bf16 C as torch's
   variants  rewrites of the flagship kernel that mean the same, vs the flagship (if present)
-  backward  attention backward vs SDPA backward (if present)
+  backward  attention backward vs SDPA backward and FA4 (if importable), all 20 grid points
+  model     a Llama-style LM's training step, xsync attention vs SDPA (benchmarks/model_step.py)
 
 Writes suite.json (``--update`` keeps the sections of an existing file that this run does not
 measure, so a run may be split over calls). README tables come from it only:
@@ -33,17 +34,17 @@ for path in (ROOT, os.path.join(ROOT, "benchmarks")):
 
 from benchmarks._gpu import cuda_missing  # noqa: E402 - after the source tree is on sys.path
 
-SECTIONS = ("grid", "varlen", "host", "gemm", "variants", "backward")
+SECTIONS = ("grid", "varlen", "host", "gemm", "variants", "backward", "model")
 
 
 def _grid():
-    import flash_attn
-    return [flash_attn.measure_point(p) for p in flash_attn.grid(quick=False)]
+    import attention
+    return [attention.measure_point(p) for p in attention.grid(quick=False)]
 
 
 def _varlen():
-    import flash_attn
-    return [flash_attn.measure_varlen(causal) for causal in (False, True)]
+    import attention
+    return [attention.measure_varlen(causal) for causal in (False, True)]
 
 
 def _host():
@@ -58,24 +59,28 @@ def _gemm():
 
 
 def _variants():
-    import flash_attn
+    import attention
     rows = []
-    for d, causal, s in flash_attn.variant_points(quick=True):     # d128 s8k, causal and not
-        rows.extend(flash_attn.measure_attention_variants(d, causal, s))
-    rows.extend(flash_attn.measure_gemm_variants())
+    for d, causal, s in attention.variant_points(quick=True):     # d128 s8k, causal and not
+        rows.extend(attention.measure_attention_variants(d, causal, s))
+    rows.extend(attention.measure_gemm_variants())
     return rows
 
 
 def _backward():
-    import flash_attn
-    if not hasattr(flash_attn, "measure_backward"):
-        return {"skipped": "benchmarks/flash_attn.py has no measure_backward()"}
-    points = [p for p in flash_attn.grid(quick=True) if p["d"] == 128 and p["s"] == 4096]
-    return [flash_attn.measure_backward(p) for p in points]      # d128 s4k, causal and not
+    import attention
+    if not hasattr(attention, "measure_backward"):
+        return {"skipped": "benchmarks/attention.py has no measure_backward()"}
+    return [attention.measure_backward(p) for p in attention.grid(quick=False)]   # all 20 points
+
+
+def _model():
+    import model_step
+    return [model_step.measure(name, cfg, steps=5, device="cuda") for name, cfg in model_step.CONFIGS.items()]
 
 
 RUNNERS = dict(grid=_grid, varlen=_varlen, host=_host, gemm=_gemm, variants=_variants,
-               backward=_backward)
+               backward=_backward, model=_model)
 
 
 def main(argv=None) -> int:

@@ -3,7 +3,7 @@
 Two whole trees (library and kernel) cannot share one process: both are the package `xsync`.
 A single run of each, one after the other, drifts on a shared GPU (the same kernel has
 measured 115 and 185 TFLOP/s a minute apart). So this runs each tree's own
-``benchmarks/flash_attn.py`` grid in turn, ``--rounds`` times (this tree, then the other, and
+``benchmarks/attention.py`` grid in turn, ``--rounds`` times (this tree, then the other, and
 again), and reports the median per grid point of xsync's TFLOP/s and of its ratio to cuDNN
 (measured in the same process as each round's xsync figure):
 
@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _grid_run(tree: str, out: str, extra: list[str]) -> list[dict]:
-    cmd = [sys.executable, "benchmarks/flash_attn.py", "--out", out, "--no-varlen", *extra]
+    cmd = [sys.executable, "benchmarks/attention.py", "--out", out, "--no-varlen", *extra]
     env = dict(os.environ, PYTHONPATH=tree)
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(out, "flash_attn.json")) as f:

@@ -15,7 +15,7 @@ to both):
 
 On Hopper the schedule passes must give each split form its accumulate form's schedule and
 every one-warpgroup variant the flagship's wgmma sequence: tests/nvidia/test_variants.py
-compares their PTX hot loops, benchmarks/flash_attn.py (``variants``) their speed. Grid:
+compares their PTX hot loops, benchmarks/attention.py (``variants``) their speed. Grid:
 (cdiv(M, BM), cdiv(N, BN)) for one warpgroup, (cdiv(M, 2 * BM), cdiv(N, BN)) for two; programs
 take output tiles in groups of GROUP_M row blocks as the flagship does.
 """

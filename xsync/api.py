@@ -177,7 +177,11 @@ def full(shape, value, dtype):
 
 @_tile_op(3, 3)
 def load(tensor, offsets, shape):
-    """Load the ``shape`` tile at ``offsets`` of a 2-D tensor; out-of-bounds reads 0."""
+    """Load the ``shape`` tile at ``offsets`` of a tensor of 1 to 4 dimensions (any strides):
+    one offset per dimension; the tile is 1-D or 2-D and spans the tensor's last
+    ``len(shape)`` dimensions, each leading offset picking one index
+    (``xs.load(q, [b, h, m, 0], [BM, D])`` is ``q[b, h, m:m+BM, 0:D]``). Out-of-bounds reads 0.
+    docs/tutorial.md "Tensors of 1 to 4 dimensions"."""
 
 
 @_tile_op(2, 2)
@@ -186,8 +190,10 @@ def load_scalar(tensor, index):
 
 
 def store(tensor, offsets, value, bounds=None, reduce=None, deterministic=False):
-    """Store tile ``value`` at ``offsets`` of a 2-D tensor. Parts outside the tensor, or at
-    or beyond ``bounds=[row_end, col_end]`` when given, are dropped (a statement).
+    """Store the 1-D or 2-D tile ``value`` at ``offsets`` (one per tensor dimension, as for
+    :func:`load`: the tile spans the last dimensions). Parts outside the tensor, or at or
+    beyond ``bounds`` (one end per dimension, e.g. ``[row_end, col_end]``) when given, are
+    dropped (a statement).
 
     ``reduce="add"``: add the tile into the tensor element by element instead of writing it
     (atomically per element: several programs may add into one element -- split-K, dQ). The

@@ -255,7 +255,7 @@ def cmd_trace(args) -> int:
     return 0
 
 
-BENCHMARKS = ("flash_attn", "gemm")
+BENCHMARKS = ("flash_attn", "gemm", "examples")
 
 
 def cmd_bench(args) -> int:

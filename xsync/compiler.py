@@ -310,13 +310,11 @@ class Kernel:
                 if xs_dtype is None:
                     raise LaunchError(f"kernel '{self.__name__}': tensor `{name}` has dtype {value.dtype}",
                                       fix="use float16, bfloat16, float32 or int32 tensors")
-                if value.dim() == 1 and xs_dtype is xs_types.int32:
-                    pass  # index tables such as cu_seqlens, read with xs.load_scalar
-                elif value.dim() != 2:
+                if not 1 <= value.dim() <= 4:   # the kernel's rank of each is checked at launch
                     raise LaunchError(
                         f"kernel '{self.__name__}': tensor `{name}` has {value.dim()} dims; "
-                        f"xs.load/xs.store address 2-D tensors (1-D int32 tables for xs.load_scalar)",
-                        fix="pass a 2-D view (e.g. x.view(-1, x.shape[-1]))")
+                        f"xs.load/xs.store address tensors of 1 to 4 dimensions",
+                        fix="pass a view of 1 to 4 dimensions (e.g. x.view(-1, x.shape[-1]))")
                 dtypes[name] = xs_dtype
             elif not isinstance(value, (int, float)):
                 raise LaunchError(f"kernel '{self.__name__}': argument `{name}` is a {type(value).__name__}",

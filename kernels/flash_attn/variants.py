@@ -3,7 +3,7 @@
 Each variant is ``kernel.py``'s ``attention_fwd`` with a few source edits (listed below, old
 text -> new text, each found exactly as often as stated, once by default), so it stays the
 flagship everywhere else. On Hopper the schedule passes must give every variant the flagship's
-schedule: tests/nvidia/test_variants.py compares the PTX hot loops, benchmarks/flash_attn.py
+schedule: tests/nvidia/test_variants.py compares the PTX hot loops, benchmarks/attention.py
 (``variants``) their speed, tests/core/test_variants_cpu.py their outputs on the emulator.
 
     python -c "from xsync.kernels.flash_attn import variants; print(variants.source('pv_first'))"

@@ -120,7 +120,7 @@ def test_documented_imports_resolve_in_the_installed_wheel(installed):
 import os, sys, importlib, importlib.util
 site = sys.argv[1]
 import xsync
-import xsync.kernels.gemm, xsync.kernels.gemm_softmax
+import xsync.kernels.gemm, xsync.kernels.gemm_softmax, xsync.kernels.examples
 from xsync.kernels.flash_attn import attention, attention_varlen
 import torch
 assert hasattr(torch.ops.xsync, "attention"), "torch.ops.xsync.attention is not registered"

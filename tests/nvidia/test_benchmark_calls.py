@@ -1,4 +1,4 @@
-"""benchmarks/flash_attn.py calls its torch reference the way the installed torch defines
+"""benchmarks/attention.py calls its torch reference the way the installed torch defines
 it. The benchmark itself needs a GPU; this catches a wrong keyword without one (it once
 passed `is_causal=True`, which varlen_attn does not take, and fell back to padded SDPA)."""
 import importlib.util
@@ -11,7 +11,7 @@ from tests.nvidia.conftest import ROOT
 
 
 def benchmark_module():
-    path = os.path.join(ROOT, "benchmarks", "flash_attn.py")
+    path = os.path.join(ROOT, "benchmarks", "attention.py")
     spec = importlib.util.spec_from_file_location("xsync_bench_flash_attn", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -56,6 +56,17 @@ def _library():
     return examples, gvars, sorted(variants.VARIANTS.items())
 
 
+def _example_cases() -> list[Case]:
+    """kernels/examples/ at the specializations its torch functions launch with (every ACT)."""
+    from xsync.kernels import examples as ex
+
+    out = [Case(f"ex-gemm_bias_act-act{act}", ex.gemm_bias_act,
+                {**ex.gemm_bias_act.specialization()[0], "ACT": act}) for act in (0, 1, 2)]
+    out += [Case(f"ex-{k.fn.__name__}", k) for k in (ex.gemm_split_k, ex.rmsnorm_fwd, ex.rmsnorm_bwd,
+                                                      ex.layernorm_fwd, ex.layernorm_bwd, ex.softmax_rows)]
+    return out
+
+
 def _attention_cases(backend: str) -> list[Case]:
     """The forward at every schedule row of ``backend`` (its head dims and masks) and the backward
     at every specialization grad.py launches there."""
@@ -132,6 +143,7 @@ def nvidia_cases() -> list[Case]:
         for merge in (True, False):
             out.append(Case(f"gemm3-{n}-merge{int(merge)}", v, g3, {"nv_merge_pipes": merge}))
     out += _attention_cases("nvidia")
+    out += _example_cases()
     cx0, _ = attention_fwd.specialization()
     cxf = {**cx0, **ops.block_sizes("nvidia"), "D": 128, "CAUSAL": 0}
     for name, v in avariants:
@@ -167,6 +179,7 @@ def _portable_cases(backend: str, settings_variants: list[tuple[str, dict]]) -> 
     base: list[Case] = [Case(f"example-{k.fn.__name__}", k) for k in examples]
     base += [Case(f"example-{n}", k) for n, k in gvars]
     base += _attention_cases(backend)
+    base += _example_cases()
     cx0, _ = attention_fwd.specialization()
     cxf = {**cx0, **ops.block_sizes(backend), "D": 128, "CAUSAL": 0}
     base += [Case(f"variant-{n}", v, cxf) for n, v in avariants]

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from tests.snapshot.render import _library, portable
+from tests.snapshot.render import _example_cases, _library, portable
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "verdicts.json")
 TARGETS = ("cpu", "nvidia", "ascend")
@@ -30,6 +30,8 @@ def kernels() -> list[tuple[str, object]]:
     out = [(f"example-{k.fn.__name__}", k) for k in examples]
     out += [(f"example-{n}", k) for n, k in gvars]
     out += [(f"variant-{n}", k) for n, k in avariants]
+    out += [(c.name, c.kernel) for c in _example_cases() if not c.name.startswith("ex-gemm_bias_act-act")]
+    out.append(("ex-gemm_bias_act", _example_cases()[0].kernel))
     out += [(f"corpus-{n}", k) for n, k in sorted(vars(corpus).items()) if isinstance(k, Kernel)]
     return out
 

@@ -475,12 +475,15 @@ class _Frontend:
             self.error(s, f"xs.store target `{ast.unparse(tensor)}` is not a tensor parameter")
         offsets = self.expr(call.args[1])
         if not isinstance(offsets, ir.TupleExpr):
-            self.error(s, "xs.store offsets must be a list: [row, col]")
+            self.error(s, "xs.store offsets must be a list, one offset per tensor dimension",
+                       fix="pass [row, col] for a 2-D tensor ([b, h, row, col] for a 4-D one)")
         bounds = None
         if "bounds" in kw:
             b = self.expr(kw["bounds"])
-            if not isinstance(b, ir.TupleExpr) or len(b.items) != 2:
-                self.error(s, "xs.store bounds must be a list: [row_end, col_end]")
+            if not isinstance(b, ir.TupleExpr) or len(b.items) != len(offsets.items):
+                self.error(s, f"xs.store bounds must be a list with one end per offset "
+                              f"({len(offsets.items)})", fix="pass [row_end, col_end] for a 2-D tensor "
+                                                            "(one end per dimension, like the offsets)")
             bounds = b.items
         reduce, deterministic = self.store_reduce(kw, s)
         return ir.Store(tensor.id, offsets.items, self.expr(call.args[2]), self.loc(s), bounds,

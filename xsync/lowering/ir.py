@@ -288,11 +288,18 @@ class Store:
     offsets: tuple[Expr, ...]
     value: Expr
     loc: SourceLoc
-    bounds: tuple[Expr, ...] | None = None  # absolute [row_end, col_end]; beyond is dropped
+    bounds: tuple[Expr, ...] | None = None  # absolute ends, one per offset; beyond is dropped
     # reduce-add (``reduce="add"``): the tile is added into the tensor, not written over it;
     # ``deterministic``: the adds of every program land in a fixed order (docs/tutorial.md)
     reduce: StoreReduce | None = None
     deterministic: bool = False
+    # the value's rank (1 or 2: the tile spans the tensor's last dimensions), as the shape check
+    # (xsync.lowering.shapes) found it before the kernel leaves the frontend; 0: not known there
+    value_rank: int = field(default=0, compare=False)
+
+    @property
+    def tile_rank(self) -> int:
+        return self.value_rank or min(2, len(self.offsets))
 
     def __post_init__(self):
         if self.reduce is not None:

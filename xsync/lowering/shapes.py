@@ -19,6 +19,7 @@ from xsync.lowering.protocol import NotConstant, evaluate
 
 MAX_TILE_ELEMENTS = 1 << 22     # 16 MiB of fp32: far beyond what any core holds in one tile
 MAX_DIM = 1 << 20
+MAX_RANK = 4                    # xs.load / xs.store address tensors of 1 to 4 dimensions
 UNKNOWN = None                  # a value whose rank is not known (a tensor parameter, a list)
 SCALAR = ()
 _BROADCASTING = (ir.TileOp.WHERE, ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM)
@@ -70,6 +71,7 @@ class ShapeCheck:
         self.tensors = {p.name for p in kernel.params if p.kind is ir.ParamKind.TENSOR}
         self.deps: dict[str, set[str]] = {p: {p} for p in self.scalar_params}
         self.int_uses: dict[str, int] = {}      # scalar parameter -> first line using it as an int
+        self.ranks: dict[str, tuple[int, int]] = {}     # tensor -> (rank, first line addressing it)
 
     def fail(self, what, fix, objects=()):
         raise KernelSourceError(what, loc=self.loc, objects=tuple(objects), fix=fix)
@@ -170,18 +172,35 @@ class ShapeCheck:
                       f"xs.tile({shown(got)}, ...)", objects=(s.pipe,))
 
     def store(self, s: ir.Store):
-        if len(s.offsets) != 2:
-            self.fail(f"xs.store offsets have {len(s.offsets)} entries; tensors are 2-D",
-                      "pass [row, col]", objects=(s.tensor,))
+        rank = self.tensor_rank(s.tensor, len(s.offsets), "xs.store")
         for i, o in enumerate(s.offsets):
             self.need_int(o, f"offset {i} of xs.store into `{s.tensor}`")
         for i, b in enumerate(s.bounds or ()):
             self.need_int(b, f"bound {i} of xs.store into `{s.tensor}`")
         got = self.shape(s.value)
-        if got is not UNKNOWN and len(got) != 2:
-            self.fail(f"xs.store into `{s.tensor}` writes {shown(got)}; it stores a 2-D tile",
-                      "store a [rows, cols] tile (x[:, None] makes a column of a 1-D tile)",
+        if got is not UNKNOWN and not 1 <= len(got) <= min(2, rank):
+            self.fail(f"xs.store into `{s.tensor}` ({rank} offset(s)) writes {shown(got)}; it stores a "
+                      f"1-D or 2-D tile into the tensor's last {min(2, rank)} dimension(s)",
+                      "store a [rows, cols] tile or a 1-D one (x[:, None] makes a column of a 1-D "
+                      "tile); each leading offset picks one index of its dimension",
                       objects=(s.tensor,))
+        if got is not UNKNOWN:      # the frontend's own node, before any other reader sees it
+            object.__setattr__(s, "value_rank", len(got))
+
+    def tensor_rank(self, tensor: str, rank: int, what: str) -> int:
+        """The rank ``tensor`` is addressed with (its offsets' count): 1 to MAX_RANK, and one rank
+        per tensor across the kernel."""
+        if not 1 <= rank <= MAX_RANK:
+            self.fail(f"{what} of `{tensor}` has {rank} offset(s); tensors of 1 to {MAX_RANK} "
+                      f"dimensions are addressed with one offset per dimension",
+                      "pass [col] for a 1-D tensor, [row, col] for a 2-D one, [b, h, row, col] for a "
+                      "4-D one", objects=(tensor,))
+        first = self.ranks.setdefault(tensor, (rank, self.loc.line))
+        if first[0] != rank:
+            self.fail(f"{what} addresses `{tensor}` with {rank} offset(s), but line {first[1]} "
+                      f"addresses it with {first[0]}", f"a tensor has one rank: give every xs.load / "
+                      f"xs.store of `{tensor}` one offset per dimension ({first[0]})", objects=(tensor,))
+        return rank
 
     # ------------------------------------------------------------ expressions
     def broadcast(self, shapes, what):
@@ -274,14 +293,7 @@ class ShapeCheck:
         if op in (ir.TileOp.ZEROS, ir.TileOp.FULL):
             return self.const_dims(args[0], f"the shape of xs.{op}")
         if op is ir.TileOp.LOAD:
-            if not isinstance(args[1], ir.TupleExpr) or len(args[1].items) != 2:
-                self.fail("xs.load offsets must be a list [row, col] (tensors are 2-D)", "pass [row, col]")
-            for i, o in enumerate(args[1].items):
-                self.need_int(o, f"offset {i} of xs.load")
-            dims = self.const_dims(args[2], "the shape of xs.load")
-            if dims is not UNKNOWN and len(dims) != 2:
-                self.fail(f"xs.load reads a {shown(dims)} tile; tensors are 2-D", "pass [rows, cols]")
-            return dims
+            return self.load(args)
         if op is ir.TileOp.MMA:
             return self.mma(e)
         if op is ir.TileOp.MMA_WAIT:
@@ -298,6 +310,29 @@ class ShapeCheck:
         if op in _BROADCASTING:
             return self.broadcast([self.shape(a) for a in args], f"xs.{op}")
         return UNKNOWN
+
+    def load(self, args):
+        """``xs.load(t, offsets, shape)``: one offset per dimension of ``t``; ``shape`` is the
+        tile, 1-D or 2-D, over the tensor's last len(shape) dimensions (each leading offset
+        picks one index: the tile drops that dimension)."""
+        if not isinstance(args[1], ir.TupleExpr):
+            self.fail("xs.load offsets must be a list, one offset per tensor dimension",
+                      "pass [row, col] for a 2-D tensor ([b, h, row, col] for a 4-D one)")
+        tensor = args[0].id if isinstance(args[0], ir.Name) else "?"
+        rank = self.tensor_rank(tensor, len(args[1].items), "xs.load")
+        for i, o in enumerate(args[1].items):
+            self.need_int(o, f"offset {i} of xs.load")
+        dims = self.const_dims(args[2], "the shape of xs.load")
+        if dims is not UNKNOWN and len(dims) > 2:
+            self.fail(f"xs.load of `{tensor}` reads a {shown(dims)} tile; tiles are 1-D or 2-D",
+                      f"give the tile's own dimensions only: xs.load({tensor}, [b, h, row, col], "
+                      f"[BM, D]) reads {tensor}[b, h, row:row+BM, col:col+D] (each leading offset "
+                      f"picks one index)", objects=(tensor,))
+        if dims is not UNKNOWN and len(dims) > rank:
+            self.fail(f"xs.load of `{tensor}` reads a {shown(dims)} tile with {rank} offset(s)",
+                      f"pass one offset per dimension of `{tensor}` (a {len(dims)}-D tile needs at "
+                      f"least {len(dims)}), or load a {rank}-D tile", objects=(tensor,))
+        return dims
 
     def reduce(self, e: ir.Call):
         x = self.shape(e.args[0])

@@ -156,7 +156,8 @@ class LaunchUses:
                     f"kernel '{kernel.name}': tensor `{name}` has {dim()} dimension(s) (shape "
                     f"{tuple(x.shape)}), but the kernel reads or writes it as a {rank}-D tensor (line {line})",
                     loc=SourceLoc(kernel.file, line, kernel.name), objects=(name,),
-                    fix=f"pass a {rank}-D tensor for `{name}` (e.g. `{name}.reshape(rows, cols)`)")
+                    fix=f"pass a {rank}-D tensor for `{name}` (e.g. `{name}.reshape({_dims(rank)})`), or "
+                        f"address it with {dim()} offset(s) in the kernel")
         for name, line in self.steps:
             if args.get(name) == 0 and not isinstance(args.get(name), bool):
                 raise LaunchError(
@@ -164,6 +165,16 @@ class LaunchUses:
                     f"(line {line}): the loop would never end",
                     loc=SourceLoc(kernel.file, line, kernel.name), objects=(name,),
                     fix=f"pass a non-zero step for `{name}`")
+
+
+def _dims(rank: int) -> str:
+    return {1: "n", 2: "rows, cols", 3: "b, rows, cols"}.get(rank, "b, h, rows, cols")
+
+
+def tensor_ranks(kernel: ir.KernelIR) -> dict[str, int]:
+    """The rank each tensor parameter is addressed with by xs.load / xs.store (its offsets'
+    count; the shape check makes it one per tensor); tensors only xs.load_scalar reads are absent."""
+    return {name: rank for name, rank, _ in launch_uses(kernel).ranks}
 
 
 def launch_uses(kernel: ir.KernelIR) -> LaunchUses:

@@ -32,11 +32,13 @@ import threading
 from xsync import config, files
 from xsync.backends.ascend import options as ascend_options
 from xsync.backends.ascend import render as _render
+from xsync.backends.ascend.addressing import host_values
 from xsync.backends.ascend.placement import TARGET, place
 from xsync.backends.base import Backend
 from xsync.errors import BackendError, LaunchError
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
+from xsync.lowering.tile_launch import tensor_ranks
 
 DEFAULT_CORES = 20          # Ascend 910B3: 20 AI cores (1 cube + 2 vector cores each)
 DEFAULT_ARCH = "Ascend910B3"
@@ -114,6 +116,7 @@ class CompiledAscend:
         self.source, self.form = module.source, module.form
         self._fn = None
         self._lock = threading.Lock()
+        self._ranks = tensor_ranks(kernel)      # the rank each tensor is addressed with
         self._workspaces: dict = {}
 
     # ------------------------------------------------------------ the jit function
@@ -160,6 +163,7 @@ class CompiledAscend:
         import torch
 
         call, device = [], None
+        ranks = self._ranks
         for p in self.kernel.params:
             if p.kind is ir.ParamKind.CONSTEXPR:
                 continue
@@ -167,18 +171,16 @@ class CompiledAscend:
             call.append(v)
             if p.kind is ir.ParamKind.TENSOR:
                 device = device or v.device
-                if v.dim() == 1:      # index tables (xs.load_scalar)
-                    call += [int(v.shape[0]), 1, int(v.stride(0))]
-                    continue
-                if v.shape[1] > 1 and v.stride(1) != 1:
+                rank = ranks.get(p.name)
+                if rank is not None and v.shape[-1] > 1 and v.stride(-1) != 1:
                     raise LaunchError(
-                        f"kernel '{self.kernel.name}': tensor `{p.name}` has column stride "
-                        f"{v.stride(1)}; the Ascend lowering addresses 2-D tensors with unit column "
-                        f"stride (a run-time column stride makes the HIVM compiler spread every "
-                        f"element of a tile over 32 bytes of UB)",
+                        f"kernel '{self.kernel.name}': tensor `{p.name}` has stride {v.stride(-1)} in its "
+                        f"last dimension; the Ascend lowering addresses tensors with unit stride there "
+                        f"(a run-time column stride makes the HIVM compiler spread every element of a "
+                        f"tile over 32 bytes of UB)",
                         fix=f"pass `{p.name}.contiguous()` (or a view whose last dimension is "
                             f"contiguous)")
-                call += [int(v.shape[0]), int(v.shape[1]), int(v.stride(0))]
+                call += host_values(v, rank or 2)
         dtypes = _render.workspace_dtypes(self.kernel, self.allocation)
         if dtypes:
             nbytes = math.prod(grid) * self.allocation.workspace_bytes

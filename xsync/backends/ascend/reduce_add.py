@@ -3,24 +3,31 @@
 it reads the renderer's agent, plan, form and output)."""
 from __future__ import annotations
 
+from xsync.backends.ascend.addressing import Window
 from xsync.backends.ascend.replicas import Core
 from xsync.errors import UnsupportedError
 from xsync.lowering import ir
 
 
 class ReduceAddSpelling:
-    def atomic_add(self, s: ir.Store, t: str, dtype, rows: str, cols: str, s0: str):
-        """``reduce="add"``: a masked relaxed ``tl.atomic_add`` (3.2 has no block-pointer atomics)."""
+    def atomic_add(self, s: ir.Store, t: str, dtype, w: Window):
+        """``reduce="add"``: a masked relaxed ``tl.atomic_add`` (3.2 has no block-pointer atomics)
+        over the window ``w`` of the tile (addressing.window)."""
         o = self.out
         guard = self.one_adder(s, t)
         if guard:
             o.line(f"if {guard}:  # both vector cores run this role: one of them adds")
             o.indent()
-        r0, c0 = (self.expr(x) for x in s.offsets)
-        o.line(f"xs_r, xs_c = ({r0}) + tl.arange(0, xs_v.shape[0]), ({c0}) + tl.arange(0, xs_v.shape[1])"
-               f"  # line {s.loc.line}: reduce-add into {t}")
-        o.line(f"tl.atomic_add({self.names(t)} + xs_r[:, None] * {s0} + xs_c[None, :], xs_v.to({self.dtype(dtype)}), "
-               f"mask=(xs_r[:, None] < {rows}) & (xs_c[None, :] < {cols}), sem=\"relaxed\")")
+        value = f"xs_v.to({self.dtype(dtype)})"
+        if len(w.sizes) == 1:
+            o.line(f"xs_c = ({w.offsets[0]}) + tl.arange(0, xs_v.shape[0])  # line {s.loc.line}: reduce-add into {t}")
+            o.line(f"tl.atomic_add({w.base} + xs_c, {value}, mask=xs_c < {w.sizes[0]}, sem=\"relaxed\")")
+        else:
+            r0, c0 = w.offsets
+            o.line(f"xs_r, xs_c = ({r0}) + tl.arange(0, xs_v.shape[0]), ({c0}) + tl.arange(0, xs_v.shape[1])"
+                   f"  # line {s.loc.line}: reduce-add into {t}")
+            o.line(f"tl.atomic_add({w.base} + xs_r[:, None] * {w.strides[0]} + xs_c[None, :], {value}, "
+                   f"mask=(xs_r[:, None] < {w.sizes[0]}) & (xs_c[None, :] < {w.sizes[1]}), sem=\"relaxed\")")
         if guard:
             o.dedent()
 

@@ -82,6 +82,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from xsync.backends.ascend.addressing import tensor_args, window
 from xsync.backends.ascend.reduce_add import ReduceAddSpelling
 # FORMS: the launcher reads it here
 from xsync.backends.ascend.replicas import (  # noqa: F401
@@ -92,6 +93,7 @@ from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation
 from xsync.lowering.placement import Agent, Placement
 from xsync.lowering.slicing import slice_agent
+from xsync.lowering.tile_launch import tensor_ranks
 
 
 @dataclass(frozen=True)
@@ -155,14 +157,6 @@ TL_MATH = frozenset({ir.TileOp.SQRT, ir.TileOp.RSQRT, ir.TileOp.EXP, ir.TileOp.L
                      ir.TileOp.SIGMOID, ir.TileOp.ABS})
 
 
-def tensor_args(name: str) -> list[str]:
-    """Extra scalar arguments that travel with a tensor parameter: rows, columns and the row
-    stride. The column stride is 1 by contract (the launcher checks it): with a run-time
-    column stride the HIVM compiler stores every element of a vector tile in its own 32-byte
-    block (8x the unified buffer), which overflows UB for any useful tile."""
-    return [f"xs_{name}_rows", f"xs_{name}_cols", f"xs_{name}_s0"]
-
-
 def workspace_dtypes(kernel: ir.KernelIR, allocation: Allocation) -> list:
     """Element types of the workspace pointer arguments, in order of first use."""
     out = []
@@ -183,13 +177,13 @@ def signature(kernel: ir.KernelIR, allocation: Allocation, scalars: dict | None 
     how the source spells the kernel's parameters."""
     scalars = dict(scalars or {})
     spell = names if names is not None else Spelling(kernel)
-    sig = {}
+    sig, ranks = {}, tensor_ranks(kernel)
     for p in kernel.params:
         if p.kind is ir.ParamKind.CONSTEXPR:
             continue
         if p.kind is ir.ParamKind.TENSOR:
             sig[spell(p.name)] = SIG_DTYPES[p.dtype.name]
-            for a in tensor_args(p.name):
+            for a in tensor_args(p.name, ranks.get(p.name, 2)):
                 sig[a] = "i32"
         else:
             sig[spell(p.name)] = scalars.get(p.name, "i32")
@@ -205,6 +199,7 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
     def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
                  analysis: ReplicaAnalysis, names: Spelling | None = None):
         self.kernel, self.placement, self.alloc = kernel, placement, allocation
+        self.ranks = tensor_ranks(kernel)
         self.names = names if names is not None else Spelling(kernel)
         self.analysis, self.form = analysis, analysis.form
         self.ids = dict(allocation.event_ids)
@@ -298,13 +293,10 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
         if e.op is ir.TileOp.MMA_WAIT:
             return self.expr(e.args[0])   # tl.dot is synchronous on the cube: no-op
         if e.op is ir.TileOp.LOAD:
-            t = e.args[0].id
-            rows, cols, s0 = tensor_args(t)
-            off = ", ".join(self.expr(x) for x in e.args[1].items)
-            shape = ", ".join(self.expr(x) for x in e.args[2].items)
-            return (f"tl.load(tl.make_block_ptr({self.names(t)}, shape=({rows}, {cols}), strides=({s0}, 1), "
-                    f"offsets=({off}), block_shape=({shape}), order=(1, 0)), "
-                    f"boundary_check=(0, 1), padding_option=\"zero\")")
+            t, offs, shape = e.args[0].id, e.args[1].items, e.args[2].items
+            w = window(self.names(t), t, len(offs), [self.expr(x) for x in offs], len(shape))
+            block = "(" + ", ".join(self.expr(x) for x in shape) + ("," if len(shape) == 1 else "") + ")"
+            return f"tl.load({w.block_ptr(block)}, boundary_check={w.boundary_check}, padding_option=\"zero\")"
         if e.op in ir.UNARY_MATH or e.op is ir.TileOp.POW:     # float32 math, abs keeps the dtype
             x = f"({self.expr(e.args[0])})" + ("" if e.op is ir.TileOp.ABS else ".to(tl.float32)")
             return spell_math(e.op, x, "tl", TL_MATH, e.args[1].value if len(e.args) > 1 else None)
@@ -407,7 +399,7 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
                 continue
             params.append(self.names(p.name))
             if p.kind is ir.ParamKind.TENSOR:
-                params += tensor_args(p.name)
+                params += tensor_args(p.name, self.ranks.get(p.name, 2))
         params += [workspace_arg(d) for d in self.ws_dtypes]
         o.line("@triton.jit")
         o.line(f"def {self.names(k.name)}({', '.join(params)}):")
@@ -614,18 +606,16 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
         elif isinstance(s, ir.Store):
             t = s.tensor
             dtype = next(p.dtype for p in self.kernel.params if p.name == t)
-            rows, cols, s0 = tensor_args(t)
-            off = ", ".join(self.expr(x) for x in s.offsets)
+            offs = [self.expr(x) for x in s.offsets]
             o.line(f"xs_v = {self.expr(s.value)}")
-            if getattr(s, "bounds", None):
-                rb, cb = (self.expr(x) for x in s.bounds)
-                rows, cols = f"tl.minimum({rows}, {rb})", f"tl.minimum({cols}, {cb})"
+            bounds = [self.expr(x) for x in s.bounds] if getattr(s, "bounds", None) else None
+            w = window(self.names(t), t, len(offs), offs, s.tile_rank, bounds)
             if s.reduce is ir.StoreReduce.ADD:
-                self.atomic_add(s, t, dtype, rows, cols, s0)
+                self.atomic_add(s, t, dtype, w)
                 return
-            o.line(f"tl.store(tl.make_block_ptr({self.names(t)}, shape=({rows}, {cols}), strides=({s0}, 1), "
-                   f"offsets=({off}), block_shape=(xs_v.shape[0], xs_v.shape[1]), order=(1, 0)), "
-                   f"xs_v.to({self.dtype(dtype)}), boundary_check=(0, 1))")
+            block = "(xs_v.shape[0], xs_v.shape[1])" if len(w.sizes) == 2 else "(xs_v.shape[0],)"
+            o.line(f"tl.store({w.block_ptr(block)}, xs_v.to({self.dtype(dtype)}), "
+                   f"boundary_check={w.boundary_check})")
         else:
             raise TypeError(f"cannot render {s!r}")
 

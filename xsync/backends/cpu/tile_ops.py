@@ -30,14 +30,34 @@ def full(shape, value, dtype):
     return torch.full(list(shape), value, dtype=dtype)
 
 
+def _region(tensor, offsets, shape, bounds=None):
+    """(tensor window, tile window) of a ``shape`` tile at ``offsets`` (one per tensor dimension;
+    the tile spans the last len(shape) dimensions, each leading offset picks one index), cut to
+    the tensor and ``bounds`` (one end per dimension); None when nothing of the tile is inside."""
+    offsets = [int(o) for o in offsets]
+    ends = list(tensor.shape)
+    if bounds is not None:
+        ends = [min(e, int(b)) for e, b in zip(ends, bounds)]
+    lead = len(offsets) - len(shape)
+    src, dst = [], []
+    for i, (o, e) in enumerate(zip(offsets, ends)):
+        if o < 0 or o >= e:
+            return None
+        if i < lead:
+            src.append(o)
+        else:
+            n = min(shape[i - lead], e - o)
+            src.append(slice(o, o + n))
+            dst.append(slice(0, n))
+    return tuple(src), tuple(dst)
+
+
 def load(tensor, offsets, shape):
     """Tile of ``shape`` at ``offsets``; out-of-bounds elements read as 0 (TMA semantics)."""
-    r0, c0 = (int(o) for o in offsets)
-    rows, cols = shape
-    out = torch.zeros((rows, cols), dtype=tensor.dtype)
-    r1, c1 = min(r0 + rows, tensor.shape[0]), min(c0 + cols, tensor.shape[1])
-    if r0 < r1 and c0 < c1 and r0 >= 0 and c0 >= 0:
-        out[: r1 - r0, : c1 - c0] = tensor[r0:r1, c0:c1]
+    out = torch.zeros(tuple(shape), dtype=tensor.dtype)
+    w = _region(tensor, offsets, tuple(shape))
+    if w is not None:
+        out[w[1]] = tensor[w[0]]
     return out
 
 
@@ -45,42 +65,22 @@ def load_scalar(tensor, index):
     return int(tensor[int(index)])
 
 
-def _window(tensor, offsets, value, bounds):
-    """(r0, r1, c0, c1) of the part of ``value`` at ``offsets`` inside the tensor and bounds,
-    None when nothing is."""
-    r0, c0 = (int(o) for o in offsets)
-    rows, cols = value.shape
-    r_end, c_end = tensor.shape[0], tensor.shape[1]
-    if bounds is not None:
-        r_end, c_end = min(r_end, int(bounds[0])), min(c_end, int(bounds[1]))
-    r1, c1 = min(r0 + rows, r_end), min(c0 + cols, c_end)
-    if r0 < r1 and c0 < c1 and r0 >= 0 and c0 >= 0:
-        return r0, r1, c0, c1
-    return None
-
-
 def store_add(tensor, offsets, value, bounds=None):
     """``xs.store(..., reduce="add")``: add ``value`` into the tensor at ``offsets`` (each
     element once, in the tensor's dtype), parts outside the tensor or ``bounds`` dropped; adds
     of concurrent agents are serialized, in the order they happen."""
-    w = _window(tensor, offsets, value, bounds)
+    w = _region(tensor, offsets, tuple(value.shape), bounds)
     if w is not None:
-        r0, r1, c0, c1 = w
-        part = value[: r1 - r0, : c1 - c0].to(tensor.dtype)
+        part = value[w[1]].to(tensor.dtype)
         with _ADD_LOCK:
-            tensor[r0:r1, c0:c1] += part
+            tensor[w[0]] += part
 
 
 def store(tensor, offsets, value, bounds=None):
     """Write ``value`` at ``offsets``; parts outside the tensor or ``bounds`` are dropped."""
-    r0, c0 = (int(o) for o in offsets)
-    rows, cols = value.shape
-    r_end, c_end = tensor.shape[0], tensor.shape[1]
-    if bounds is not None:
-        r_end, c_end = min(r_end, int(bounds[0])), min(c_end, int(bounds[1]))
-    r1, c1 = min(r0 + rows, r_end), min(c0 + cols, c_end)
-    if r0 < r1 and c0 < c1 and r0 >= 0 and c0 >= 0:
-        tensor[r0:r1, c0:c1] = value[: r1 - r0, : c1 - c0].to(tensor.dtype)
+    w = _region(tensor, offsets, tuple(value.shape), bounds)
+    if w is not None:
+        tensor[w[0]] = value[w[1]].to(tensor.dtype)
 
 
 def trans(x):

@@ -18,6 +18,8 @@ class ArgKind(StrEnum):
     ROWS = "rows"              # the tensor's row count (source: tensor)
     COLS = "cols"              # its column count
     STRIDE = "stride"          # its row stride, in elements
+    SIZE = "size"              # size i of a tensor of 1, 3 or 4 dimensions (source: (tensor, i))
+    STRIDE_I = "stride_i"      # its stride i, in elements (source: (tensor, i))
     SCALAR = "scalar"          # a run-time scalar parameter (source: its name)
     DBG = "dbg"                # the hang-debug report buffer (source: None)
 

@@ -119,7 +119,16 @@ def is_tma_pipe(kernel: ir.KernelIR, pipe: ir.Pipe) -> bool:
     """A pipe whose producer fills every field straight from global memory (xs.load):
     on Hopper the copy engine completes the slot (expect-tx) instead of an arrive."""
     writes = [s for s in ir.walk(kernel.all_statements()) if isinstance(s, ir.SlotWrite) and s.pipe == pipe.name]
-    return bool(writes) and all(isinstance(w.value, ir.Call) and w.value.op is ir.TileOp.LOAD for w in writes)
+    return bool(writes) and all(isinstance(w.value, ir.Call) and w.value.op is ir.TileOp.LOAD
+                                and _two_dims(w.value) for w in writes)
+
+
+def _two_dims(load: ir.Call) -> bool:
+    """An xs.load of a 2-D tile from a 2-D tensor: what a TMA copy into a slot takes (a tensor
+    of another rank fills its slot with a masked pointer load and an arrive)."""
+    offsets, shape = load.args[1], load.args[2]
+    return (isinstance(offsets, ir.TupleExpr) and len(offsets.items) == 2
+            and isinstance(shape, ir.TupleExpr) and len(shape.items) == 2)
 
 
 def allocate(kernel, placement, skel, options=None) -> HopperAllocation:

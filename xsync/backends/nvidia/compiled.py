@@ -101,9 +101,11 @@ class CompiledNvidia:
                 out.append(int(tma_ready(self._tensor(extra, args))))
             elif kind is ArgKind.PTR:
                 x = self._tensor(extra, args)
-                if x.stride(1) != 1:
-                    raise LaunchError(f"kernel '{k.name}': tensor `{extra}` has column stride {x.stride(1)}",
-                                      loc=k.loc, objects=(extra,), fix="pass a tensor with contiguous rows")
+                if x.shape[-1] > 1 and x.stride(-1) != 1:
+                    raise LaunchError(f"kernel '{k.name}': tensor `{extra}` has stride {x.stride(-1)} in its "
+                                      f"last dimension; the Hopper lowering addresses it with unit stride there",
+                                      loc=k.loc, objects=(extra,),
+                                      fix=f"pass a view whose last dimension is contiguous (`{extra}.contiguous()`)")
                 out.append(x)
             elif kind is ArgKind.TABLE:
                 out.append(self._tensor(extra, args))
@@ -113,6 +115,10 @@ class CompiledNvidia:
                 out.append(int(self._tensor(extra, args).shape[1]))
             elif kind is ArgKind.STRIDE:
                 out.append(int(self._tensor(extra, args).stride(0)))
+            elif kind is ArgKind.SIZE:
+                out.append(int(self._tensor(extra[0], args).shape[extra[1]]))
+            elif kind is ArgKind.STRIDE_I:
+                out.append(int(self._tensor(extra[0], args).stride(extra[1])))
             elif kind is ArgKind.SCALAR:
                 out.append(args[extra])
             elif kind is ArgKind.DBG:

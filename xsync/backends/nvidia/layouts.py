@@ -189,7 +189,8 @@ class LayoutRules:
         None: a scalar op."""
         ts = [self.type_of(a) for a in args]
         shape, lay = self.bshape(ts, want)
-        return shape, lay, [lay if shape is not None and t.kind is ValueKind.TILE else None for t in ts]
+        return shape, lay, [None if shape is None or t.kind is not ValueKind.TILE else
+                            f"gl.SliceLayout(0, {lay})" if len(t.shape) < len(shape) else lay for t in ts]
 
     @staticmethod
     def promote(*ts):
@@ -362,10 +363,10 @@ class LayoutRules:
             return T(ValueKind.TILE, shape, t.dtype, want or self.layout2d(shape))
         if op is ir.TileOp.LOAD:
             shape = self.shape_of(e.args[2], self.loc)
-            if len(shape) != 2:
-                self.fail("xs.load reads 2-D tiles", loc=self.loc)
-            lay = want or self.layout2d(shape)
-            for x in e.args[1].items[:2]:
+            if len(shape) not in (1, 2):
+                self.fail("xs.load reads 1-D or 2-D tiles", loc=self.loc)
+            lay = want or (self.layout2d(shape) if len(shape) == 2 else self.layout1d())
+            for x in e.args[1].items:
                 self.type_of(x, None, record)
             return T(ValueKind.TILE, shape, self.tensors[e.args[0].id].dtype, lay)
         if op is ir.TileOp.LOAD_SCALAR:
@@ -509,10 +510,11 @@ class LayoutInference(LayoutRules):
                 t = self.type_of(s.value)
             else:
                 t = self.type_of(s.value, None, True)
-                self.stores[id(s)] = t
-            if t.kind is not ValueKind.TILE or len(t.shape) != 2:
-                self.fail("xs.store writes 2-D tiles", loc=s.loc)
-            for x in (*s.offsets[:2], *(s.bounds or ())):
+                if len(t.shape) == 2:       # a 1-D tile is stored in its own layout, unstaged
+                    self.stores[id(s)] = t
+            if t.kind is not ValueKind.TILE or len(t.shape) not in (1, 2):
+                self.fail("xs.store writes 1-D or 2-D tiles", loc=s.loc)
+            for x in (*s.offsets, *(s.bounds or ())):
                 self.type_of(x, None, True)
         elif isinstance(s, ir.RoleBlock):
             self.block(s.body)

@@ -80,7 +80,8 @@ def signature_of(result, scalar_types: dict | None = None) -> tuple[dict, dict]:
         elif kind in (ArgKind.PTR, ArgKind.TABLE):
             sig[name] = "*" + SIG_DTYPES[result.tensors[arg.source].dtype.name]
             attrs[(i,)] = [["tt.divisibility", 16]]
-        elif kind in (ArgKind.ROWS, ArgKind.COLS, ArgKind.STRIDE, ArgKind.STORE_OK):
+        elif kind in (ArgKind.ROWS, ArgKind.COLS, ArgKind.STRIDE, ArgKind.STORE_OK, ArgKind.SIZE,
+                      ArgKind.STRIDE_I):
             sig[name] = "i32"
         elif kind is ArgKind.SCALAR:
             sig[name] = scalar_types.get(arg.source, "i32")   # the kernel's name for it

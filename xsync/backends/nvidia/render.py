@@ -67,6 +67,7 @@ from xsync.backends.nvidia.layouts import ModuleLayouts, ValueKind, nvmma_shared
 from xsync.backends.nvidia.planning import RenderPlan
 from xsync.backends.nvidia.sync_ops import HangDebug, SyncSpeller, WaitSite, counters, emit_helpers, paired
 from xsync.backends.nvidia.values import SCALAR, GL_DTYPES, ValueSpeller
+from xsync.backends.nvidia.tensors import leading
 from xsync.lowering.placement import Placement
 
 # The TMA global->shared load is spelled differently across the supported Triton versions:
@@ -257,16 +258,20 @@ class AgentSpeller:
             return self.row_store(s)
         o = self.out
         c, t = values.tx(s.value)
-        if t.kind is not ValueKind.TILE or len(t.shape) != 2:
-            self.fail("xs.store writes 2-D tiles", loc=s.loc)
+        if t.kind is not ValueKind.TILE or len(t.shape) not in (1, 2):
+            self.fail("xs.store writes 1-D or 2-D tiles", loc=s.loc)
+        if len(t.shape) == 1:
+            return self.row_store(s, (c, t))
         lay = t.layout
         tn = s.tensor
         val = values.fresh("val")
         r, cc = values.fresh("rows"), values.fresh("cols")
         dtype = values.dtype(values.tensors[tn].dtype)
         staged = self.plan.staging.of(s)
-        r0, c0 = (values.tx(x)[0] for x in s.offsets)
+        offs = [values.tx(x)[0] for x in s.offsets]
+        r0, c0 = offs[-2:]
         bounds = [values.tx(x)[0] for x in s.bounds] if s.bounds else []
+        lead = leading(values.tensors[tn], offs, 2, bounds)
         adds = s.reduce is ir.StoreReduce.ADD
         what = f'xs.store({tn}, ..., reduce="add")' if adds else f"xs.store({tn}, ...)"
         if staged is None:
@@ -294,42 +299,54 @@ class AgentSpeller:
             o.indent()
         o.line(f"{r} = {r0} + gl.arange(0, {t.shape[0]}, layout=gl.SliceLayout(1, {lay}))")
         o.line(f"{cc} = {c0} + gl.arange(0, {t.shape[1]}, layout=gl.SliceLayout(0, {lay}))")
-        self.masked_store(tn, f"{r}[:, None]", f"{cc}[None, :]", val, bounds, adds)
+        self.masked_store(tn, f"{r}[:, None]", f"{cc}[None, :]", val, bounds[-2:], adds, lead)
         if staged is not None:
             o.dedent()
 
-    def masked_store(self, tn: str, rows: str, cols: str, val: str, bounds: list, adds: bool = False):
-        """gl.store of ``val`` at (``rows``, ``cols``) of ``tn``, masked to the tensor and ``bounds``;
-        ``adds``: a relaxed gl.atomic_add whose result is unused (PTX red.global.add): the sum is
-        read after the launch, nothing in the kernel orders on it."""
-        mask = f"({rows} < {tn}_rows) & ({cols} < {tn}_cols)"
+    def masked_store(self, tn: str, rows: str | None, cols: str, val: str, bounds: list, adds: bool = False,
+                     lead: tuple[str, list[str]] = ("", [])):
+        """gl.store of ``val`` at (``rows``, ``cols``) of ``tn`` (``cols`` only: a 1-D tile), masked to
+        the tensor and ``bounds`` (of the tile's dimensions); ``lead``: the leading offsets' address
+        term and masks (tensors of more dimensions than the tile). ``adds``: a relaxed gl.atomic_add
+        whose result is unused (PTX red.global.add): the sum is read after the launch, nothing in
+        the kernel orders on it."""
+        sizes, strides = self.values.tensors[tn].dims()
+        masks = ([f"({rows} < {sizes[-2]})"] if rows else []) + [f"({cols} < {sizes[-1]})"]
         if bounds:
-            mask += f" & ({rows} < {bounds[0]}) & ({cols} < {bounds[1]})"
-        ptr = f"{self.names(tn)} + {rows}.to(gl.int64) * {tn}_stride + {cols}"
+            masks += ([f"({rows} < {bounds[-2]})"] if rows else []) + [f"({cols} < {bounds[-1]})"]
+        mask = " & ".join(masks + lead[1])
+        ptr = f"{self.names(tn)}{lead[0]} + " + (f"{rows}.to(gl.int64) * {strides[-2]} + " if rows else "") + cols
         value = f"{val}.to({self.values.dtype(self.values.tensors[tn].dtype)})"
         if adds:
             self.out.line(f'gl.atomic_add({ptr}, {value}, mask={mask}, sem="relaxed")')
         else:
             self.out.line(f"gl.store({ptr}, {value}, mask={mask})")
 
-    def row_store(self, s: ir.Store):
-        """``xs.store(t, [r, c], v[None, :])`` of a 1-D tile ``v``: a masked store in ``v``'s
-        own layout (the softmax's per-row statistics live in a slice of the accumulator layout;
-        a [1, n] tile would take them to its column slice first)."""
+    def row_store(self, s: ir.Store, value=None):
+        """``xs.store(t, [.., r, c], v[None, :])`` of a 1-D tile ``v``, or ``xs.store(t, [.., c], v)``
+        (``value``: v spelled): a masked store in ``v``'s own layout (the softmax's per-row
+        statistics live in a slice of the accumulator layout; a [1, n] tile would take them to
+        its column slice first)."""
         o, values = self.out, self.values
-        c, t = values.tx(s.value.value)
+        c, t = value or values.tx(s.value.value)
         tn = s.tensor
-        val, r, cc = values.fresh("val"), values.fresh("row"), values.fresh("cols")
-        r0, c0 = (values.tx(x)[0] for x in s.offsets)
+        val, r, cc = values.fresh("val"), None if value else values.fresh("row"), values.fresh("cols")
+        offs = [values.tx(x)[0] for x in s.offsets]
         bounds = [values.tx(x)[0] for x in s.bounds] if s.bounds else []
         adds = s.reduce is ir.StoreReduce.ADD
         what = f'xs.store({tn}, ..., reduce="add")' if adds else f"xs.store({tn}, ...)"
-        o.line(f"# line {s.loc.line}: {what} -- one row, in the layout its values live in; "
-               f"out-of-bounds parts are masked off")
+        o.line(f"# line {s.loc.line}: {what} -- {'a 1-D tile' if value else 'one row'}, in the layout its "
+               f"values live in; out-of-bounds parts are masked off")
+        if value is not None:
+            o.line(f"{val} = {c}")
+            o.line(f"{cc} = {offs[-1]} + gl.arange(0, {t.shape[0]}, layout={t.layout})")
+            self.masked_store(tn, None, cc, val, bounds[-1:], adds, leading(values.tensors[tn], offs, 1, bounds))
+            return
+        r0, c0 = offs[-2:]
         o.line(f"{val} = {c}")
         o.line(f"{r} = {r0} + gl.zeros([{t.shape[0]}], gl.int32, layout={t.layout})")
         o.line(f"{cc} = {c0} + gl.arange(0, {t.shape[0]}, layout={t.layout})")
-        self.masked_store(tn, r, cc, val, bounds, adds)
+        self.masked_store(tn, r, cc, val, bounds[-2:], adds, leading(values.tensors[tn], offs, 2, bounds))
 
     def slot_write(self, s: ir.SlotWrite):
         o, values = self.out, self.values
@@ -452,9 +469,14 @@ class NvidiaRenderer:
                     params.append(KernelArg(f"{p.name}_tma_ok", ArgKind.STORE_OK, p.name))
                 if use.pointer:
                     params.append(KernelArg(self.names(p.name), ArgKind.PTR, p.name))
-                    params.append(KernelArg(f"{p.name}_rows", ArgKind.ROWS, p.name))
-                    params.append(KernelArg(f"{p.name}_cols", ArgKind.COLS, p.name))
-                    params.append(KernelArg(f"{p.name}_stride", ArgKind.STRIDE, p.name))
+                    if use.rank == 2:
+                        params.append(KernelArg(f"{p.name}_rows", ArgKind.ROWS, p.name))
+                        params.append(KernelArg(f"{p.name}_cols", ArgKind.COLS, p.name))
+                        params.append(KernelArg(f"{p.name}_stride", ArgKind.STRIDE, p.name))
+                    else:
+                        sizes, strides = use.dims()
+                        params += [KernelArg(x, ArgKind.SIZE, (p.name, i)) for i, x in enumerate(sizes)]
+                        params += [KernelArg(x, ArgKind.STRIDE_I, (p.name, i)) for i, x in enumerate(strides[:-1])]
             else:
                 params.append(KernelArg(self.names(p.name), ArgKind.SCALAR, p.name))
         if self.debug is not None:

@@ -12,8 +12,9 @@ statements in program order; a staging tile is granted to the first store that n
 
 1. The renderer option ``tma_store`` is not ``False``.
 2. The agent's partition is a consumer warpgroup (``Unit.CONSUMER``).
-3. The store writes a whole 2-D tile (a one-row ``v[None, :]`` store stays a masked store in
-   its value's layout).
+3. The store writes a whole 2-D tile into a 2-D tensor (a one-row ``v[None, :]`` store or a
+   1-D tile stays a masked store in its value's layout; a tensor of 1, 3 or 4 dimensions takes
+   masked stores).
 4. The kernel never reads the tensor with ``xs.load`` (bulk copies are not ordered with the
    kernel's own loads of it).
 5. Every loop around the store is a tile loop (``xs.tile_range``): the bulk copies of one
@@ -141,6 +142,8 @@ class _Planner:
 
     def store(self, agent, s: ir.Store, shape, loops) -> StagedStore | None:
         tensor = s.tensor
+        if self.tensors[tensor].rank != 2:                                          # rule 3
+            return None
         dt = self.tensors[tensor].dtype
         rows, cols = shape
         row_bytes = cols * dt.bytes

@@ -13,6 +13,7 @@ from xsync.errors import BackendError
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import NotConstant, evaluate
+from xsync.lowering.tile_launch import tensor_ranks
 
 
 @dataclass
@@ -24,6 +25,28 @@ class TensorUse:
     descs: dict = field(default_factory=dict)   # (rows, cols) -> descriptor parameter name
     pointer: bool = False                       # masked 2-D gl.load/gl.store through a pointer
     table: bool = False                         # 1-D int32 table read with xs.load_scalar
+    rank: int = 2                               # the rank xs.load / xs.store address it with
+
+    def dims(self) -> tuple[list[str], list[str]]:
+        """The kernel's names of the tensor's sizes and strides, one per dimension (the last
+        stride is 1: the launcher checks it). A 2-D tensor keeps its ``_rows``/``_cols``/``_stride``."""
+        n = self.name
+        if self.rank == 2:
+            return [f"{n}_rows", f"{n}_cols"], [f"{n}_stride", "1"]
+        return ([f"{n}_size{i}" for i in range(self.rank)],
+                [f"{n}_stride{i}" for i in range(self.rank - 1)] + ["1"])
+
+
+def leading(use: TensorUse, offsets: list[str], tile_rank: int, bounds: list[str] = ()) -> tuple[str, list[str]]:
+    """The address term and masks of the leading offsets (those before the tile's dimensions:
+    each picks one index): `` + <offset> * <stride>`` in int64, ``<offset> < <size>`` (and
+    ``< <bound>``). Empty for a tile over all of the tensor's dimensions."""
+    sizes, strides = use.dims()
+    lead = len(offsets) - tile_rank
+    addr = "".join(f" + gl.to_tensor({o}).to(gl.int64) * {strides[i]}" for i, o in enumerate(offsets[:lead]))
+    masks = [f"({o} < {sizes[i]})" for i, o in enumerate(offsets[:lead])]
+    masks += [f"({o} < {b})" for o, b in zip(offsets[:lead], list(bounds)[:lead])]
+    return addr, masks
 
 
 @dataclass(frozen=True)
@@ -53,9 +76,10 @@ def collect(kernel: ir.KernelIR, placement: Placement, consts: dict,
     """The uses of every tensor parameter in the agent programs ``bodies`` (agent -> statements)."""
     tensors: dict[str, TensorUse] = {}
     read: set[str] = set()
+    ranks = tensor_ranks(kernel)
     for p in kernel.params:
         if p.kind is ir.ParamKind.TENSOR:
-            tensors[p.name] = TensorUse(p.name, p.dtype)
+            tensors[p.name] = TensorUse(p.name, p.dtype, rank=ranks.get(p.name, 2))
     tma_pipes = {p.name for p in kernel.pipes if placement.crosses(p) and is_tma_pipe(kernel, p)}
     tma_loads = set()
     live = tuple(x for a in placement.agents for x in bodies[a.name])

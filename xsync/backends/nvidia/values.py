@@ -13,6 +13,7 @@ from typing import Mapping
 
 from xsync.dtypes import DType
 from xsync.backends.nvidia import exp2
+from xsync.backends.nvidia.tensors import leading
 from xsync.backends.nvidia.layouts import SCALAR, AgentLayouts, LayoutConstant, LayoutRules, T, ValueKind
 from xsync.backends.source import PRECEDENCE, Emitter, float_literal, int_power, spell_math
 from xsync.errors import BackendError
@@ -104,12 +105,12 @@ class ValueSpeller(LayoutRules):
             return self.view(self.names(e.id), self.env.get(e.id, SCALAR), t)
         if isinstance(e, (ir.BinOp, ir.Compare)):
             p = PRECEDENCE["cmp" if isinstance(e, ir.Compare) else e.op]
-            lw, rw = self.broadcast((e.left, e.right), want)[2]
-            code = f"{self.tx(e.left, lw, p + isinstance(e, ir.Compare))[0]} {e.op} {self.tx(e.right, rw, p + 1)[0]}"
+            left, right = self.operands((e.left, e.right), want, (p + isinstance(e, ir.Compare), p + 1))
+            code = f"{left} {e.op} {right}"
             return f"({code})" if p < parent else code
         if isinstance(e, ir.BoolOp):
             p = PRECEDENCE[e.op]
-            parts = [self.tx(v, w, p + 1)[0] for v, w in zip(e.values, self.broadcast(e.values, want)[2])]
+            parts = self.operands(e.values, want, [p + 1] * len(e.values))
             if t.kind is ValueKind.SCALAR:
                 code = parts[0]
                 for i, x in enumerate(parts[1:], 2):     # pairs: Triton refuses A or B or C
@@ -138,6 +139,18 @@ class ValueSpeller(LayoutRules):
             return self.call(e, t, want)
         raise TypeError(f"cannot render {e!r}")
 
+    def operands(self, args, want, parents) -> list[str]:
+        """The operands of a broadcasting op, each in the layout the op asks of it; a 1-D tile
+        of a 2-D op gets its leading axis (``[None, :]``, as torch broadcasts): Gluon broadcasts
+        equal ranks only."""
+        shape, _, wants = self.broadcast(args, want)
+        out = []
+        for a, w, parent in zip(args, wants, parents):
+            lower = shape is not None and w is not None and len(self.type_of(a).shape) < len(shape)
+            code = self.tx(a, w, 99 if lower else parent)[0]
+            out.append(f"{code}[None, :]" if lower else code)
+        return out
+
     def field_view(self, e: ir.Attr):
         """(code, type) of a slot field where it lives: registers, or the slot's shared memory."""
         slot = e.value.id
@@ -162,7 +175,7 @@ class ValueSpeller(LayoutRules):
         if op is ir.TileOp.REPLICA_ID:
             return "REPLICA"
         if op in (ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM, ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE):
-            args = [self.tx(a, w)[0] for a, w in zip(e.args, self.broadcast(e.args, want)[2])]
+            args = self.operands(e.args, want, [0] * len(e.args))
             helper = exp2.SHARES.get(self.exp2_share)
             if op is ir.TileOp.EXP2 and helper and exp2.applies(t):     # a share on the FMA pipe (exp2.py)
                 self.exp2_used = True
@@ -232,8 +245,29 @@ class ValueSpeller(LayoutRules):
 
     def pointer_load(self, e: ir.Call, t: T) -> str:
         tn, offs, lay = e.args[0].id, e.args[1].items, t.layout
+        use = self.tensors[tn]
+        if use.rank != 2 or len(t.shape) != 2:
+            return self.nd_load(use, [self.tx(x)[0] for x in offs], t)
         r, c = self.fresh("rows"), self.fresh("cols")
         self.out.line(f"{r} = {self.tx(offs[0])[0]} + gl.arange(0, {t.shape[0]}, layout=gl.SliceLayout(1, {lay}))")
         self.out.line(f"{c} = {self.tx(offs[1])[0]} + gl.arange(0, {t.shape[1]}, layout=gl.SliceLayout(0, {lay}))")
         return (f"gl.load({self.names(tn)} + {r}[:, None].to(gl.int64) * {tn}_stride + {c}[None, :], "
                 f"mask=({r}[:, None] < {tn}_rows) & ({c}[None, :] < {tn}_cols), other=0.0)")
+
+    def nd_load(self, use, offs: list[str], t: T) -> str:
+        """A masked load of a 1-D or 2-D tile over the last dimensions of a tensor of any rank;
+        the leading offsets pick one index each (masked like the tile's own dimensions)."""
+        sizes, strides = use.dims()
+        addr, lead_masks = leading(use, offs, len(t.shape))
+        c = self.fresh("cols")
+        if len(t.shape) == 1:
+            self.out.line(f"{c} = {offs[-1]} + gl.arange(0, {t.shape[0]}, layout={t.layout})")
+            ptr, masks = f"{c}", [f"({c} < {sizes[-1]})"]
+        else:
+            r = self.fresh("rows")
+            self.out.line(f"{r} = {offs[-2]} + gl.arange(0, {t.shape[0]}, layout=gl.SliceLayout(1, {t.layout}))")
+            self.out.line(f"{c} = {offs[-1]} + gl.arange(0, {t.shape[1]}, layout=gl.SliceLayout(0, {t.layout}))")
+            ptr = f"{r}[:, None].to(gl.int64) * {strides[-2]} + {c}[None, :]"
+            masks = [f"({r}[:, None] < {sizes[-2]})", f"({c}[None, :] < {sizes[-1]})"]
+        return (f"gl.load({self.names(use.name)}{addr} + {ptr}, mask={' & '.join(masks + lead_masks)}, "
+                f"other=0.0)")

@@ -10,7 +10,7 @@ SDPA over the padded batch; such a row says so (``reference_fallback`` in the JS
 "FALLBACK" in the table, a warning on stderr), since padding makes the comparison a
 different one.
 
-    python benchmarks/flash_attn.py [--quick] [--out benchmarks/results] [--backward] [--no-forward]
+    python benchmarks/attention.py [--quick] [--out benchmarks/results] [--backward] [--no-forward]
 
 ``--backward`` adds the backward section (measure_backward): the same grid, the time of
 dQ, dK and dV from a retained forward graph, FLOPs = 2.5x the forward's, xsync vs SDPA's
@@ -37,7 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks._gpu import cuda_missing  # noqa: E402 - after the source tree is on sys.path
+from benchmarks import fa4  # noqa: E402 - after the source tree is on sys.path
+from benchmarks._gpu import cuda_missing  # noqa: E402
 
 SEQS = (1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
@@ -88,6 +89,10 @@ def measure_point(p, progress=None):
     runners = {"xsync": lambda: attention(q, k, v, causal=causal)}
     for name in ("cudnn", "flash"):
         runners[f"sdpa_{name}"] = sdpa_runner(name, q, k, v, causal)
+    if fa4.available():
+        row["fa4_error"] = fa4.available()
+    else:
+        runners["fa4"] = fa4.forward(q, k, v, causal)[0]
     for name, fn in runners.items():
         try:
             ms = bench(fn)
@@ -95,10 +100,15 @@ def measure_point(p, progress=None):
             row[f"{name}_tflops"] = f / (ms * 1e-3) / 1e12
         except Exception as exc:  # noqa: BLE001 - a backend missing on this torch is reported
             row[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    for name in ("cudnn", "flash"):
-        if f"sdpa_{name}_tflops" in row and "xsync_tflops" in row:
-            row[f"ratio_vs_{name}"] = row["xsync_tflops"] / row[f"sdpa_{name}_tflops"]
+    ratios(row)
     return row
+
+
+def ratios(row):
+    """xsync's TFLOP/s over each reference's measured in the same row."""
+    for ref, key in (("cudnn", "sdpa_cudnn_tflops"), ("flash", "sdpa_flash_tflops"), ("fa4", "fa4_tflops")):
+        if key in row and "xsync_tflops" in row:
+            row[f"ratio_vs_{ref}"] = row["xsync_tflops"] / row[key]
 
 
 VARLEN_LENS = (128, 8192, 512, 4096, 256, 2048, 1024, 6144, 384, 3072, 768, 5120, 1536, 7168, 640, 2560)
@@ -177,6 +187,17 @@ def measure_varlen(causal: bool):
             row["nested_sdpa_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     else:
         row["nested_sdpa_error"] = why_nested
+    if fa4.available():
+        row["fa4_error"] = fa4.available()
+    else:
+        try:
+            run4 = fa4.varlen_forward(q, k, v, cu, max(lens), causal)
+            row["fa4_max_abs_err"] = (o.float() - run4().float()).abs().max().item()
+            row["fa4_ms"] = bench(run4)
+            row["fa4_tflops"] = f / (row["fa4_ms"] * 1e-3) / 1e12
+            row["ratio_vs_fa4"] = row["xsync_tflops"] / row["fa4_tflops"]
+        except Exception as exc:  # noqa: BLE001 - reported in the row
+            row["fa4_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     if ref is None:
         # Loud: a padded batch does (max_len / mean_len)x the work, so this is not the
         # comparison the row would otherwise claim.
@@ -352,12 +373,17 @@ def measure_backward(p):
     forwards = {"xsync": lambda q, k, v: attention(q, k, v, causal=causal)[0],
                 "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
                 "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION)}
+    inputs = {name: (q, k, v) for name in forwards}
+    if fa4.available():
+        row["fa4_error"] = fa4.available()
+    else:
+        forwards["fa4"], inputs["fa4"] = fa4.forward(q, k, v, causal)
     grads = {}
     grad_o = None
     for name, forward in forwards.items():
         try:
             torch.manual_seed(1)            # the same grad_o for every implementation
-            run, grad_o = backward_runner(forward, q, k, v)
+            run, grad_o = backward_runner(forward, *inputs[name])
             grads[name] = run()
             ms = bench(run)
             row[f"{name}_ms"] = ms
@@ -367,25 +393,19 @@ def measure_backward(p):
     if "xsync" in grads and "sdpa_cudnn" in grads:
         row["max_abs_err_vs_sdpa"] = max((a.float() - r.float()).abs().max().item()
                                          for a, r in zip(grads["xsync"], grads["sdpa_cudnn"]))
-    for name in ("cudnn", "flash"):
-        if f"sdpa_{name}_tflops" in row and "xsync_tflops" in row:
-            row[f"ratio_vs_{name}"] = row["xsync_tflops"] / row[f"sdpa_{name}_tflops"]
+    ratios(row)
     return row
 
 
 def table(rows) -> str:
-    head = "| d | causal | s | b | h | xsync TFLOP/s | cuDNN | flash | xsync/cuDNN | xsync/flash | max err |"
-    out = [head, "|" + "---|" * 11]
+    head = ("| d | causal | s | b | h | xsync TFLOP/s | cuDNN | flash | FA4 | xsync/cuDNN | xsync/flash "
+            "| xsync/FA4 | max err |")
+    out = [head, "|" + "---|" * 13]
     for r in rows:
         if r.get("kind") in ("varlen", "backward"):
             continue
 
-        def cell(key, fmt="{:.0f}"):
-            return fmt.format(r[key]) if key in r else "n/a"
-        out.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {cell('xsync_tflops')} "
-                   f"| {cell('sdpa_cudnn_tflops')} | {cell('sdpa_flash_tflops')} "
-                   f"| {cell('ratio_vs_cudnn', '{:.2f}')} | {cell('ratio_vs_flash', '{:.2f}')} "
-                   f"| {cell('max_abs_err_vs_sdpa', '{:.1e}')} |")
+        out.append(table_row(r))
     for r in rows:
         if r.get("kind") == "varlen":
             out.append("")
@@ -394,11 +414,13 @@ def table(rows) -> str:
             out.append(f"varlen ({r['sequences']} sequences, lengths {min(r['lengths'])}..{max(r['lengths'])}, "
                        f"d={r['d']}, causal={r['causal']}): xsync {r['xsync_tflops']:.0f} TFLOP/s, "
                        f"{r['reference']}{note} {r['reference_tflops']:.0f} TFLOP/s, "
-                       f"ratio {r['ratio_vs_reference']:.2f}{err}")
+                       f"ratio {r['ratio_vs_reference']:.2f}{err}; FA4 "
+                       + (f"{r['fa4_tflops']:.0f} TFLOP/s, xsync/FA4 {r['ratio_vs_fa4']:.2f}" if "fa4_tflops" in r
+                          else f"absent ({r.get('fa4_error', 'not measured')})"))
     backward = [r for r in rows if r.get("kind") == "backward"]
     if backward:
         out += ["", "backward (FLOPs = 2.5x forward; max err: largest |dQ, dK, dV - cuDNN's|)", "",
-                head, "|" + "---|" * 11]
+                head, "|" + "---|" * 13]
         for r in backward:
             out.append(table_row(r))
     return "\n".join(out)
@@ -408,9 +430,9 @@ def table_row(r) -> str:
     def cell(key, fmt="{:.0f}"):
         return fmt.format(r[key]) if key in r else "n/a"
     return (f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {cell('xsync_tflops')} "
-            f"| {cell('sdpa_cudnn_tflops')} | {cell('sdpa_flash_tflops')} "
+            f"| {cell('sdpa_cudnn_tflops')} | {cell('sdpa_flash_tflops')} | {cell('fa4_tflops')} "
             f"| {cell('ratio_vs_cudnn', '{:.2f}')} | {cell('ratio_vs_flash', '{:.2f}')} "
-            f"| {cell('max_abs_err_vs_sdpa', '{:.1e}')} |")
+            f"| {cell('ratio_vs_fa4', '{:.2f}')} | {cell('max_abs_err_vs_sdpa', '{:.1e}')} |")
 
 
 def main(argv=None, progress=True) -> int:
@@ -463,7 +485,10 @@ def main(argv=None, progress=True) -> int:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "flash_attn.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows, variants=variant_rows), f, indent=1)
+    fa4_absent = sorted({r["fa4_error"] for r in rows if "fa4_error" in r})
     md = f"# flash attention, {meta['device']}, torch {meta['torch']}\n\n" + table(rows) + "\n"
+    if fa4_absent:
+        md += "\nFA4 absent from some rows (n/a): " + "; ".join(fa4_absent) + "\n"
     if variant_rows:
         md += "\n## variants (same meaning; ratio to the flagship, same process)\n\n" + variants_table(variant_rows) + "\n"
     with open(os.path.join(args.out, "flash_attn.md"), "w") as f:
