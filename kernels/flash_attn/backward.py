@@ -47,7 +47,11 @@ query i sees keys j <= i + k_len - q_len) the blocks that cross the diagonal. Fu
 blocks are never visited: the loop bounds (unannotated, so every agent runs the same trip
 counts) start the dK/dV query loop at the first query block that sees the tile's first key and
 stop the dQ key loop after the last key the tile's last row sees. A row whose LSE is +inf
-(it saw no key) gets P = 0, so all its gradients are 0, never NaN.
+(it saw no key) gets P = 0, so all its gradients are 0, never NaN. With a sliding window
+(WINDOW=1, window.py; extents ``win_left``/``win_right`` at run time) both ends are bounded: the
+dK/dV query loop runs over the query blocks that see any of the tile's keys, the dQ key loop
+over the key blocks any of the tile's rows sees, and blocks crossing an edge of the window are
+masked (the fused dQ share too: it is dS K of the masked P).
 
 Placement does the rest, as for the forward: on Hopper mma and grad share a consumer warpgroup
 per replica (sdp/pds/ds_in are register hand-offs; every Q/dO and K/V tile arrives by TMA in
@@ -135,7 +139,8 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                        kv_head_cols, lse_batch_rows, lse_packed,
                        BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
                        STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1,
-                       FUSED_DQ: xs.constexpr = 0, D_PAD: xs.constexpr = 0, dq_acc=None):
+                       FUSED_DQ: xs.constexpr = 0, D_PAD: xs.constexpr = 0, dq_acc=None,
+                       WINDOW: xs.constexpr = 0, win_left=0, win_right=0):
     load = xs.role("load", kind="copy")
     kv_load = xs.role("kv_load", kind="copy", replicas=2)
     mma = xs.role("mma", kind="matrix", replicas=2)
@@ -171,6 +176,11 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
             if CAUSAL:
                 # the first query block that sees key n_block (query i sees j <= i + k_len - q_len)
                 lo = xs.maximum(0, n_block - (k_len - q_len)) // BN * BN
+            q_hi = q_len
+            if WINDOW:
+                # key j is seen by queries j - (k_len - q_len) - win_right ..= j - (k_len - q_len) + win_left
+                lo = xs.maximum(lo, n_block - (k_len - q_len) - win_right) // BN * BN
+                q_hi = xs.maximum(0, xs.minimum(q_len, n_block + 2 * BM - (k_len - q_len) + win_left))
             with kv_load:
                 kvs = kv_in.acquire()
                 kvs.k = xs.load(k, [kv_row + n_block + xs.replica_id() * BM, kv_h * kv_head_cols], [BM, D + D_PAD])
@@ -187,6 +197,16 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                 mask_until = 0
                 if CAUSAL:
                     mask_until = n_block + (xs.replica_id() + 1) * BM - 1 - (k_len - q_len)
+                # query blocks ending past q_end cross the end of the sequence (or the window's
+                # left edge, seen from the keys)
+                q_end = q_len
+                if WINDOW:
+                    # key j is seen by queries i with j - hi_d <= i <= j - lo_d (the window's offsets
+                    # from the diagonal, computed once: fewer live scalars beside dK and dV)
+                    lo_d = k_len - q_len - win_left
+                    hi_d = k_len - q_len + win_right
+                    mask_until = n_block + (xs.replica_id() + 1) * BM - 1 - hi_d
+                    q_end = xs.minimum(q_len, n_block + xs.replica_id() * BM + 1 - lo_d)
                 # FUSED_DQ: keys past the sequence must not add to dQ (their K rows are another
                 # sequence's, or zeros); dK and dV need no such mask (their rows are not stored)
                 keys_end = 0
@@ -199,7 +219,7 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                 q_row = q_start * q_cu_rows + h * q_head_rows
                 lse_r = b * lse_batch_rows + h
                 lse_c = q_start * lse_packed
-                for m in range(lo, q_len, BN):
+                for m in range(lo, q_hi, BN):
                     with load:
                         qo = q_in.acquire()
                         qo.q = xs.load(q, [q_row + m, h * q_head_cols], [BN, D + D_PAD])
@@ -220,11 +240,13 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                         lse_t = xs.load(lse, [lse_r, lse_c + m], [1, BN])
                         delta_t = xs.load(delta, [lse_r, lse_c + m], [1, BN])
                         p = xs.exp2(sc.s * qk_scale - lse_t * LOG2E)
-                        if m + BN > q_len or m < mask_until or keys_end > k_len:   # a boundary: mask
+                        if m + BN > q_end or m < mask_until or keys_end > k_len:   # a boundary: mask
                             cols = m + xs.arange(0, BN)
                             keep = cols[None, :] < q_len
                             if CAUSAL:
                                 keep = keep & (keys[:, None] <= cols[None, :] + (k_len - q_len))
+                            if WINDOW:
+                                keep = keep & (keys[:, None] <= cols[None, :] + hi_d) & (keys[:, None] >= cols[None, :] + lo_d)
                             if FUSED_DQ:
                                 keep = keep & (keys[:, None] < k_len)
                             p = xs.where(keep, p, 0.0)
@@ -270,7 +292,8 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                      q_cu_rows, q_head_rows, q_head_cols, kv_cu_rows, kv_head_rows, kv_head_cols,
                      lse_batch_rows, lse_packed,
                      BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
-                     STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1, D_PAD: xs.constexpr = 0):
+                     STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1, D_PAD: xs.constexpr = 0,
+                     WINDOW: xs.constexpr = 0, win_left=0, win_right=0):
     load = xs.role("load", kind="copy")
     q_load = xs.role("q_load", kind="copy", replicas=2)
     mma = xs.role("mma", kind="matrix", replicas=2)
@@ -303,6 +326,11 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
             if CAUSAL:
                 # the last key the tile's last row sees, bottom-right aligned
                 hi = xs.maximum(0, xs.minimum(k_len, m_block + 2 * BM + k_len - q_len))
+            lo = 0
+            if WINDOW:
+                # the first key the tile's first row sees, the last its last row sees (as the forward)
+                lo = xs.maximum(0, m_block + k_len - q_len - win_left) // BN * BN
+                hi = xs.maximum(0, xs.minimum(hi, m_block + 2 * BM + k_len - q_len + win_right))
             with q_load:
                 qs = q_in.acquire()
                 qs.q = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D + D_PAD])
@@ -318,12 +346,17 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                 mask_from = k_len
                 if CAUSAL:
                     mask_from = xs.minimum(k_len, m_block + xs.replica_id() * BM + 1 + k_len - q_len)
+                full_from = 0
+                if WINDOW:
+                    # and the blocks before full_from cross the window's left edge
+                    mask_from = xs.minimum(mask_from, m_block + xs.replica_id() * BM + 1 + k_len - q_len + win_right)
+                    full_from = m_block + (xs.replica_id() + 1) * BM + k_len - q_len - win_left
                 lse_r = b * lse_batch_rows + h
                 lse_c = q_start * lse_packed + m_block + xs.replica_id() * BM
                 # [1, BM] rows of the LSE and delta tensors as [BM] vectors (a sum over one row)
                 lse_i = xs.sum(xs.load(lse, [lse_r, lse_c], [1, BM]), 0) * LOG2E
                 delta_i = xs.sum(xs.load(delta, [lse_r, lse_c], [1, BM]), 0)
-            for n in range(0, hi, BN):
+            for n in range(lo, hi, BN):
                 with load:
                     ks = k_in.acquire()
                     ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D + D_PAD])
@@ -346,7 +379,17 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                 with grad:
                     sc = sdp.wait()
                     p = xs.exp2(sc.s * qk_scale - lse_i[:, None])
-                    if n + BN > mask_from:       # a boundary block: mask; the others need none
+                    if WINDOW:
+                        if n + BN > mask_from or n < full_from:     # an edge block of the window
+                            cols = n + xs.arange(0, BN)
+                            # bounds as [BM, 1] columns against [1, BN] keys: no [BM, BN] integer tile
+                            keep = (cols[None, :] < k_len) & \
+                                (cols[None, :] <= rows[:, None] + (k_len - q_len + win_right)) & \
+                                (cols[None, :] >= rows[:, None] + (k_len - q_len - win_left))
+                            if CAUSAL:
+                                keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
+                            p = xs.where(keep, p, 0.0)
+                    elif n + BN > mask_from:       # a boundary block: mask; the others need none
                         cols = n + xs.arange(0, BN)
                         keep = cols[None, :] < k_len
                         if CAUSAL:

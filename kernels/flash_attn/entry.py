@@ -8,15 +8,15 @@
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
                     return_attn_probs=False) -> out | (out, lse, None)
         flash-attn 2's: [B, S, H, D], causal mask aligned BOTTOM-RIGHT (query i sees keys
-        j <= i + Sk - Sq), lse [B, H, S].
+        j <= i + Sk - Sq), sliding window (left, right) as flash-attn's (window.py), lse [B, H, S].
     flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)
         packed [total, H, D], bottom-right per sequence, lse [H, total].
 
 All three run ``xsync.kernels.flash_attn.attention`` / ``attention_varlen`` on views of the
 caller's tensors (no copies where the strides allow: layouts.py), so autograd and
 torch.compile work as for those ops. What the kernels do not compute (a general attn_mask,
-dropout, sliding windows, softcap, ALiBi) raises UnsupportedError naming the argument; nothing
-falls back silently.
+dropout, softcap, ALiBi) raises UnsupportedError naming the argument; nothing falls back
+silently. Sliding windows (``window_size``) run in the kernels, forward and backward.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import torch
 from xsync.compiler import caller_loc
 from xsync.errors import LaunchError, UnsupportedError
 from xsync.kernels.flash_attn import layouts
+from xsync.kernels.flash_attn import window as _window
 from xsync.kernels.flash_attn.ops import attention, attention_varlen
 
 
@@ -83,9 +84,10 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 def _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes):
     if dropout_p:
         _unsupported(entry, "dropout_p", dropout_p, "pass dropout_p=0.0 (flash-attn's own kernels do dropout)")
-    if tuple(window_size) != (-1, -1):
-        _unsupported(entry, "window_size", tuple(window_size),
-                     "pass window_size=(-1, -1): xsync's attention kernels have no sliding window yet")
+    try:
+        _window.normalize(window_size, False, entry)
+    except LaunchError as e:        # raised here, so it names the caller's line
+        raise LaunchError(e.what, loc=caller_loc(), objects=e.objects, fix=e.fix) from None
     if softcap:
         _unsupported(entry, "softcap", softcap, "pass softcap=0.0")
     if alibi_slopes is not None:
@@ -96,13 +98,16 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """``flash_attn.flash_attn_func`` on xsync's kernels: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D]
     (Hk divides Hq), causal aligned bottom-right (query i sees keys j <= i + Sk - Sq; rows that
-    see none give 0). Returns out [B, Sq, Hq, D] (contiguous when q is), with
-    ``return_attn_probs`` the tuple (out, softmax_lse [B, Hq, Sq] float32, None); the backward
-    is always deterministic."""
+    see none give 0). ``window_size=(left, right)``: query i sees keys i + Sk - Sq - left ..=
+    i + Sk - Sq + right (-1: unbounded; causal sets right = 0), computed by the kernels, which
+    skip the key blocks outside the window. Returns out [B, Sq, Hq, D] (contiguous when q is),
+    with ``return_attn_probs`` the tuple (out, softmax_lse [B, Hq, Sq] float32, None); the
+    backward is always deterministic."""
     entry = "xsync.flash_attn_func"
     _dims(entry, "[batch, seq, heads, head_dim]", 4, q=q, k=k, v=v)
     _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes)
-    o, lse = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bool(causal), softmax_scale)
+    o, lse = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bool(causal), softmax_scale,
+                       window_size=tuple(window_size))
     out = o.transpose(1, 2)
     return (out, lse, None) if return_attn_probs else out
 
@@ -112,7 +117,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softcap=0.0, alibi_slopes=None, deterministic=False,
                            return_attn_probs=False, block_table=None):
     """``flash_attn.flash_attn_varlen_func`` on xsync's kernels: packed q [total_q, Hq, D],
-    k/v [total_k, Hk, D], int32 cumulative lengths; causal bottom-right per sequence. Returns
+    k/v [total_k, Hk, D], int32 cumulative lengths; causal and ``window_size`` bottom-right per
+    sequence (as flash_attn_func). Returns
     out [total_q, Hq, D], with ``return_attn_probs`` (out, softmax_lse [Hq, total_q], None)."""
     entry = "xsync.flash_attn_varlen_func"
     _dims(entry, "[total, heads, head_dim]", 3, q=q, k=k, v=v)
@@ -121,5 +127,5 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         _unsupported(entry, "block_table", "<tensor>", "pass contiguous packed k and v (block_table=None)")
     k, v = layouts.mqa_heads(k, v, 1)
     o, lse = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              bool(causal), softmax_scale)
+                              bool(causal), softmax_scale, window_size=tuple(window_size))
     return (o, lse, None) if return_attn_probs else o

@@ -1,11 +1,17 @@
 """The attention backward as torch ops, and autograd for the forward ops.
 
-    attention_backward(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale) -> (dq, dk, dv)
+    attention_backward(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale,
+                       window_size=(-1, -1)) -> (dq, dk, dv)
         dense [B, H, S, D] tensors as ``xsync::attention`` takes and returns them;
         grad_lse ([B, Hq, Sq] float32) may be None (only O was used)
     attention_varlen_backward(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
-                              max_seqlen_q, max_seqlen_k, causal, sm_scale) -> (dq, dk, dv)
+                              max_seqlen_q, max_seqlen_k, causal, sm_scale,
+                              window_size=(-1, -1)) -> (dq, dk, dv)
         packed [total, H, D] tensors as ``xsync::attention_varlen``
+
+A sliding window (window.py) runs the WINDOW specializations of the dK/dV and dQ kernels: each
+key block visits only the query blocks that see it, each query block only the key blocks it
+sees (the fused dQ path too).
 
 Both are ``torch.library`` custom ops (``xsync::attention_backward``,
 ``xsync::attention_varlen_backward``) with fake implementations, and ``register_autograd``
@@ -37,6 +43,7 @@ import math
 import torch
 
 from xsync.kernels.flash_attn import layouts, ops, schedule
+from xsync.kernels.flash_attn import window as _window
 from xsync.kernels.flash_attn.backward import (attention_bwd_dkdv, attention_bwd_dq,
                                                attention_bwd_preprocess)
 from xsync.kernels.flash_attn.ops import _check, _check_varlen_args, _fail
@@ -101,16 +108,18 @@ def _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed: bool, sm_scale):
             _fail(f"{name} is not contiguous", f"pass {name}.contiguous()")
 
 
-def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, layout):
+def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, layout, window=None):
     """Launch the three kernels. ``tensors``: 2-D views (q, k, v, o, do, lse, dlse, delta,
-    dq, dk, dv) in the kernels' layout; ``layout`` is the forward's 8 layout scalars."""
+    dq, dk, dv) in the kernels' layout; ``layout`` is the forward's 8 layout scalars;
+    ``window`` a normalized sliding window or None."""
     from xsync.backends import select
 
     q, k, v, o, do, lse, dlse, delta, dq, dk, dv = tensors
     backend = select()
     plan = _plan(backend, d, causal, max(max_q, max_k))
     blocks = plan.constexprs()
-    cx = dict(**ops.dim_constexprs(d), CAUSAL=int(bool(causal)), backend=backend)
+    cx = dict(**ops.dim_constexprs(d), CAUSAL=int(bool(causal)), backend=backend,
+              **_window.constexprs(window, max_q, max_k))
     q_layout, lse_layout = layout[:3], layout[6:]
 
     def grid(tiles):
@@ -140,7 +149,7 @@ def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, lay
         *layout, **blocks, **cx)
 
 
-def attention_backward_impl(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale):
+def attention_backward_impl(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale, window=None):
     _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=False, sm_scale=sm_scale)
     b, hq, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
@@ -157,12 +166,12 @@ def attention_backward_impl(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale)
     views = (lq.view2d(q, False), lk.view2d(k, False), lk.view2d(v, False), lq.view2d(o, False),
              lq.view2d(grad_o, False), lse.view(b * hq, sq), grad_lse.view(b * hq, sq),
              delta.view(b * hq, sq), lq.view2d(dq, False), lk.view2d(dk, False), lk.view2d(dv, False))
-    _run(views, ar * sq, ar * sk, sq, sk, b, hq, hk, d, causal, sm_scale, layout)
+    _run(views, ar * sq, ar * sk, sq, sk, b, hq, hk, d, causal, sm_scale, layout, window)
     return dq, dk, dv
 
 
 def attention_varlen_backward_impl(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
-                                   max_seqlen_q, max_seqlen_k, causal, sm_scale):
+                                   max_seqlen_q, max_seqlen_k, causal, sm_scale, window=None):
     """Rows past cu_seqlens_k[-1] of dK and dV (k may hold more tokens than the sequences
     use) get zero gradients; the varlen contract is checked as in the forward."""
     _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=True, sm_scale=sm_scale)
@@ -186,7 +195,7 @@ def attention_varlen_backward_impl(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens
              lq.view2d(grad_o, True), lse, grad_lse, delta, lq.view2d(dq, True),
              lk.view2d(dk, True), lk.view2d(dv, True))
     _run(views, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), batch, hq, hk, d,
-         causal, sm_scale, layout)
+         causal, sm_scale, layout, window)
     return _packed_out(dq, dk, dv, d)
 
 
@@ -224,13 +233,14 @@ def _triple(layout):
 @torch.library.custom_op("xsync::attention_backward", mutates_args=())
 def _attention_backward_op(grad_o: torch.Tensor, grad_lse: torch.Tensor | None, q: torch.Tensor,
                            k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                           causal: bool, sm_scale: float
+                           causal: bool, sm_scale: float, window_left: int = -1, window_right: int = -1
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return attention_backward_impl(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale)
+    return attention_backward_impl(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale,
+                                   ops._op_window(window_left, window_right))
 
 
 @_attention_backward_op.register_fake
-def _(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale):
+def _(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale, window_left=-1, window_right=-1):
     _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=False, sm_scale=sm_scale)
     return _empty_grads(q, k, *layouts.output_layouts(q, k, False, ops.padded(q.shape[-1])), packed=False)
 
@@ -240,15 +250,17 @@ def _attention_varlen_backward_op(grad_o: torch.Tensor, grad_lse: torch.Tensor |
                                   q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                   o: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
                                   cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
-                                  causal: bool, sm_scale: float
+                                  causal: bool, sm_scale: float, window_left: int = -1,
+                                  window_right: int = -1
                                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return attention_varlen_backward_impl(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q,
-                                          cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, sm_scale)
+                                          cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, sm_scale,
+                                          ops._op_window(window_left, window_right))
 
 
 @_attention_varlen_backward_op.register_fake
 def _(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-      causal, sm_scale):
+      causal, sm_scale, window_left=-1, window_right=-1):
     _check_backward(grad_o, grad_lse, q, k, v, o, lse, packed=True, sm_scale=sm_scale)
     _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     if ops.padded(q.shape[-1]):       # as _packed_out
@@ -257,24 +269,26 @@ def _(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_
 
 
 def attention_backward(grad_o, grad_lse, q, k, v, o, lse, causal: bool = False,
-                       sm_scale: float | None = None):
+                       sm_scale: float | None = None, window_size=(-1, -1)):
     """Gradients (dq, dk, dv) of ``xsync::attention`` for output gradients grad_o (and
     grad_lse, or None); a grad_o whose strides differ from o's is copied into o's layout."""
     ops._tensor_args(grad_o=grad_o, q=q, k=k, v=v, o=o, lse=lse)
+    causal, window = _window.normalize(window_size, causal, "attention_backward")
     return _attention_backward_op(grad_o, _contiguous(grad_lse), q, k, v, o, lse,
-                                  bool(causal), ops._scale_arg(q, sm_scale))
+                                  causal, ops._scale_arg(q, sm_scale), *(window or _window.NONE))
 
 
 def attention_varlen_backward(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
                               max_seqlen_q, max_seqlen_k, causal: bool = False,
-                              sm_scale: float | None = None):
+                              sm_scale: float | None = None, window_size=(-1, -1)):
     """Gradients (dq, dk, dv) of ``xsync::attention_varlen``."""
     ops._tensor_args(grad_o=grad_o, q=q, k=k, v=v, o=o, lse=lse, cu_seqlens_q=cu_seqlens_q,
                      cu_seqlens_k=cu_seqlens_k)
+    causal, window = _window.normalize(window_size, causal, "attention_varlen_backward")
     return _attention_varlen_backward_op(
         grad_o, _contiguous(grad_lse), q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
-        ops._int_arg(max_seqlen_q), ops._int_arg(max_seqlen_k), bool(causal),
-        ops._scale_arg(q, sm_scale))
+        ops._int_arg(max_seqlen_q), ops._int_arg(max_seqlen_k), causal,
+        ops._scale_arg(q, sm_scale), *(window or _window.NONE))
 
 
 def _contiguous(t):
@@ -283,32 +297,33 @@ def _contiguous(t):
 
 # ---------------------------------------------------------------- autograd of the forward ops
 def _setup_dense(ctx, inputs, output):
-    q, k, v, causal, sm_scale = inputs
+    q, k, v, causal, sm_scale, *window = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
-    ctx.causal, ctx.sm_scale = causal, sm_scale
+    ctx.causal, ctx.sm_scale, ctx.window, ctx.inputs = causal, sm_scale, tuple(window), len(inputs)
 
 
 def _backward_dense(ctx, grad_o, grad_lse):
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = _attention_backward_op(_grad_like(grad_o, o), _contiguous(grad_lse), q, k, v, o,
-                                        lse, ctx.causal, ctx.sm_scale)
-    return dq, dk, dv, None, None
+                                        lse, ctx.causal, ctx.sm_scale, *ctx.window)
+    return (dq, dk, dv) + (None,) * (ctx.inputs - 3)
 
 
 def _setup_varlen(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, causal, sm_scale = inputs
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, sm_scale, *window = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
     ctx.max_q, ctx.max_k, ctx.causal, ctx.sm_scale = max_q, max_k, causal, sm_scale
+    ctx.window, ctx.inputs = tuple(window), len(inputs)
 
 
 def _backward_varlen(ctx, grad_o, grad_lse):
     q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
     dq, dk, dv = _attention_varlen_backward_op(
         _grad_like(grad_o, o), _contiguous(grad_lse), q, k, v, o, lse, cu_q, cu_k, ctx.max_q,
-        ctx.max_k, ctx.causal, ctx.sm_scale)
-    return dq, dk, dv, None, None, None, None, None, None
+        ctx.max_k, ctx.causal, ctx.sm_scale, *ctx.window)
+    return (dq, dk, dv) + (None,) * (ctx.inputs - 3)
 
 
 def _grad_like(grad, out):

@@ -48,6 +48,12 @@ the same kernel reads [B*H*S, D] (dense: cu_rows=H, head_rows=S, head_cols=0) an
 [total, H*D] (varlen: cu_rows=1, head_rows=0, head_cols=D) layouts. The log-sum-exp goes to row
 `b * lse_batch_rows + h`, column `q_start * lse_packed + i`: [B*H, S] for dense batches,
 [H, total] for packed ones.
+
+Sliding window (WINDOW=1, flash-attn's window_size: window.py): query i sees keys i + k_len -
+q_len - win_left ..= i + k_len - q_len + win_right, the extents run-time scalars. The key loop
+starts at the block the tile's first row sees first (not 0) and ends after the last key its last
+row sees; blocks crossing either edge of the window are masked, the others not. With WINDOW=0
+its arms fold away (Triton drops an arm a constexpr turns off): the kernel compiles as without.
 """
 import xsync as xs
 
@@ -86,7 +92,8 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                   lse_batch_rows, lse_packed,
                   BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
                   STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1, Q_STAGES: xs.constexpr = 1,
-                  REPLICAS: xs.constexpr = 2, SCALE_POSITIVE: xs.constexpr = 0, D_PAD: xs.constexpr = 0):
+                  REPLICAS: xs.constexpr = 2, SCALE_POSITIVE: xs.constexpr = 0, D_PAD: xs.constexpr = 0,
+                  WINDOW: xs.constexpr = 0, win_left=0, win_right=0):
     load = xs.role("load", kind="copy")
     q_load = xs.role("q_load", kind="copy", replicas=REPLICAS)
     mma = xs.role("mma", kind="matrix", replicas=REPLICAS)
@@ -127,6 +134,12 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
             if CAUSAL:
                 # bottom-right aligned: query i sees keys j <= i + (k_len - q_len)
                 hi = xs.maximum(0, xs.minimum(k_len, k_len - rows_left + REPLICAS * BM))
+            lo = 0
+            if WINDOW:
+                # query i sees keys i + k_len - q_len - win_left ..= i + k_len - q_len + win_right:
+                # from the block the tile's first row sees first to the last key its last row sees
+                lo = xs.maximum(0, k_len - rows_left - win_left) // BN * BN
+                hi = xs.maximum(0, xs.minimum(hi, k_len - rows_left + REPLICAS * BM + win_right))
             with q_load:
                 qs = q_in.acquire()
                 qs.q = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D + D_PAD])
@@ -140,10 +153,15 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                 mask_from = k_len
                 if CAUSAL:
                     mask_from = xs.minimum(k_len, row0 + 1 + k_len - q_len)
+                full_from = 0
+                if WINDOW:
+                    # and the blocks before full_from cross the window's left edge
+                    mask_from = xs.minimum(mask_from, row0 + 1 + k_len - q_len + win_right)
+                    full_from = row0 + BM + k_len - q_len - win_left
                 m_i = xs.full([BM], -INF, xs.float32)
                 l_i = xs.zeros([BM], xs.float32)
                 o_acc = xs.zeros([BM, D + D_PAD], xs.float32)
-            for n in range(0, hi, BN):
+            for n in range(lo, hi, BN):
                 with load:
                     ks = k_in.acquire()
                     ks.k = xs.load(k, [kv_row + n, kv_h * kv_head_cols], [BN, D + D_PAD])
@@ -171,7 +189,17 @@ def attention_fwd(q, k, v, o, lse, cu_q, cu_k, tile_order, sm_scale, heads, grou
                     else:
                         x = sc.s * qk_scale
                     s_out.release()
-                    if n + BN > mask_from:       # a boundary block: mask; the others need none
+                    if WINDOW:
+                        if n + BN > mask_from or n < full_from:     # an edge block of the window
+                            cols = n + xs.arange(0, BN)
+                            # bounds as [BM, 1] columns against [1, BN] keys: no [BM, BN] integer tile
+                            keep = (cols[None, :] < k_len) & \
+                                (cols[None, :] <= rows[:, None] + (k_len - q_len + win_right)) & \
+                                (cols[None, :] >= rows[:, None] + (k_len - q_len - win_left))
+                            if CAUSAL:
+                                keep = keep & (cols[None, :] <= rows[:, None] + (k_len - q_len))
+                            x = xs.where(keep, x, -INF)
+                    elif n + BN > mask_from:       # a boundary block: mask; the others need none
                         cols = n + xs.arange(0, BN)
                         keep = cols[None, :] < k_len
                         if CAUSAL:

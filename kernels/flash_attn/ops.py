@@ -1,14 +1,16 @@
 """Torch entry points for the flash-attention kernel.
 
-    attention(q, k, v, causal=False, sm_scale=None) -> (o, lse)
+    attention(q, k, v, causal=False, sm_scale=None, window_size=(-1, -1)) -> (o, lse)
         q: [B, Hq, Sq, D], k/v: [B, Hkv, Sk, D] (SDPA layout; Hkv divides Hq for GQA)
         o: [B, Hq, Sq, D] in q's dtype; lse: [B, Hq, Sq] float32 (natural log)
     attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                     causal=False, sm_scale=None) -> (o, lse)
+                     causal=False, sm_scale=None, window_size=(-1, -1)) -> (o, lse)
         packed q: [total_q, Hq, D], k/v: [total_k, Hkv, D] as in flash_attn_varlen_func;
         o: [total_q, Hq, D]; lse: [Hq, total_q]
 
-Causal masks are bottom-right aligned when Sq != Sk (as flash-attn does). Both are
+Causal masks are bottom-right aligned when Sq != Sk (as flash-attn does); ``window_size``
+is flash-attn's sliding window (window.py: query i sees keys i + Sk - Sq - left ..= i + Sk -
+Sq + right, -1 unbounded, causal sets right = 0). Both are
 `torch.library` custom ops (``xsync::attention``, ``xsync::attention_varlen``) with fake
 implementations, so they trace under ``torch.compile``. The backend follows
 XSYNC_BACKEND (auto: Hopper GPU -> nvidia, NPU -> ascend, else the CPU emulator).
@@ -22,6 +24,7 @@ import torch
 
 from xsync import config as _config
 from xsync.kernels.flash_attn import layouts, schedule, tiles
+from xsync.kernels.flash_attn import window as _window
 from xsync.kernels.flash_attn.kernel import attention_fwd
 from xsync.errors import LaunchError, UnsupportedError
 
@@ -241,22 +244,30 @@ _SPILLED: dict = {}
 
 
 def launched_schedule(backend, head_dim: int, causal: bool, max_seq: int,
-                      dtype=torch.bfloat16) -> schedule.Schedule:
+                      dtype=torch.bfloat16, window: bool = False) -> schedule.Schedule:
     """The schedule the ops launch for this shape: the table's (schedule.lookup), or where
     its kernel spilled when this process first launched it, its ``fallback``. ``backend``: a
-    Backend or its name."""
+    Backend or its name. ``window``: the sliding-window kernel (another specialization, with
+    a spill record of its own: on Hopper d64's three consumer warpgroups spill with the
+    window's masks under Triton 3.6, 248 B a thread, and fall back to two)."""
     from xsync.backends import get
 
     backend = get(backend)
     plan = schedule.lookup(backend, head_dim, causal, max_seq)
-    while plan.fallback is not None and _SPILLED.get((backend, head_dim, bool(causal), dtype, plan)):
+    mask = _mask_kind(causal, window)
+    while plan.fallback is not None and _SPILLED.get((backend, head_dim, mask, dtype, plan)):
         plan = plan.fallback
     return plan
 
 
+def _mask_kind(causal, window) -> bool | str:
+    """The spill records' mask key: the causal flag, or "window" for a windowed kernel."""
+    return "window" if window else bool(causal)
+
+
 def spilled_schedules() -> dict:
-    """{(backend name, head_dim, causal, dtype, schedule): local bytes a thread} of the table
-    rows checked so far (0: no spill, so the row's own schedule runs)."""
+    """{(backend name, head_dim, causal (or "window"), dtype, schedule): local bytes a thread} of
+    the table rows checked so far (0: no spill, so the row's own schedule runs)."""
     return {(key[0].name, *key[1:]): local for key, local in _SPILLED.items()}
 
 
@@ -276,19 +287,20 @@ def packs_tiles(plan: schedule.Schedule, causal: bool) -> bool:
 
 
 def _run(q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal, scale, layout,
-         packed_tokens=None):
+         packed_tokens=None, window_args=None):
     """Launch as the table says. Returns launch()'s tuple and whether the schedule is settled:
     False where this launch found its kernel spilling (its result is right, but the next call
-    takes the row's fallback, so no launch plan should keep it)."""
+    takes the row's fallback, so no launch plan should keep it). ``window_args``: a sliding
+    window's WINDOW and extents (window.constexprs), or None."""
     from xsync.backends import select
 
     backend = select()
-    plan = launched_schedule(backend, d, causal, max_q, q2.dtype)
+    plan = launched_schedule(backend, d, causal, max_q, q2.dtype, window=bool(window_args))
     if not packs_tiles(plan, causal):
         packed_tokens = None
     out = launch(attention_fwd, q2, k2, v2, o2, lse2, cu_q, cu_k, max_q, batch, hq, hk, d, causal,
-                 scale, layout, backend, plan, packed_tokens=packed_tokens)
-    key = (backend, d, bool(causal), q2.dtype, plan)
+                 scale, layout, backend, plan, constexprs_over=window_args, packed_tokens=packed_tokens)
+    key = (backend, d, _mask_kind(causal, window_args), q2.dtype, plan)
     if plan.fallback is None or key in _SPILLED or not scale_constexprs(scale)["SCALE_POSITIVE"]:
         return out, True
     measure = getattr(out[1], "local_memory_bytes", None)
@@ -378,11 +390,12 @@ def _planned(q, k, v, causal: bool, scale: float):
     return (o, lse) if plan.launch(q, k, v, o, lse) else None
 
 
-def attention_impl(q, k, v, causal=False, sm_scale=None):
+def attention_impl(q, k, v, causal=False, sm_scale=None, window=None):
+    """``window``: a normalized sliding window (window.normalize), or None."""
     scale = _default_scale(q, sm_scale)
     causal = bool(causal)
     key = None
-    if type(q) is torch.Tensor and q.is_cuda:
+    if type(q) is torch.Tensor and q.is_cuda and window is None:
         hit = _planned(q, k, v, causal, scale)
         if hit is not None:
             return hit
@@ -401,11 +414,12 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
     # (b*H + h)*S + t = cu[b]*H + h*S + t with cu[b] = b*S, column 0: layout (H, S, 0).
     layout = (lq.cu_rows, lq.head_rows, lq.head_cols, lk.cu_rows, lk.head_rows, lk.head_cols, hq, 0)
     q2, k2, v2, o2 = lq.view2d(q, False), lk.view2d(k, False), lk.view2d(v, False), lq.view2d(o, False)
+    window_args = _window.constexprs(window, sq, sk)
     (grid, compiled, args, constexprs), settled = _run(q2, k2, v2, o2, lse, cu_q, cu_k, sq, b, hq, hk,
-                                                        d, causal, scale, layout)
+                                                        d, causal, scale, layout, window_args=window_args)
     prepare = getattr(compiled, "prepare", None)
     # a plan launches the caller's tensors as they come: only where none was copied
-    if key is not None and direct and settled and prepare is not None and \
+    if key is not None and not window_args and direct and settled and prepare is not None and \
             not torch.cuda.is_current_stream_capturing():
         run_args, _, _ = attention_fwd.bind(args, constexprs)
         # q, k, v, o and lse change from call to call; cu_q/cu_k (the cached offsets) and the
@@ -420,7 +434,7 @@ def attention_impl(q, k, v, causal=False, sm_scale=None):
 
 
 def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                          causal=False, sm_scale=None):
+                          causal=False, sm_scale=None, window=None):
     """The varlen contract (see _check_varlen_values) is checked on the CPU backend always and
     elsewhere with the check_inputs option (XSYNC_CHECK_INPUTS=1): reading the lengths costs a
     device-to-host copy and a sync. Without it the outputs are zero-filled first (no result
@@ -449,19 +463,26 @@ def attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     layout = (lq.cu_rows, lq.head_rows, lq.head_cols, lk.cu_rows, lk.head_rows, lk.head_cols, 0, 1)
     _run(lq.view2d(q, True), lk.view2d(k, True), lk.view2d(v, True), lq.view2d(o, True),
          lse, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), batch, hq, hk, d, causal, scale, layout,
-         packed_tokens=total_q)
+         packed_tokens=total_q, window_args=_window.constexprs(window, max_seqlen_q, max_seqlen_k))
     # a padded head dim ran head-major ([H, T, D]): O comes back as [T, H, D] (as _empty_out)
     return (o.contiguous() if padded(d) else o), lse
 
 
 @torch.library.custom_op("xsync::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                  sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return attention_impl(q, k, v, causal, sm_scale)
+                  sm_scale: float, window_left: int = -1,
+                  window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    return attention_impl(q, k, v, causal, sm_scale, _op_window(window_left, window_right))
+
+
+def _op_window(left: int, right: int):
+    """The ops' window arguments as attention_impl takes them: (-1, -1) is no window (a
+    normalized window is never that: window.normalize)."""
+    return None if (left, right) == _window.NONE else (int(left), int(right))
 
 
 @_attention_op.register_fake
-def _(q, k, v, causal, sm_scale):
+def _(q, k, v, causal, sm_scale, window_left=-1, window_right=-1):
     _check(q, k, v, packed=False, sm_scale=sm_scale)
     b, hq, sq, _ = q.shape
     return _empty_out(q, False), q.new_empty((b, hq, sq), dtype=torch.float32)
@@ -470,14 +491,15 @@ def _(q, k, v, causal, sm_scale):
 @torch.library.custom_op("xsync::attention_varlen", mutates_args=())
 def _attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
-                         max_seqlen_k: int, causal: bool,
-                         sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+                         max_seqlen_k: int, causal: bool, sm_scale: float, window_left: int = -1,
+                         window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
     return attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                 causal, sm_scale)
+                                 causal, sm_scale, _op_window(window_left, window_right))
 
 
 @_attention_varlen_op.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, sm_scale):
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, sm_scale,
+      window_left=-1, window_right=-1):
     _check(q, k, v, packed=True, sm_scale=sm_scale)
     _check_varlen_args(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return _empty_out(q, True), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
@@ -519,8 +541,12 @@ def _refuse_transforms(op: str, *tensors):
             fix="use reverse-mode autograd (loss.backward() or torch.autograd.grad)")
 
 
-def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
+def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, window_size=(-1, -1)):
     """Attention forward on [B, H, S, D] tensors; returns (o, lse).
+
+    ``window_size=(left, right)``: flash-attn's sliding window (window.py), bottom-right aligned,
+    -1 unbounded, ``causal`` sets right = 0; forward and backward skip the key blocks outside
+    it. Bad values raise LaunchError naming window_size.
 
     The library's own entry: causal aligned bottom-right when Sq != Sk (flash-attn's
     convention), O and the LSE returned. ``xsync.sdpa`` wraps it with
@@ -534,7 +560,9 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
     error eagerly, through torch.ops.xsync.attention and under torch.compile. Reverse-mode
     autograd is supported; torch.func transforms and forward-mode AD raise UnsupportedError."""
     _refuse_transforms("attention", q, k, v)
-    if type(q) is torch.Tensor and q.is_cuda and type(sm_scale) in (float, type(None)) and _direct(q, k, v):
+    causal, window = _window.normalize(window_size, causal)
+    if window is None and type(q) is torch.Tensor and q.is_cuda and type(sm_scale) in (float, type(None)) \
+            and _direct(q, k, v):
         # the eager fast path: a plan for these shapes exists (the checks passed when it was made)
         hit = _planned(q, k, v, bool(causal), _default_scale(q, sm_scale))
         if hit is not None:
@@ -544,12 +572,14 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
         k, v = layouts.mqa_heads(k, v, 1)
     scale = _scale_arg(q, sm_scale)
     if _direct(q, k, v):
-        return attention_impl(q, k, v, bool(causal), scale)
-    return _attention_op(q, k, v, bool(causal), scale)
+        return attention_impl(q, k, v, causal, scale, window)
+    if window is None:
+        return _attention_op(q, k, v, causal, scale)
+    return _attention_op(q, k, v, causal, scale, *window)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                     causal: bool = False, sm_scale: float | None = None):
+                     causal: bool = False, sm_scale: float | None = None, window_size=(-1, -1)):
     """Variable-length attention forward on packed [total, H, D] tensors; returns (o, lse).
 
     Contract (as flash_attn_varlen_func): cu_seqlens_* are int32 cumulative lengths starting
@@ -559,13 +589,15 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     attention_varlen_impl for the cost."""
     _tensor_args(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     _refuse_transforms("attention_varlen", q, k, v)
+    causal, window = _window.normalize(window_size, causal, "attention_varlen")
     if k.dim() == 3 and v.dim() == 3:
         k, v = layouts.mqa_heads(k, v, 1)
     if _direct(q, k, v, cu_seqlens_q, cu_seqlens_k):
         return attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, _int_arg(max_seqlen_q),
-                                     _int_arg(max_seqlen_k), bool(causal), _scale_arg(q, sm_scale))
+                                     _int_arg(max_seqlen_k), causal, _scale_arg(q, sm_scale), window)
     return _attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, _int_arg(max_seqlen_q),
-                                _int_arg(max_seqlen_k), bool(causal), _scale_arg(q, sm_scale))
+                                _int_arg(max_seqlen_k), causal, _scale_arg(q, sm_scale),
+                                *(window or _window.NONE))
 
 
 def _tensor_args(**args):

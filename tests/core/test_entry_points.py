@@ -51,13 +51,13 @@ SDPA_ERRORS = [
     ("attn_mask", lambda q: xsync.sdpa(q, q, q, attn_mask=torch.ones(8, 8, dtype=torch.bool)), UnsupportedError),
     ("dropout_p", lambda q: xsync.sdpa(q, q, q, dropout_p=0.1), UnsupportedError),
     ("enable_gqa", lambda q: xsync.sdpa(q, q[:, :1], q[:, :1]), LaunchError),
-    ("window_size", lambda q: xsync.flash_attn_func(q, q, q, window_size=(4, 0)), UnsupportedError),
+    ("window_size", lambda q: xsync.flash_attn_func(q, q, q, window_size=(-2, 0)), LaunchError),
     ("dropout_p", lambda q: xsync.flash_attn_func(q, q, q, 0.1), UnsupportedError),
     ("softcap", lambda q: xsync.flash_attn_func(q, q, q, softcap=30.0), UnsupportedError),
     ("alibi_slopes", lambda q: xsync.flash_attn_func(q, q, q, alibi_slopes=torch.ones(2)), UnsupportedError),
     ("window_size", lambda q: xsync.flash_attn_varlen_func(q[0], q[0], q[0], torch.tensor([0, 8], dtype=torch.int32),
                                                            torch.tensor([0, 8], dtype=torch.int32), 8, 8,
-                                                           window_size=(2, 2)), UnsupportedError),
+                                                           window_size=(2, 2.5)), LaunchError),
 ]
 
 

@@ -115,6 +115,15 @@ def _attention_cases(backend: str) -> list[Case]:
                     if k is attention_bwd_dkdv and not (backend == "nvidia" and d == 256):
                         cx = {**cx, **grad.fused_block_sizes(backend, d, bool(causal), max_seq)}
                         out.append(Case(f"bwd-{k.fn.__name__}-fused-dq-d{d}-c{causal}{tag}", k, cx))
+    # the sliding-window specializations (WINDOW=1: kernels/flash_attn/window.py)
+    for d in (64, 128):
+        win = {**ops.dim_constexprs(d), "CAUSAL": 0, "WINDOW": 1}
+        out.append(Case(f"fwd-window-d{d}", attention_fwd, {**cx0, **ops.block_sizes(backend, d), **win}))
+        for k in (attention_bwd_dkdv, attention_bwd_dq):
+            cx = {**k.specialization()[0], **grad.block_sizes(backend, d), **win}
+            out.append(Case(f"bwd-{k.fn.__name__}-window-d{d}", k, cx))
+        cx = {**attention_bwd_dkdv.specialization()[0], **grad.fused_block_sizes(backend, d), **win}
+        out.append(Case(f"bwd-attention_bwd_dkdv-fused-dq-window-d{d}", attention_bwd_dkdv, cx))
     return out
 
 
