@@ -89,3 +89,39 @@ def round_trip(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.cons
             p_in.release()
     with mma:
         xs.store(c, [off_m, off_n], acc)
+
+
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=64, BN=64, BK=64))
+def paired_epilogue(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr):
+    """Two matrix replicas and a paired epilogue (both replicas compute the same tile: the
+    kernel is for placement, not numerics): on its own the epilogue would make four consumer
+    warpgroups."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix", replicas=2)
+    epi = xs.role("epi", kind="vector", replicas=2)
+    tiles = xs.pipe(load, mma, stages=2, a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype))
+    accs = xs.pipe(mma, epi, stages=2, c=xs.tile([BM, BN], xs.float32))
+    off_m = xs.program_id(0) * BM
+    off_n = xs.program_id(1) * BN
+    with mma:
+        acc = xs.zeros([BM, BN], xs.float32)
+    for k in range(0, K, BK):
+        with load:
+            slot = tiles.acquire()
+            slot.a = xs.load(a, [off_m, k], [BM, BK])
+            slot.b = xs.load(b, [k, off_n], [BK, BN])
+            tiles.commit()
+        with mma:
+            ab = tiles.wait()
+            acc = xs.mma(ab.a, ab.b, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release()
+    with mma:
+        out = accs.acquire()
+        out.c = acc
+        accs.commit()
+    with epi:
+        got = accs.wait()
+        if xs.replica_id() == 0:
+            xs.store(c, [off_m, off_n], got.c)
+        accs.release()

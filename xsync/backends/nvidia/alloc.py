@@ -170,7 +170,7 @@ def allocate(kernel, placement, skel, options=None) -> HopperAllocation:
             f"pipes need {smem} B of shared memory; a Hopper SM has {HOPPER_SMEM_BYTES} B",
             loc=big[0].loc if big else kernel.loc,
             objects=tuple(f"{p.name} (stages={p.stages}, {p.slot_bytes} B/slot)" for p in big),
-            fix="lower stages or tile sizes")
+            fix="lower stages or tile sizes" + _own_hint(kernel))
     partitions, maxnreg, budget = _registers(partitions, smem, options)
     for part in partitions:
         kind = "default partition" if part.index == 0 else f"worker partition {part.index}"
@@ -216,6 +216,14 @@ def allocate(kernel, placement, skel, options=None) -> HopperAllocation:
     return HopperAllocation("nvidia", tuple(rows), partitions=tuple(partitions),
                             mbarriers=tuple(groups), named_barriers=tuple(named), maxnreg=maxnreg,
                             smem_bytes=smem)
+
+
+def _own_hint(kernel) -> str:
+    """The fix's addition where the author placed a vector role on its own warpgroup (its
+    pipe's ring is what no longer fits)."""
+    own = [r.name for r in kernel.roles if r.placement is ir.RolePlacement.OWN]
+    return (f', or drop placement="own" from {", ".join(repr(n) for n in own)} (merged, its '
+            f'hand-off needs no ring)' if own else "")
 
 
 def _registers(partitions, smem, options=None):

@@ -125,7 +125,7 @@ def own_roles(kernel) -> tuple[set[str], tuple[PlacementNote, ...]]:
                 v.name, merged,
                 f"rule 3: on its own its pipes would need {smem} B of shared memory "
                 f"(an SM has {alloc.HOPPER_SMEM_BYTES} B)",
-                ASK_OWN + " after lowering stages or tile sizes"))
+                ASK_OWN + " (lower stages or tile sizes first)"))
             continue
         groups = _consumer_warpgroups(kernel, own | {v.name})
         if groups > MAX_AUTO_CONSUMER_WARPGROUPS:
