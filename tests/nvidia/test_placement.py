@@ -40,6 +40,15 @@ def test_own_epilogue_warpgroup_compiles():
     assert "# epi: worker 1, 4 warp(s), 232 registers" in r.source
 
 
+def test_epilogue_warpgroup_stores_through_tma_where_room_is_left():
+    """128 x 64 tiles leave room for a staging tile: the epilogue warpgroup stores with TMA."""
+    r = compile_ptx(gemm_epilogue_role, {**SPEC, "BN": 64, "STAGES": 4}, DTYPES)
+    epi = r.source.split("def gemm_epilogue_role_epi")[1].split("@gluon.jit")[0]
+    assert "xs_tma_store(c_store_desc" in epi and "tma.store_wait(0)" in epi
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared", r.ptx)
+    assert r.metadata.num_warps == 12
+
+
 def test_single_slot_epilogue_stays_merged():
     r = compile_ptx(gemm_epilogue_role, {**SPEC, "EPI_STAGES": 1}, DTYPES)
     assert r.metadata.num_warps == 8                        # consumer + producer (padded)
