@@ -211,3 +211,33 @@ def test_emulator_numerics_of_the_epilogue_kernel():
                              backend="cpu")
     ref = torch.nn.functional.gelu(a.float() @ b.float() + bias)
     torch.testing.assert_close(c.float(), ref, atol=3e-2, rtol=3e-2)
+
+
+@xs.kernel(example=dict(x=xs.float32, y=xs.float32, BLOCK=16))
+def too_many_warpgroups(x, y, BLOCK: xs.constexpr):
+    """Three vector roles of four replicas, each on its own: 12 warpgroups, 48 warps."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix", replicas=4)
+    v1 = xs.role("v1", kind="vector", replicas=4, placement="own")
+    v2 = xs.role("v2", kind="vector", replicas=4, placement="own")
+    ring = xs.pipe(load, mma, stages=2, t=xs.tile([BLOCK, BLOCK], x.dtype))
+    with load:
+        s = ring.acquire()
+        s.t = xs.load(x, [0, 0], [BLOCK, BLOCK])
+        ring.commit()
+    with mma:
+        got = ring.wait()
+        xs.store(y, [xs.replica_id() * BLOCK, 0], got.t)
+        ring.release()
+    with v1:
+        xs.store(y, [xs.replica_id() * BLOCK, BLOCK], xs.zeros([BLOCK, BLOCK], xs.float32))
+    with v2:
+        xs.store(y, [xs.replica_id() * BLOCK, 2 * BLOCK], xs.zeros([BLOCK, BLOCK], xs.float32))
+
+
+def test_more_warps_than_a_cta_holds_is_refused():
+    with pytest.raises(AllocationError) as err:
+        too_many_warpgroups.lower(NV, check=False)
+    assert "a Hopper CTA runs at most 32" in err.value.what
+    assert "drop placement=\"own\" from 'v1', 'v2'" in err.value.fix
+    too_many_warpgroups.lower(registry.get("cpu"), check=False)   # the emulator takes it
