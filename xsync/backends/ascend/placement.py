@@ -37,9 +37,7 @@ TARGET = Target(
 
 
 # xs.role(..., placement=) on Ascend: accepted (the source stays portable), reported, no effect
-PLACEMENT_NOT_APPLICABLE = ("a vector role always runs on the vector cores, apart from the cube "
-                            "core's matrix work (a kernel without matrix work runs every role on "
-                            "one vector core)")
+PLACEMENT_NOT_APPLICABLE = "a vector role always runs on the vector cores, apart from the cube"
 
 
 def place(kernel):
