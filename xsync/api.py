@@ -51,6 +51,7 @@ import functools
 from xsync.dtypes import DTYPES, DType, bfloat16, constexpr, float16, float32, int1, int32  # noqa: F401
 
 ROLE_KINDS = ("copy", "matrix", "vector")
+ROLE_PLACEMENTS = ("auto", "own", "merged")   # "auto" (= unset): the backend decides
 
 
 def _outside(name: str):
@@ -78,11 +79,16 @@ def _tile_op(min_args: int, max_args: int, keywords: tuple[str, ...] = ()):
 
 
 # ---------------------------------------------------------------- declarations
-def role(name: str, kind: str = "vector", replicas: int = 1):
+def role(name: str, kind: str = "vector", replicas: int = 1, placement: str | None = None):
     """Declare a role: code executed by one agent (``replicas`` identical agents).
 
     kind: "copy" (data movement: TMA producer warp / cube MTE), "matrix" (mma work:
     wgmma warpgroup / cube core) or "vector" (elementwise work: warpgroup / vector cores).
+    placement (vector roles only): "own" -- consumer warpgroup(s) of its own on Hopper, so it
+    runs beside the matrix role (an epilogue overlaps the next tile's main loop); "merged" --
+    share the warpgroup of the matrix role with its replica count (hand-offs in registers).
+    Unset or "auto", Hopper decides (docs/tutorial.md §13); Ascend and the CPU emulator always give a
+    vector role its own agents and report the request as not applicable.
     """
     _outside("role")
 

@@ -270,10 +270,10 @@ def signal_never_waited(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
 
 @xs.kernel(example=EX)
 def register_handoff_out_of_order(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
-    # mma and softmax share one warpgroup on Hopper: the softmax waits for a value that
-    # the same agent only produces later in program order.
+    # mma and softmax share one warpgroup on Hopper (asked): the softmax waits for a value
+    # that the same agent only produces later in program order.
     mma = xs.role("mma", kind="matrix")
-    soft = xs.role("softmax", kind="vector")
+    soft = xs.role("softmax", kind="vector", placement="merged")
     s_pipe = xs.pipe(mma, soft, stages=2, s=xs.tile([BLOCK, BLOCK], xs.float32))
     for i in range(n):
         with soft:

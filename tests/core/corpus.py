@@ -757,7 +757,7 @@ def hint_too_few_stages_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr
 @xs.kernel(example=EX)
 def hint_handoff_order(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
     mma = xs.role("mma", kind="matrix")
-    soft = xs.role("softmax", kind="vector")
+    soft = xs.role("softmax", kind="vector", placement="merged")
     s_pipe = xs.pipe(mma, soft, stages=2, s=xs.tile([BLOCK, BLOCK], xs.float32))
     for i in range(n):
         with soft:
@@ -774,7 +774,7 @@ def hint_handoff_order(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
 @xs.kernel(example=EX)
 def hint_handoff_order_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
     mma = xs.role("mma", kind="matrix")
-    soft = xs.role("softmax", kind="vector")
+    soft = xs.role("softmax", kind="vector", placement="merged")
     s_pipe = xs.pipe(mma, soft, stages=2, s=xs.tile([BLOCK, BLOCK], xs.float32))
     for i in range(n):
         with mma:

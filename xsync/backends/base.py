@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from xsync.lowering import ir
-from xsync.lowering.placement import Placement, Target
+from xsync.lowering.placement import Placed, Placement, Target
 
 
 def option_field(option: str | None, default: Any = None, doc: str = ""):
@@ -117,7 +117,10 @@ class Backend:
 
     def place(self, kernel: ir.KernelIR) -> Placement:
         """The placement of ``kernel``'s roles on this backend's agents, with its target facts."""
-        return Placement(tuple(self._place_roles(kernel)), self.target)
+        placed = self._place_roles(kernel)
+        if isinstance(placed, Placed):
+            return Placement(tuple(placed.agents), self.target, tuple(placed.notes))
+        return Placement(tuple(placed), self.target)
 
     def availability(self) -> tuple[bool, str]:
         """(can run kernels here, why not); probed once per process (every launch asks)."""

@@ -64,4 +64,5 @@ def allocate(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | Non
     cap), their defaults when None."""
     skel = skeleton or derive(kernel, placement)
     alloc = placement.target.allocate(kernel, placement, skel, options)
-    return dataclasses.replace(alloc, skeleton=skel)
+    notes = tuple(Row(n.role, "placement", n.placement, n.text) for n in placement.notes)
+    return dataclasses.replace(alloc, skeleton=skel, rows=alloc.rows + notes)

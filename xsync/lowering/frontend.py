@@ -150,6 +150,7 @@ class _Frontend:
         if not self.roles:
             self.error(fdef, f"kernel {fdef.name!r} declares no role",
                        fix='declare at least one: `work = xs.role("work", kind="vector")`')
+        frontend_rules.check_merged_partners(tuple(self.roles.values()))
         kernel = ir.KernelIR(
             name=fdef.name, file=self.file, params=tuple(self.params),
             # string constexprs are folded into declarations; the generated code never names them
@@ -520,15 +521,20 @@ class _Frontend:
                 self.error(s, f"role '{name}' is declared twice")
             kind = self.const_eval(kw.pop("kind"), "kind", text_ok=True) if "kind" in kw else "vector"
             replicas = self.const_eval(kw.pop("replicas"), "replicas") if "replicas" in kw else 1
+            placement = (self.const_eval(kw.pop("placement"), "placement", text_ok=True)
+                         if "placement" in kw else None)
             if kw:
-                self.error(s, f"xs.role got unknown arguments {sorted(kw)}", fix="use kind= and replicas=")
+                self.error(s, f"xs.role got unknown arguments {sorted(kw)}",
+                           fix="use kind=, replicas= and placement=")
             if kind not in api.ROLE_KINDS:
                 self.error(s, f"role '{name}' has kind {kind!r}",
                            fix=f"kind is one of {', '.join(api.ROLE_KINDS)}", objects=(name,))
             if not isinstance(replicas, int) or isinstance(replicas, bool) or not 1 <= replicas <= 4:
                 self.error(s, f"role '{name}' has replicas={replicas!r}",
                            fix="replicas is an integer from 1 to 4", objects=(name,))
-            self.roles[var] = ir.Role(name, ir.RoleKind(kind), replicas, loc)
+            frontend_rules.check_role_placement(self, s, name, kind, placement)
+            self.roles[var] = ir.Role(name, ir.RoleKind(kind), replicas, loc,
+                                      None if placement in (None, "auto") else ir.RolePlacement(placement))
             return
         if decl == "pipe":
             src, dst = self.role_args(call, s, "pipe", 2)

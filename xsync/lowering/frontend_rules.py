@@ -121,3 +121,43 @@ def check_user_name(fe, name: str, node):
     if name in RESERVED_BUILTINS:
         fe.error(node, f"`{name}` shadows Python's builtin {name}(), which the generated code "
                        f"calls", objects=(name,), fix=f"rename it (e.g. `{name}_`)")
+
+
+def check_role_placement(fe, node, name: str, kind: str, placement) -> None:
+    """``xs.role(..., placement=)``: "own" or "merged", on a vector role (a copy role always
+    has producer warps of its own, a matrix role is the warpgroup others merge into)."""
+    from xsync import api
+
+    if placement is None or placement == "auto":
+        return
+    if placement not in api.ROLE_PLACEMENTS:
+        fe.error(node, f"role '{name}' has placement={placement!r}", objects=(name,),
+                 fix='placement is "own" (a warpgroup of its own on Hopper), "merged" (share the '
+                     "matrix role's warpgroup) or \"auto\" (the default: the backend decides)")
+    if kind != "vector":
+        fe.error(node, f"role '{name}' of kind {kind!r} asks placement={placement!r}: only a "
+                       f"vector role chooses where it runs", objects=(name,),
+                 fix="drop placement= (a copy role always runs on producer warps of its own, a "
+                     "matrix role is the warpgroup vector roles merge into), or set it on the "
+                     "vector role")
+
+
+def check_merged_partners(roles) -> None:
+    """A vector role asking placement="merged" needs a matrix role with its replica count:
+    roles of different replica counts cannot share a warpgroup."""
+    from xsync.errors import KernelSourceError
+    from xsync.lowering import ir
+
+    for r in roles:
+        if r.placement is not ir.RolePlacement.MERGED:
+            continue
+        if not any(m.kind is ir.RoleKind.MATRIX and m.replicas == r.replicas for m in roles):
+            counts = sorted({m.replicas for m in roles if m.kind is ir.RoleKind.MATRIX})
+            have = (f"the matrix roles have replicas={', '.join(map(str, counts))}" if counts
+                    else "the kernel has no matrix role")
+            raise KernelSourceError(
+                f"role '{r.name}' asks placement=\"merged\" with replicas={r.replicas}, but {have}: "
+                f"there is no warpgroup to merge into", loc=r.loc, objects=(r.name,),
+                fix=("give it the matrix role's replica count, or drop placement=" if counts
+                     else "drop placement= (a kernel without matrix work gives vector roles the "
+                          "consumer warpgroups)"))

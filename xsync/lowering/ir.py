@@ -99,6 +99,16 @@ class RoleKind(StrEnum):
     VECTOR = "vector"   # elementwise work: warpgroup / vector cores
 
 
+class RolePlacement(StrEnum):
+    """Where a vector role asks to run (``xs.role(..., placement=...)``; unset: the backend's
+    rule decides). Hopper: its own consumer warpgroup(s), or merged into the warpgroup of the
+    matrix role with its replica count. Ascend and the CPU emulator always give a vector role
+    agents of its own: there the request is accepted and reported as not applicable."""
+
+    OWN = "own"
+    MERGED = "merged"
+
+
 class StoreReduce(StrEnum):
     """How ``xs.store(..., reduce=...)`` combines the tile with what the tensor holds."""
 
@@ -202,9 +212,12 @@ class Role:
     kind: RoleKind
     replicas: int
     loc: SourceLoc
+    placement: RolePlacement | None = None   # the author's request (None: the backend decides)
 
     def __post_init__(self):
         _coerce(self, "kind", RoleKind)
+        if self.placement is not None:
+            _coerce(self, "placement", RolePlacement)
 
 
 @dataclass(frozen=True)
@@ -444,7 +457,8 @@ class KernelIR:
         """The roles and sync objects, one a line with its source line (``xsync check``)."""
         lines = ["roles:"]
         for r in self.roles:
-            lines.append(f"  {r.name:<12} kind={r.kind:<7} replicas={r.replicas}   (line {r.loc.line})")
+            asked = f" placement={r.placement}" if r.placement else ""
+            lines.append(f"  {r.name:<12} kind={r.kind:<7} replicas={r.replicas}{asked}   (line {r.loc.line})")
         lines.append("sync objects:")
         for p in self.pipes:
             fields = ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name}" for f in p.fields) or "no payload"

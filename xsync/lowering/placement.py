@@ -107,9 +107,42 @@ class Target:
 
 
 @dataclass(frozen=True)
+class PlacementNote:
+    """Why a role runs where it does, where the backend chose between placements or the
+    author asked for one (``xs.role(..., placement=)``): the allocation table prints it."""
+
+    role: str
+    placement: str   # what it got ("own consumer warpgroup", "merged into 'consumer'", ...)
+    reason: str      # the rule that decided
+    ask: str = ""    # how to ask for the other placement
+
+    @property
+    def text(self) -> str:
+        return self.reason + (f"; {self.ask}" if self.ask else "")
+
+
+@dataclass(frozen=True)
+class Placed:
+    """What a backend's ``place(kernel)`` may return instead of a list of agents: the agents
+    and the notes on its decisions."""
+
+    agents: tuple[Agent, ...]
+    notes: tuple[PlacementNote, ...] = ()
+
+
+def not_applicable(kernel, target: str, why: str) -> tuple[PlacementNote, ...]:
+    """Notes for the roles that ask a placement a backend does not choose (it always gives a
+    vector role agents of its own): the request is accepted, the source stays portable."""
+    return tuple(PlacementNote(r.name, "not applicable",
+                               f"placement=\"{r.placement}\" is a Hopper choice; on {target} {why}")
+                 for r in kernel.roles if r.placement is not None)
+
+
+@dataclass(frozen=True)
 class Placement:
     agents: tuple[Agent, ...]
     target: Target
+    notes: tuple[PlacementNote, ...] = ()   # why roles run where they do (the report prints them)
 
     @property
     def backend(self) -> str:

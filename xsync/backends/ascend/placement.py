@@ -18,7 +18,7 @@ from xsync.backends.ascend.replicas import all_exprs
 from xsync.errors import FlagOverflowError
 from xsync.lowering.passes import cross_agent_pipeline
 from xsync.lowering.ir import RoleKind, TileOp, expr_calls
-from xsync.lowering.placement import Agent, Limit, Target, Unit, merge_by_replicas
+from xsync.lowering.placement import Agent, Limit, Placed, Target, Unit, merge_by_replicas, not_applicable
 
 FLAG_MAX_PENDING = alloc.ASCEND_FLAG_MAX_PENDING
 
@@ -36,16 +36,21 @@ TARGET = Target(
                          "bring a cube-side tile there")
 
 
+# xs.role(..., placement=) on Ascend: accepted (the source stays portable), reported, no effect
+PLACEMENT_NOT_APPLICABLE = "a vector role always runs on the vector cores, apart from the cube"
+
+
 def place(kernel):
+    notes = not_applicable(kernel, "ascend", PLACEMENT_NOT_APPLICABLE)
     if vector_only(kernel):
-        return [vector_only_agent(kernel)]
+        return Placed((vector_only_agent(kernel),), notes)
     cube = [r for r in kernel.roles if r.kind in (RoleKind.COPY, RoleKind.MATRIX)]
     vector = [r for r in kernel.roles if r.kind is RoleKind.VECTOR]
     agents = []
     if cube:
         serial = tuple(r.name for r in cube if r.replicas > 1)
         agents.append(Agent("cube", tuple(r.name for r in cube), 1, "cube core (AIC)", Unit.CUBE, serial))
-    return agents + merge_by_replicas(vector, "vector", "vector core (AIV)", Unit.VECTOR)
+    return Placed(tuple(agents + merge_by_replicas(vector, "vector", "vector core (AIV)", Unit.VECTOR)), notes)
 
 
 def does_matrix_work(kernel) -> bool:

@@ -5,7 +5,7 @@ threads, so no counter can overflow or alias; ``arrive()`` does not wait. No sch
 passes: the emulator runs the protocol as written.
 """
 from xsync.backends.cpu import alloc
-from xsync.lowering.placement import Agent, Target, Unit
+from xsync.lowering.placement import Agent, Placed, Target, Unit, not_applicable
 
 TARGET = Target("cpu", event="a counting semaphore", barrier="a barrier over the member threads",
                 allocate=alloc.allocate,
@@ -15,4 +15,5 @@ TARGET = Target("cpu", event="a counting semaphore", barrier="a barrier over the
 
 
 def place(kernel):
-    return [Agent(r.name, (r.name,), r.replicas, "thread", Unit.THREAD) for r in kernel.roles]
+    agents = tuple(Agent(r.name, (r.name,), r.replicas, "thread", Unit.THREAD) for r in kernel.roles)
+    return Placed(agents, not_applicable(kernel, "cpu", "every role replica is a thread of its own"))

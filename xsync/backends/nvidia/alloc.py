@@ -43,6 +43,7 @@ REGISTER_FILE = 512               # registers per thread slot a CTA's warpgroups
 MAX_CONSUMER_REGS = 232
 DEFAULT_PRODUCER_REGS = 40
 TIGHT_PRODUCER_REGS = 32          # where the consumers would fall short of MAX_CONSUMER_REGS
+MAX_CTA_WARPS = 32                # 1024 threads per CTA
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,13 @@ def allocate(kernel, placement, skel, options=None) -> HopperAllocation:
     for inst in ordered:
         partitions.append(Partition(len(partitions), inst.agent, inst.replica, inst.replicas,
                                     WARPS[inst.unit], inst.index, inst.unit))
+    warps = sum(p.warps for p in partitions) + (-sum(p.warps for p in partitions[1:]) % 4)
+    if warps > MAX_CTA_WARPS:
+        raise AllocationError(
+            f"the kernel's partitions need {warps} warps ({32 * warps} threads); a Hopper CTA runs "
+            f"at most {MAX_CTA_WARPS} ({32 * MAX_CTA_WARPS} threads)", loc=kernel.loc,
+            objects=tuple(f"{p.label} ({p.warps} warp(s))" for p in partitions),
+            fix="use fewer role replicas" + _own_hint(kernel, "(it would share a warpgroup)"))
     smem, groups = 0, []
     pipe_rows = []
     for link in skel.links:
@@ -170,7 +178,7 @@ def allocate(kernel, placement, skel, options=None) -> HopperAllocation:
             f"pipes need {smem} B of shared memory; a Hopper SM has {HOPPER_SMEM_BYTES} B",
             loc=big[0].loc if big else kernel.loc,
             objects=tuple(f"{p.name} (stages={p.stages}, {p.slot_bytes} B/slot)" for p in big),
-            fix="lower stages or tile sizes")
+            fix="lower stages or tile sizes" + _own_hint(kernel))
     partitions, maxnreg, budget = _registers(partitions, smem, options)
     for part in partitions:
         kind = "default partition" if part.index == 0 else f"worker partition {part.index}"
@@ -216,6 +224,14 @@ def allocate(kernel, placement, skel, options=None) -> HopperAllocation:
     return HopperAllocation("nvidia", tuple(rows), partitions=tuple(partitions),
                             mbarriers=tuple(groups), named_barriers=tuple(named), maxnreg=maxnreg,
                             smem_bytes=smem)
+
+
+def _own_hint(kernel, why: str = "(merged, its hand-off needs no ring)") -> str:
+    """The fix's addition where the author placed a vector role on its own warpgroup (its
+    ring or its warps are what no longer fit)."""
+    own = [r.name for r in kernel.roles if r.placement is ir.RolePlacement.OWN]
+    return (f', or drop placement="own" from {", ".join(repr(n) for n in own)} {why}'
+            if own else "")
 
 
 def _registers(partitions, smem, options=None):
