@@ -114,8 +114,8 @@ class Calibration:
 
 
 # Fitted by cost_published.fit() on the measurements of cost_published.MEASUREMENTS.
-CALIBRATION = Calibration(mte2_bytes_per_cycle=128.0, fixp_bytes_per_cycle=64.0, vec_eff=0.5,
-                          cube_eff=0.85, sync_us=0.5, flag_us=0.02)
+CALIBRATION = Calibration(mte2_bytes_per_cycle=96.0, fixp_bytes_per_cycle=48.0, vec_eff=0.6,
+                          cube_eff=0.9, sync_us=0.5, flag_us=0.1)
 
 
 @dataclass(frozen=True)
@@ -174,10 +174,15 @@ class Problem:
     causal: bool = False
     kv_heads: int | None = None     # grouped-query attention (None: = heads)
     cores: int | None = None        # cores used (None: the chip's)
+    q_seq: int | None = None        # query rows when not ``seq`` (keys)
+
+    @property
+    def queries(self) -> int:
+        return self.q_seq or self.seq
 
     @property
     def flops(self) -> float:
-        f = 4.0 * self.batch * self.heads * self.seq * self.seq * self.d
+        f = 4.0 * self.batch * self.heads * self.queries * self.seq * self.d
         return f / 2 if self.causal else f
 
 
@@ -214,7 +219,7 @@ def step_costs(dsn: Design, chip: Chip, cal: Calibration = CALIBRATION) -> dict:
 
 def _steps_per_core(dsn: Design, p: Problem, cores: int) -> tuple[float, int, int]:
     """(steps of the busiest core, blocks, waves)."""
-    per_head = math.ceil(p.seq / dsn.rows)
+    per_head = math.ceil(p.queries / dsn.rows)
     blocks = p.batch * p.heads * per_head
     steps_full = math.ceil(p.seq / dsn.keys)
     waves = math.ceil(blocks / cores)
@@ -228,8 +233,12 @@ def _steps_per_core(dsn: Design, p: Problem, cores: int) -> tuple[float, int, in
 def l2_residency(dsn: Design, p: Problem, chip: Chip, cores: int, blocks: int) -> dict:
     """Where the workspaces live: the live footprint against L2 beside K/V, and the bytes
     written back to HBM once (distinct per-block addresses past L2)."""
+    # blocks are taken head by head (the tile orders of the kernels modelled): the K/V of the
+    # heads the active cores work on at once (+ the next one) are the live working set
     kv_heads = p.kv_heads or p.heads
-    kv_live = min(p.batch * kv_heads, cores) * 2 * p.seq * p.d * dsn.in_bytes
+    per_kv_head = max(blocks // max(p.batch * kv_heads, 1), 1)
+    heads_live = min(p.batch * kv_heads, math.ceil(min(blocks, cores) / per_kv_head) + 1)
+    kv_live = heads_live * 2 * p.seq * p.d * dsn.in_bytes
     avail = max(chip.l2_bytes - kv_live, 0)
     units = min(blocks, cores)
     live = units * dsn.ws_bytes
@@ -240,17 +249,22 @@ def l2_residency(dsn: Design, p: Problem, chip: Chip, cores: int, blocks: int) -
             "kv_live_bytes": kv_live}
 
 
-def estimate(dsn: Design, p: Problem, chip: Chip, cal: Calibration = CALIBRATION) -> dict:
-    """Estimated time and TFLOP/s of ``dsn`` on ``p``, with the breakdown."""
+def estimate(dsn: Design, p: Problem, chip: Chip, cal: Calibration = CALIBRATION,
+             l2_resident: bool = True) -> dict:
+    """Estimated time and TFLOP/s of ``dsn`` on ``p``, with the breakdown. ``l2_resident=False``
+    is the old assumption (every hand-off written to and read back from HBM)."""
     dsn = replace(dsn, d=p.d)
     cores = min(p.cores or chip.ai_cores, chip.ai_cores)
     st = step_costs(dsn, chip, cal)
     steps, blocks, waves = _steps_per_core(dsn, p, cores)
     active = min(blocks, cores)
     res = l2_residency(dsn, p, chip, cores, blocks)
+    if not l2_resident:
+        res["ws_spill_share"] = 1.0
     # chip-wide: L2 bandwidth shared by the active cores; spilled per-step hand-offs go to HBM
     l2_step = st["l2_bytes"] * active / (chip.l2_tb_s * 1e12) * 1e6
-    hbm_step = st["l2_bytes"] / 2 * res["ws_spill_share"] * active / (chip.hbm_tb_s * 1e12) * 1e6
+    # a spilled hand-off is written to HBM and read back from it: both cross HBM
+    hbm_step = st["l2_bytes"] * res["ws_spill_share"] * active / (chip.hbm_tb_s * 1e12) * 1e6
     step = max(st["step_us"], l2_step, hbm_step)
     bound = st["bound"] if step == st["step_us"] else ("L2" if l2_step >= hbm_step else "HBM")
     hz = chip.hz
@@ -258,7 +272,7 @@ def estimate(dsn: Design, p: Problem, chip: Chip, cal: Calibration = CALIBRATION
     fill = st["recurrence_us"] + qo
     core_us = waves * fill + steps * step
     kv_heads = p.kv_heads or p.heads
-    hbm_bytes = (p.batch * p.seq * p.d * dsn.in_bytes * (2 * p.heads + 2 * kv_heads)
+    hbm_bytes = (p.batch * p.d * dsn.in_bytes * (2 * p.queries * p.heads + 2 * p.seq * kv_heads)
                  + res["ws_writeback_bytes"])
     hbm_us = hbm_bytes / (chip.hbm_tb_s * 1e12) * 1e6
     total = dsn.host_us + max(core_us, hbm_us)
