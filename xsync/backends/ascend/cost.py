@@ -114,8 +114,8 @@ class Calibration:
 
 
 # Fitted by cost_published.fit() on the measurements of cost_published.MEASUREMENTS.
-CALIBRATION = Calibration(mte2_bytes_per_cycle=96.0, fixp_bytes_per_cycle=48.0, vec_eff=0.6,
-                          cube_eff=0.9, sync_us=0.5, flag_us=0.1)
+CALIBRATION = Calibration(mte2_bytes_per_cycle=128.0, fixp_bytes_per_cycle=48.0, vec_eff=0.7,
+                          cube_eff=0.9, sync_us=1.0, flag_us=0.15)
 
 
 @dataclass(frozen=True)
@@ -209,11 +209,12 @@ def step_costs(dsn: Design, chip: Chip, cal: Calibration = CALIBRATION) -> dict:
     step = max(cube, vector, pipelined)
     bound = max((cube, "cube"), (vector, "vector"), (pipelined, "recurrence"))[1]
     l2_bytes = b["cube_mte2"] + b["cube_fixp"] + 2 * (b["vec_mte2"] + b["vec_mte3"])
+    handoff = 2 * (b["cube_fixp"] + 2 * b["vec_mte3"])       # the workspaces: written + read
     return {"cube_mmad_us": m, "cube_mte1_us": mte1, "cube_mte2_us": cube_mte2, "cube_fixp_us": fixp,
             "vector_us": vec, "vec_mte2_us": vec_mte2, "vec_mte3_us": vec_mte3,
             "cube_us": cube, "vec_core_us": vector, "recurrence_us": recurrence,
             "pipelined_us": pipelined, "step_us": step, "bound": bound,
-            "l2_bytes": l2_bytes, "cube_flops": flops,
+            "l2_bytes": l2_bytes, "handoff_bytes": handoff, "cube_flops": flops,
             "flags_us": max(dsn.cube_flag_ops, dsn.vec_flag_ops) * cal.flag_us}
 
 
@@ -264,7 +265,7 @@ def estimate(dsn: Design, p: Problem, chip: Chip, cal: Calibration = CALIBRATION
     # chip-wide: L2 bandwidth shared by the active cores; spilled per-step hand-offs go to HBM
     l2_step = st["l2_bytes"] * active / (chip.l2_tb_s * 1e12) * 1e6
     # a spilled hand-off is written to HBM and read back from it: both cross HBM
-    hbm_step = st["l2_bytes"] * res["ws_spill_share"] * active / (chip.hbm_tb_s * 1e12) * 1e6
+    hbm_step = st["handoff_bytes"] * res["ws_spill_share"] * active / (chip.hbm_tb_s * 1e12) * 1e6
     step = max(st["step_us"], l2_step, hbm_step)
     bound = st["bound"] if step == st["step_us"] else ("L2" if l2_step >= hbm_step else "HBM")
     hz = chip.hz
