@@ -87,10 +87,11 @@ CHIPS = {
         "Ascend 910B2", ai_cores=24, freq_ghz=1.8, hbm_tb_s=1.6,
         source="24 AI cores at 1.8 GHz: 24 x 8192 x 1.8e9 = 353.9 TFLOP/s, the peak behind "
                "hw-native-sys/pto-isa kernels/manual/common/flash_atten/README.md's utilisation "
-               "column (168.50 TFLOP/s = 47.61 %); HBM2e 1.6 TB/s (Atlas 800T A2 datasheet)"),
+               "column (168.50 TFLOP/s = 47.61 %); HBM 1.6 TB/s (the public figure the earlier "
+               "table used; not checked against a Huawei datasheet here)"),
     "910B3": Chip(
         "Ascend 910B3", ai_cores=20, freq_ghz=1.8, hbm_tb_s=1.6,
-        source="20 AI cores (CANN soc table Ascend910B3), clock assumed as 910B2; the same GM "
+        source="20 AI cores (as commonly reported; not verified here), clock assumed as 910B2; the same GM "
                "bandwidth as B1/B2 (pto-isa flash_atten README: only 910B4 has half); no "
                "published attention measurement on it: not calibrated"),
     "A3": Chip(
