@@ -256,6 +256,9 @@ def estimate(dsn: Design, p: Problem, chip: Chip, cal: Calibration = CALIBRATION
     """Estimated time and TFLOP/s of ``dsn`` on ``p``, with the breakdown. ``l2_resident=False``
     is the old assumption (every hand-off written to and read back from HBM)."""
     dsn = replace(dsn, d=p.d)
+    if dsn.traffic is None and (dsn.keys > p.seq or dsn.rows > p.queries):
+        # a sequence shorter than the tile: the tile shrinks to it (formula designs only)
+        dsn = replace(dsn, keys=min(dsn.keys, p.seq), rows=min(dsn.rows, p.queries))
     cores = min(p.cores or chip.ai_cores, chip.ai_cores)
     st = step_costs(dsn, chip, cal)
     steps, blocks, waves = _steps_per_core(dsn, p, cores)
