@@ -209,7 +209,7 @@ def fit_tables(out: str, cross_validate: bool) -> dict:
               "cost.CALIBRATION", file=sys.stderr)
     worst, _ = cp.score(rows)
     single = cp.residuals(cal, cp.SINGLE_CORE)
-    ds = {n: cp._with_host(d, cal) for n, d in cp.designs().items()}
+    ds = {n: cp.with_host(d, cal) for n, d in cp.designs().items()}
     hbm = [{"design": m.design, "chip": m.chip, "seq": m.problem.seq, "heads": m.problem.heads,
             "measured_tflops": m.tflops,
             "est_tflops": cost.estimate(ds[m.design], m.problem, cost.CHIPS[m.chip], cal,

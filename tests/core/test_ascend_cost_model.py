@@ -42,7 +42,7 @@ def test_every_measurement_names_a_described_design_with_its_source():
 def test_the_old_assumption_contradicts_the_measurements():
     """Charging every hand-off to HBM puts each published kernel far below its measurement:
     their workspaces live in L2."""
-    ds = {n: cp._with_host(d, cost.CALIBRATION) for n, d in cp.designs().items()}
+    ds = {n: cp.with_host(d, cost.CALIBRATION) for n, d in cp.designs().items()}
     for m in cp.MEASUREMENTS:
         e = cost.estimate(ds[m.design], m.problem, cost.CHIPS[m.chip], l2_resident=False)
         assert e["est_tflops"] < 0.6 * m.tflops, (m, e["est_tflops"])

@@ -155,7 +155,7 @@ RELATIVE = (
 def relative_residuals(cal: Calibration = CALIBRATION) -> list[dict]:
     """Each published ratio beside the model's, the design launched with the baseline's
     launch overhead (both from torch; the design's own is not published)."""
-    ds = {name: _with_host(d, cal) for name, d in designs().items()}
+    ds = {name: with_host(d, cal) for name, d in designs().items()}
     out = []
     for name, base, chip, prob, ratio, src in RELATIVE:
         host = ds[base].host_us
@@ -166,7 +166,7 @@ def relative_residuals(cal: Calibration = CALIBRATION) -> list[dict]:
     return out
 
 
-def _with_host(dsn: Design, cal: Calibration) -> Design:
+def with_host(dsn: Design, cal: Calibration) -> Design:
     run = HOST_RUNS.get(dsn.name)
     if run is None:
         return dsn
@@ -177,7 +177,7 @@ def _with_host(dsn: Design, cal: Calibration) -> Design:
 
 def residuals(cal: Calibration = CALIBRATION, points=MEASUREMENTS) -> list[dict]:
     """Each measurement beside the model's estimate (ratio = estimate / measurement)."""
-    ds = {name: _with_host(d, cal) for name, d in designs().items()}
+    ds = {name: with_host(d, cal) for name, d in designs().items()}
     out = []
     for m in points:
         e = estimate(ds[m.design], m.problem, CHIPS[m.chip], cal)
