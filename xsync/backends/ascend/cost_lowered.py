@@ -1,0 +1,165 @@
+"""Read a cost-model :class:`~xsync.backends.ascend.cost.Design` from an xsync kernel lowered
+for Ascend: its allocation (GM workspace rings: bytes, slots, replica rings), its pipes (the
+same-core slots the cube loads each step), the schedule passes (is the cube's next product
+issued before it waits?) and the statements of its step loop (mmad FLOPs and operand bytes on
+the cube, elementwise operations on a vector core), walked as the memory model walks them
+(xsync.backends.ascend.memory).
+
+The step loop is the innermost loop of each agent holding its work. Statements under a run-time
+``if`` inside it (boundary-block masks) are left out: most steps skip them.
+"""
+from __future__ import annotations
+
+import math
+
+from xsync.backends.ascend import memory
+from xsync.backends.ascend.cost import Design
+from xsync.lowering import ir
+from xsync.lowering.placement import Unit
+
+
+class _Counter(memory._Walker):
+    """The memory walker, also counting per loop depth: mmad FLOPs and operand elements (cube),
+    elementwise and reduction elements split by last dimension (vector)."""
+
+    def __init__(self, kernel, placement, agent):
+        super().__init__(kernel, placement, agent)
+        self.ifs: list[int] = []     # loop depth of each enclosing run-time if
+        self.flops: dict[int, float] = {}
+        self.operands: dict[int, float] = {}
+        self.elems: dict[int, dict[int, float]] = {}   # depth -> last dim -> elements
+
+    def _static(self, cond):
+        """The value of an ``if`` on a constexpr (the frontend keeps them), else None."""
+        if isinstance(cond, ir.Const) and isinstance(cond.value, (int, bool)):
+            return bool(cond.value)
+        if isinstance(cond, ir.Name) and isinstance(self.consts.get(cond.id), (int, bool)):
+            return bool(self.consts[cond.id])
+        return None
+
+    def stmt(self, s, loops, inside):
+        if isinstance(s, ir.If) and self._static(s.cond) is not None:
+            self.block(s.body if self._static(s.cond) else s.orelse, loops, inside)
+            return
+        if isinstance(s, ir.If) and loops:
+            self.ifs.append(len(loops))
+            try:
+                super().stmt(s, loops, inside)
+            finally:
+                self.ifs.pop()
+            return
+        super().stmt(s, loops, inside)
+
+    def _skipped(self, loops) -> bool:
+        """Inside a run-time if of the same (innermost) loop: not every step runs it."""
+        return bool(self.ifs) and self.ifs[-1] == len(loops)
+
+    def _count(self, loops, shape):
+        if self._skipped(loops) or not shape:
+            return
+        depth = self.elems.setdefault(len(loops), {})
+        depth[shape[-1]] = depth.get(shape[-1], 0) + math.prod(shape)
+
+    def _shape_of(self, e) -> tuple:
+        if isinstance(e, ir.Name):
+            v = self.env.get(e.id)
+            return v.shape if v else ()
+        if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name) and e.value.id in self.slots:
+            pipe = self.pipes[self.slots[e.value.id]]
+            spec = next((f for f in pipe.fields if f.name == e.attr), None)
+            return tuple(self.const(d) for d in spec.shape) if spec else ()
+        if isinstance(e, ir.Call) and e.op is ir.TileOp.TRANS:
+            return tuple(reversed(self._shape_of(e.args[0])))
+        if isinstance(e, ir.Cast):
+            return self._shape_of(e.value)
+        return ()
+
+    def call(self, e, step, loops):
+        # an mmad under a run-time if of the step loop still runs every step (the pipeline
+        # pass guards the next step's product so); masks (vector) are the boundary fix-ups
+        if e.op is ir.TileOp.MMA:
+            a, b = self._shape_of(e.args[0]), self._shape_of(e.args[1])
+            if len(a) == 2 and len(b) == 2:
+                d = len(loops)
+                self.flops[d] = self.flops.get(d, 0) + 2 * a[0] * a[1] * b[1]
+                self.operands[d] = self.operands.get(d, 0) + math.prod(a) + math.prod(b)
+        if e.op in memory.REDUCTIONS:
+            self._count(loops, self._shape_of(e.args[0]))
+        return super().call(e, step, loops)
+
+    def elementwise(self, operands, shape, dtype, step, what):
+        self._count(step.loops, tuple(shape))
+        return super().elementwise(operands, shape, dtype, step, what)
+
+
+def _walk(low, unit: Unit) -> tuple[_Counter | None, int]:
+    """The counter of the agent on ``unit`` and how many replicas it runs one by one."""
+    for agent in low.placement.agents:
+        if agent.unit is unit:
+            c = _Counter(low.kernel, low.placement, agent)
+            c.block(low.kernel.body, ())
+            serial = max((low.kernel.role(r).replicas for r in agent.serial), default=1)
+            return c, serial
+    return None, 1
+
+
+def _slot_bytes(pipe, consts) -> int:
+    return sum(math.prod(consts.get(d, d) if isinstance(d, str) else d for d in f.shape) * f.dtype.bytes
+               for f in pipe.fields)
+
+
+def traffic(low) -> dict:
+    """Per step of one AI core: bytes per queue, cube FLOPs, vector ops, flag ops, ring depth."""
+    k, pl, alloc = low.kernel, low.placement, low.allocation
+    consts = dict(k.constexprs)
+    out = dict(cube_mte2=0.0, cube_fixp=0.0, vec_mte2=0.0, vec_mte3=0.0, cube_mte1=0.0)
+    cube_flags = vec_flags = 0.0
+    slots = []
+    for ring in alloc.workspace:
+        pipe = k.sync_object(ring.pipe)
+        nbytes = _slot_bytes(pipe, consts) * ring.rings
+        if pl.agent_of(pipe.src).unit is Unit.CUBE:
+            out["cube_fixp"] += nbytes
+            out["vec_mte2"] += nbytes / 2          # each vector core reads its half
+        else:
+            out["vec_mte3"] += nbytes / 2
+            out["cube_mte2"] += nbytes
+        cube_flags += 2 * ring.rings               # a wait and a set per ring per step
+        vec_flags += 2
+        slots.append(ring.slots)
+    for pipe in k.pipes:                           # same-core slots the cube loads (K, V tiles)
+        src, dst = pl.agent_of(pipe.src), pl.agent_of(pipe.dst)
+        if src is dst and dst.unit is Unit.CUBE and "q" not in {f.name for f in pipe.fields}:
+            out["cube_mte2"] += _slot_bytes(pipe, consts)
+    (cube, serial), (vec, _) = _walk(low, Unit.CUBE), _walk(low, Unit.VECTOR)
+    flops = operands = 0.0
+    if cube and cube.flops:
+        deepest = max(cube.flops)
+        flops, operands = cube.flops[deepest] * serial, cube.operands[deepest] * serial
+    out["cube_mte1"] = operands * 2
+    vec_elems: dict[int, float] = {}
+    if vec and vec.elems:
+        vec_elems = vec.elems[max(vec.elems)]
+    return {"bytes": out, "flops": flops, "vec_elems": vec_elems, "cube_flag_ops": cube_flags,
+            "vec_flag_ops": vec_flags, "slots": min(slots) if slots else 1,
+            "ws_bytes": alloc.workspace_bytes}
+
+
+def design_from_lowered(low, name: str, rows: int, keys: int, d: int, note: str = "") -> Design:
+    """The design of a lowered attention-like kernel: ``rows`` query rows (or keys, for dK/dV)
+    per program tile, ``keys`` per step, head dim ``d``."""
+    t = traffic(low)
+    half = rows / 2
+    elems = sum(t["vec_elems"].values())
+    text = low.passes.text() if low.passes else ""
+    lookahead = 1 if "cross-agent-pipeline: applied" in text and t["slots"] >= 2 else 0
+    b = t["bytes"]
+    flops_plain = 4 * rows * keys * d
+    return Design(
+        name, rows=rows, keys=keys, d=d, lookahead=lookahead, slots=t["slots"],
+        cube_flag_ops=t["cube_flag_ops"], vec_flag_ops=t["vec_flag_ops"],
+        ops_per_score=elems / (half * keys), ops_per_out=0.0, vec_elems_per_step=elems,
+        ws_bytes=t["ws_bytes"], persistent=True,
+        traffic={k_: float(v) for k_, v in b.items()},
+        flops_per_step=t["flops"] if t["flops"] else flops_plain,
+        note=note or text, source="read from the lowered kernel (allocation, pipes, passes, IR)")
