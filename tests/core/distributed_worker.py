@@ -34,7 +34,8 @@ CASES = {
         ("causal-tiny", 3, 2, 1, True, "zigzag", False)],
     4: [("causal-zigzag-odd", 61, 4, 2, True, "zigzag", True),
         ("noncausal", 50, 2, 2, False, "zigzag", False),
-        ("causal-empty-rank", 6, 2, 1, True, "zigzag", False)],
+        ("causal-empty-rank", 3, 2, 1, True, "zigzag", True),
+        ("noncausal-empty-rank", 3, 2, 2, False, "contiguous", False)],
 }
 
 
@@ -97,17 +98,22 @@ def scenario(rank, world, name):
         o, lse = xd.ring_attention(q, k, v, causal=True)
         o2, lse2 = attention(q, k, v, causal=True)
         return bool(torch.equal(o, o2)) and bool(torch.allclose(lse, lse2)), []
-    if name == "mismatch":          # rank 1 has another head count
-        q = torch.randn(1, 4 if rank == 1 else 2, 8, 64, dtype=DTYPE)
-    elif name == "mismatch-causal":  # lengths that are not the zig-zag split
-        q = torch.randn(1, 2, 8 + rank, 64, dtype=DTYPE)
-    elif name == "refuse" and rank == 1:   # a dtype the kernel does not take
-        q = q.float()
-    elif name == "die" and rank == 1:
+    if name == "disagree":
+        # one group, three refused calls in a row (the group stays usable), then a good call
+        out = []
+        for sub in ("mismatch", "mismatch-causal", "refuse", "good"):
+            try:
+                _bad_call(rank, sub)
+                out.append({"name": sub, "error": None, "message": ""})
+            except XSyncError as exc:
+                out.append({"name": sub, "error": type(exc).__name__, "message": str(exc)})
+        return True, out
+    if name == "die" and rank == 1:
         os._exit(3)
-    elif name == "hang" and rank == 1:
-        time.sleep(60)
-    elif name == "die-mid" and rank == 1:
+    if name == "hang" and rank == 1:
+        time.sleep(12)          # alive, never calling: the others time out after 4 s
+        return True, []
+    if name == "die-mid" and rank == 1:
         from xsync.distributed import comm
 
         calls = []
@@ -115,16 +121,25 @@ def scenario(rank, world, name):
 
         def dying(self, *a, **kw):
             calls.append(1)
-            if len(calls) == 2:
+            if len(calls) == 2:     # in the second step of the forward ring
                 os._exit(3)
             return real(self, *a, **kw)
 
         comm.Comm.rotate = dying
-        q = torch.randn(1, 2, 8, 64, dtype=DTYPE)
-    causal = name == "mismatch-causal"
-    o, _ = xd.ring_attention(q, q.clone(), q.clone(), causal=causal, timeout=None if name != "hang" else 4)
+    o, _ = xd.ring_attention(q, q.clone(), q.clone(), timeout=None if name != "hang" else 4)
     o.sum().item()
     return True, []
+
+
+def _bad_call(rank, sub):
+    q = torch.randn(1, 2, 8, 64, dtype=DTYPE)
+    if sub == "mismatch":               # rank 1 has another head count
+        q = torch.randn(1, 4 if rank == 1 else 2, 8, 64, dtype=DTYPE)
+    elif sub == "mismatch-causal":      # lengths that are not the zig-zag split
+        q = torch.randn(1, 2, 8 + rank, 64, dtype=DTYPE)
+    elif sub == "refuse" and rank == 1:  # a dtype the kernel does not take
+        q = q.float()
+    xd.ring_attention(q, q.clone(), q.clone(), causal=sub == "mismatch-causal")
 
 
 def main():

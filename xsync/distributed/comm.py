@@ -47,9 +47,13 @@ class Comm:
         self.prev = (self.rank - 1) % self.world
 
     def fail(self, what: str, exc: BaseException) -> DistributedError:
+        text = str(exc).strip()
+        cause = "no answer within the timeout (a peer is stuck, slow or not calling)" \
+            if "timed out" in text.lower() or "timeout" in text.lower() else \
+            "the connection to a peer broke (a rank probably died)"
         return DistributedError(
-            f"xsync.distributed: rank {self.rank} of {self.world}: {what} failed: "
-            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}",
+            f"xsync.distributed: rank {self.rank} of {self.world}: {what} failed: {cause}",
+            details=f"torch.distributed: {text.splitlines()[0] if text else type(exc).__name__}",
             fix=_FIX_PEER)
 
     def _wait(self, works, what: str) -> None:
