@@ -108,6 +108,8 @@ def scenario(rank, world, name):
             except XSyncError as exc:
                 out.append({"name": sub, "error": type(exc).__name__, "message": str(exc)})
         return True, out
+    if name == "torch-cp":
+        return _torch_cp(rank, world)
     if name == "die" and rank == 1:
         os._exit(3)
     if name == "hang" and rank == 1:
@@ -129,6 +131,30 @@ def scenario(rank, world, name):
     o, _ = xd.ring_attention(q, q.clone(), q.clone(), timeout=None if name != "hang" else 4)
     o.sum().item()
     return True, []
+
+
+def _torch_cp(rank, world):
+    """torch's context_parallel with xsync computing the blocks, against ring_attention."""
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from xsync.distributed.torch_cp import context_parallel
+
+    gen = torch.Generator().manual_seed(1)
+    q, k, v, do = (torch.randn(1, h, 64, 64, generator=gen).to(DTYPE) for h in (4, 2, 2, 4))
+    mine = [xd.shard(t, rank, world).requires_grad_() for t in (q, k, v)]
+    o_ring, _ = xd.ring_attention(*mine, causal=True, sm_scale=0.125)
+    o_ring.backward(xd.shard(do, rank, world))
+    bufs = [t.clone() for t in (q, k, v)]
+    with context_parallel(init_device_mesh("cpu", (world,)), buffers=bufs, buffer_seq_dims=[2, 2, 2],
+                          no_restore_buffers=set(bufs)):
+        theirs = [t.detach().requires_grad_() for t in bufs]
+        o = F.scaled_dot_product_attention(*theirs, is_causal=True, scale=0.125, enable_gqa=True)
+        o.backward(xd.shard(do, rank, world))
+    errs = {"o": (o.float() - o_ring.float()).abs().max().item()}
+    errs.update({"d" + n: (a.grad.float() - b.grad.float()).abs().max().item() for n, a, b in zip("qkv", theirs, mine)})
+    restored = F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
+    return restored and all(e < 5e-3 for e in errs.values()), [{"name": "torch-cp", "errors": errs}]
 
 
 def _bad_call(rank, sub):

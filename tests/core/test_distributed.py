@@ -100,6 +100,14 @@ def test_a_dead_or_silent_rank_is_an_error_not_a_hang(tmp_path, scenario, world)
     assert took < RUN_LIMIT
 
 
+def test_torch_context_parallel_with_xsync_blocks(tmp_path):
+    """xsync.distributed.torch_cp: torch's own ring (private internals of torch 2.13) with
+    xsync.sdpa in SDPA's place gives ring_attention's results, and SDPA is restored after."""
+    results, _ = _spawn(tmp_path, 2, "torch-cp")
+    for r, res in enumerate(results):
+        assert res is not None and res["error"] is None and res["ok"], (r, res)
+
+
 def test_uninitialized_torch_distributed_is_named(tmp_path):
     (res,), _ = _spawn(tmp_path, 1, "no-init")
     assert res["error"] == "DistributedError" and "init_process_group" in res["message"], res
