@@ -110,9 +110,10 @@ def _exchange_only(comm, meta, rank, kv):
         kv = comm.rotate(kv, meta.kv_numel((src - 1) % meta.world), "benchmark exchange", 7).wait()
 
 
-def _torch_cp(args, q, k, v, device, dist, rank, world):
+def _torch_cp(args, q, k, v, device, dist, rank, world, xsync_blocks=False):
     """torch's context_parallel over SDPA on the whole-sequence tensors (its own head-tail
-    split); (fwd seconds, None) or (None, why it does not run here)."""
+    split), or with xsync computing its blocks (xsync.distributed.torch_cp);
+    (fwd seconds, None) or (None, why it does not run here)."""
     import torch
     import torch.nn.functional as F
 
@@ -120,6 +121,8 @@ def _torch_cp(args, q, k, v, device, dist, rank, world):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.experimental import context_parallel
 
+        if xsync_blocks:
+            from xsync.distributed.torch_cp import context_parallel
         mesh = init_device_mesh(device.type, (world,))
         bufs = [t.clone() for t in (q, k, v)]
         with context_parallel(mesh, buffers=bufs, buffer_seq_dims=[2, 2, 2]):
@@ -180,6 +183,8 @@ def _rank_main(rank, world, args, init):
     if not args.no_torch:
         row["torch_cp_fwd_s"], row["torch_cp_skipped"] = _torch_cp(
             args, *(t.to(device) for t in whole), device, dist, rank, world)
+        row["torch_cp_xsync_fwd_s"], row["torch_cp_xsync_skipped"] = _torch_cp(
+            args, *(t.to(device) for t in whole), device, dist, rank, world, xsync_blocks=True)
     rows = [None] * world
     dist.all_gather_object(rows, row)
     if rank == 0:
@@ -196,15 +201,19 @@ def _report(args, backend, device, rows):
           f"B={args.batch} S={args.seq} Hq={args.heads} Hkv={args.kv_heads or args.heads} D={args.dim} "
           f"{args.dtype} {'causal' if not args.no_causal else 'non-causal'} {args.layout}")
     print(f"{'rank':>4} {'tokens':>7} {'fwd ms':>9} {'fwd+bwd ms':>11} {'tok/s':>10} {'fwd TF/s':>9} "
-          f"{'f+b TF/s':>9} {'compute ms':>11} {'exch ms':>9} {'overlap':>8} {'torch CP fwd ms':>16}")
+          f"{'f+b TF/s':>9} {'compute ms':>11} {'exch ms':>9} {'overlap':>8} {'torch CP fwd ms':>16} "
+          f"{'torch CP+xsync ms':>18}")
     for r in rows:
         tcp = f"{r['torch_cp_fwd_s'] * 1e3:16.2f}" if r.get("torch_cp_fwd_s") else f"{'-':>16}"
+        tcx = f"{r['torch_cp_xsync_fwd_s'] * 1e3:18.2f}" if r.get("torch_cp_xsync_fwd_s") else f"{'-':>18}"
         print(f"{r['rank']:>4} {r['tokens']:>7} {r['fwd_s'] * 1e3:9.2f} {r['fwd_bwd_s'] * 1e3:11.2f} "
               f"{r['fwd_tokens_per_s']:10.0f} {r['fwd_tflops']:9.4f} {r['fwd_bwd_tflops']:9.4f} "
-              f"{r['compute_only_s'] * 1e3:11.2f} {r['exchange_only_s'] * 1e3:9.2f} {r['overlap']:8.2f} {tcp}")
-    why = {r.get("torch_cp_skipped") for r in rows} - {None}
-    if why:
-        print("torch context_parallel did not run:", "; ".join(sorted(why)))
+              f"{r['compute_only_s'] * 1e3:11.2f} {r['exchange_only_s'] * 1e3:9.2f} {r['overlap']:8.2f} {tcp} {tcx}")
+    for key, what in (("torch_cp_skipped", "torch context_parallel over SDPA"),
+                      ("torch_cp_xsync_skipped", "torch context_parallel with xsync blocks")):
+        why = {r.get(key) for r in rows} - {None}
+        if why:
+            print(f"{what} did not run:", "; ".join(sorted(why)))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "context_parallel.json")
     with open(path, "w") as f:
