@@ -20,9 +20,10 @@ from xsync.errors import DistributedError, XSyncError
 from xsync.distributed import layout as _layout
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_FIX_PEER = ("every rank of the group must call ring_attention with tensors of one batch, head count, "
-             "head dim and dtype; if a rank died, its own log says why (restart the job); if a rank "
-             "is only slow, raise the timeout (init_process_group(timeout=...) or ring_attention(timeout=...))")
+_FIX_PEER = ("if a rank died, its own log says why (restart the job: the group cannot go on without it); "
+             "otherwise every rank must make the same xsync.distributed calls in the same order, and a "
+             "rank that is only slow needs a longer timeout (init_process_group(timeout=...) or "
+             "ring_attention(timeout=...))")
 
 
 class Comm:
@@ -176,7 +177,7 @@ def agree(comm: Comm, q, k, v, causal: bool, scale: float, layout: str, local: X
     if refused:
         raise DistributedError(
             f"xsync.distributed: rank {comm.rank} of {comm.world}: rank(s) {refused} refused their input "
-            f"(their own error says why)", fix="fix the input on the rank(s) named; " + _FIX_PEER)
+            f"(their own error says why)", fix="fix the input on the rank(s) named (every rank passes tensors the attention kernel takes)")
     diffs = [f"{name}: " + ", ".join(f"rank {r} {_show(name, row[name])}" for r, row in enumerate(rows))
              for name in _AGREE if len({row[name] for row in rows}) > 1]
     if diffs:
