@@ -24,12 +24,14 @@ import xsync.distributed as xd  # noqa: E402
 from xsync.errors import XSyncError  # noqa: E402
 
 DTYPE = torch.float16
-# (name, seq_len, hq, hkv, causal, layout, use_lse): odd lengths give ragged chunks, lengths
-# below 2 * world give ranks an empty chunk (or no tokens at all)
+# (name, seq_len, hq, hkv, causal, layout, use_lse[, batch, kv seq_len]): odd lengths give ragged
+# chunks, lengths below 2 * world give ranks an empty chunk (or no tokens at all); a kv length of
+# its own (non-causal) gives each rank other q and kv lengths
 CASES = {
     2: [("causal-zigzag", 48, 2, 2, True, "zigzag", False),
         ("causal-gqa-odd", 37, 4, 2, True, "zigzag", True),
         ("noncausal-gqa", 40, 4, 1, False, "zigzag", False),
+        ("noncausal-cross-batch2", 21, 2, 1, False, "contiguous", True, 2, 34),
         ("causal-contiguous-odd", 29, 2, 2, True, "contiguous", False),
         ("causal-tiny", 3, 2, 1, True, "zigzag", False)],
     4: [("causal-zigzag-odd", 61, 4, 2, True, "zigzag", True),
@@ -52,14 +54,14 @@ def reference(q, k, v, causal, scale):
     return torch.softmax(s, -1) @ v, lse
 
 
-def run_case(rank, world, name, seq, hq, hkv, causal, layout, use_lse):
+def run_case(rank, world, name, seq, hq, hkv, causal, layout, use_lse, batch=1, seq_k=None):
     gen = torch.Generator().manual_seed(seq * 100 + hq)
-    d, scale = 64, 0.125
-    q = torch.randn(1, hq, seq, d, generator=gen).to(DTYPE)
-    k = torch.randn(1, hkv, seq, d, generator=gen).to(DTYPE)
-    v = torch.randn(1, hkv, seq, d, generator=gen).to(DTYPE)
-    do = torch.randn(1, hq, seq, d, generator=gen).to(DTYPE)
-    dl = torch.randn(1, hq, seq, generator=gen)
+    d, scale, seq_k = 64, 0.125, seq_k or seq
+    q = torch.randn(batch, hq, seq, d, generator=gen).to(DTYPE)
+    k = torch.randn(batch, hkv, seq_k, d, generator=gen).to(DTYPE)
+    v = torch.randn(batch, hkv, seq_k, d, generator=gen).to(DTYPE)
+    do = torch.randn(batch, hq, seq, d, generator=gen).to(DTYPE)
+    dl = torch.randn(batch, hq, seq, generator=gen)
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
     o_ref, lse_ref = reference(*leaves, causal, scale)
     loss = (o_ref * do.double()).sum() + ((lse_ref * dl.double()).sum() if use_lse else 0)
@@ -171,6 +173,7 @@ def _bad_call(rank, sub):
 def main():
     rank, world, init, name, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
     result = {"ok": False, "error": None, "message": "", "cases": []}
+    torch.set_num_threads(1)    # W ranks share the machine's cores
     if name != "no-init":
         dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=20))
