@@ -115,7 +115,7 @@ def scenario(rank, world, name):
     if name == "die" and rank == 1:
         os._exit(3)
     if name == "hang" and rank == 1:
-        time.sleep(12)          # alive, never calling: the others time out after 4 s
+        time.sleep(8)           # alive, never calling: the others time out after 4 s
         return True, []
     if name == "die-mid" and rank == 1:
         from xsync.distributed import comm

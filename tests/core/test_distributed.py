@@ -138,3 +138,24 @@ def test_zigzag_needs_one_call_a_step():
                 assert (b.q_lo, b.q_hi, b.k_lo, b.k_hi) == (0, 16, 0, 8)
             elif src > rank:
                 assert (b.q_lo, b.q_hi, b.k_lo, b.k_hi) == (8, 16, 0, 16)
+
+
+def test_merge_is_the_softmax_of_the_union():
+    """Two key blocks merged by their LSE give attention over both, in float32, with logits far
+    beyond exp's range, and rows a block left without keys (LSE +inf, O = 0) change nothing."""
+    from xsync.distributed import merge
+
+    gen = torch.Generator().manual_seed(3)
+    s = torch.randn(1, 2, 5, 12, generator=gen, dtype=torch.float64) * 200     # exp(+-600) overflows float32
+    v = torch.randn(1, 2, 12, 8, generator=gen, dtype=torch.float64)
+    acc_o = torch.zeros(1, 2, 5, 8)
+    acc_lse = torch.full((1, 2, 5), float("-inf"))
+    for lo, hi in ((0, 7), (7, 12)):
+        part = s[..., lo:hi]
+        merge(acc_o, acc_lse, (torch.softmax(part, -1) @ v[:, :, lo:hi]).float(),
+              torch.logsumexp(part, -1).float(), 0, 5)
+    empty_o, empty_lse = torch.zeros(1, 2, 2, 8), torch.full((1, 2, 2), float("inf"))
+    merge(acc_o, acc_lse, empty_o, empty_lse, 1, 3)
+    assert torch.allclose(acc_o.double(), torch.softmax(s, -1) @ v, atol=1e-5)
+    assert torch.allclose(acc_lse.double(), torch.logsumexp(s, -1), rtol=1e-6)
+    assert torch.isfinite(acc_o).all()

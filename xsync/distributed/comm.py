@@ -72,7 +72,7 @@ class Comm:
         previous one, both in flight until :meth:`Pending.wait`. Zero-element messages are not
         sent (every rank knows every size). One rank: the buffer comes back as it is."""
         if self.world == 1:
-            return Pending(self, [], send, what)
+            return Pending(self, [], send, what, send)
         recv = torch.empty(recv_numel, dtype=send.dtype, device=send.device)
         ops = []
         if recv_numel:
