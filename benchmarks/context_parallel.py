@@ -142,7 +142,8 @@ def _rank_main(rank, world, args, init):
 
     use_cuda = args.backend == "nccl" or (args.backend == "auto" and torch.cuda.device_count() >= world)
     backend = "nccl" if use_cuda else "gloo"
-    device = torch.device("cuda", rank % max(1, torch.cuda.device_count())) if use_cuda else torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", rank))      # torchrun: the rank on this host
+    device = torch.device("cuda", local % max(1, torch.cuda.device_count())) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
@@ -207,7 +208,7 @@ def _report(args, backend, device, rows):
         tcp = f"{r['torch_cp_fwd_s'] * 1e3:16.2f}" if r.get("torch_cp_fwd_s") else f"{'-':>16}"
         tcx = f"{r['torch_cp_xsync_fwd_s'] * 1e3:18.2f}" if r.get("torch_cp_xsync_fwd_s") else f"{'-':>18}"
         print(f"{r['rank']:>4} {r['tokens']:>7} {r['fwd_s'] * 1e3:9.2f} {r['fwd_bwd_s'] * 1e3:11.2f} "
-              f"{r['fwd_tokens_per_s']:10.0f} {r['fwd_tflops']:9.4f} {r['fwd_bwd_tflops']:9.4f} "
+              f"{r['fwd_tokens_per_s']:10.0f} {r['fwd_tflops']:9.3g} {r['fwd_bwd_tflops']:9.3g} "
               f"{r['compute_only_s'] * 1e3:11.2f} {r['exchange_only_s'] * 1e3:9.2f} {r['overlap']:8.2f} {tcp} {tcx}")
     for key, what in (("torch_cp_skipped", "torch context_parallel over SDPA"),
                       ("torch_cp_xsync_skipped", "torch context_parallel with xsync blocks")):
