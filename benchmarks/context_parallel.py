@@ -75,15 +75,10 @@ def _time(fn, device, iters, warmup):
     return statistics.median(out)
 
 
-def _visible_pairs(meta, rank, causal, q_len, k_lens):
-    from xsync.distributed import layout as L
-
+def _visible_pairs(meta, rank, causal):
     pairs = 0
     for step in range(meta.world):
-        src = (rank - step) % meta.world
-        blocks = L.step_blocks(meta.q_segs[rank], meta.k_segs[src], True, src == rank) if causal else \
-            [L.Block(0, q_len, 0, k_lens[src], False)] if q_len and k_lens[src] else []
-        for b in blocks:
+        for b in meta.blocks(rank, (rank - step) % meta.world, causal):
             n, m = b.q_hi - b.q_lo, b.k_hi - b.k_lo
             pairs += n * (n + 1) // 2 if b.causal else n * m
     return pairs
@@ -91,15 +86,12 @@ def _visible_pairs(meta, rank, causal, q_len, k_lens):
 
 def _compute_only(q, meta, rank, causal, scale, kvs):
     """Every step's block kernels of the forward ring, on stand-in K/V of each source's shape."""
-    from xsync.distributed import layout as L
     from xsync.kernels.flash_attn import attention
 
     for step in range(meta.world):
         src = (rank - step) % meta.world
         k, v = kvs[src]
-        blocks = L.step_blocks(meta.q_segs[rank], meta.k_segs[src], True, src == rank) if causal else \
-            [L.Block(0, q.shape[2], 0, k.shape[2], False)] if q.shape[2] and k.shape[2] else []
-        for b in blocks:
+        for b in meta.blocks(rank, src, causal):
             attention(q[:, :, b.q_lo:b.q_hi], k[:, :, b.k_lo:b.k_hi], v[:, :, b.k_lo:b.k_hi],
                       causal=b.causal, sm_scale=scale)
 
@@ -175,7 +167,7 @@ def _rank_main(rank, world, args, init):
     t_comp = _time(lambda: _compute_only(q, meta, rank, causal, scale, kvs), device, args.iters, args.warmup)
     t_exch = _time(lambda: _exchange_only(comm, meta, rank, kv), device, args.iters, args.warmup)
     hidden = (t_comp + t_exch - t_fwd) / min(t_comp, t_exch) if min(t_comp, t_exch) > 0 else float("nan")
-    pairs = _visible_pairs(meta, rank, causal, q.shape[2], meta.k_len)
+    pairs = _visible_pairs(meta, rank, causal)
     flops = 4 * args.batch * args.heads * args.dim * pairs
     row = dict(rank=rank, tokens=q.shape[2], fwd_s=t_fwd, fwd_bwd_s=t_fb, compute_only_s=t_comp,
                exchange_only_s=t_exch, overlap=max(0.0, min(1.0, hidden)),

@@ -130,6 +130,13 @@ class Meta:
     def kv_shape(self, rank: int) -> tuple[int, int, int, int]:
         return (self.batch, self.hkv, self.k_len[rank], self.head_dim)
 
+    def blocks(self, rank: int, src: int, causal: bool) -> list[_layout.Block]:
+        """The kernel calls of rank's ring step that holds src's keys (layout.step_blocks)."""
+        if causal:
+            return _layout.step_blocks(self.q_segs[rank], self.k_segs[src], True, src == rank)
+        return _layout.step_blocks((_layout.Segment(0, self.q_len[rank]),), (_layout.Segment(0, self.k_len[src]),),
+                                   False, src == rank)
+
 
 _FIELDS = ("refused", "batch", "q heads", "kv heads", "q length", "kv length", "head dim", "dtype",
            "causal", "layout", "sm_scale")

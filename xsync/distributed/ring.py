@@ -69,8 +69,7 @@ def _forward(q, k, v, causal: bool, scale: float, comm: Comm, meta: Meta):
             pending = comm.rotate(kv, meta.kv_numel((src - 1) % world), f"the K/V exchange of forward step {step}",
                                   _KV_TAG)
         ck, cv = _unpack(kv, meta.kv_shape(src))
-        for b in _layout.step_blocks(meta.q_segs[rank], meta.k_segs[src], causal, src == rank) if causal \
-                else _layout.step_blocks((_seg(q.shape[2]),), (_seg(ck.shape[2]),), False, src == rank):
+        for b in meta.blocks(rank, src, causal):
             o, lse = attention(q[:, :, b.q_lo:b.q_hi], ck[:, :, b.k_lo:b.k_hi], cv[:, :, b.k_lo:b.k_hi],
                                causal=b.causal, sm_scale=scale)
             merge(acc_o, acc_lse, o, lse, b.q_lo, b.q_hi)
@@ -78,10 +77,6 @@ def _forward(q, k, v, causal: bool, scale: float, comm: Comm, meta: Meta):
             kv = pending.wait()
     # as xsync's attention: a row that saw no key has O = 0 and LSE +inf
     return acc_o.to(q.dtype), acc_lse.masked_fill(acc_lse == -math.inf, math.inf)
-
-
-def _seg(n: int) -> _layout.Segment:
-    return _layout.Segment(0, n)
 
 
 def _backward(do, dlse, q, k, v, o, lse, causal: bool, scale: float, comm: Comm, meta: Meta):
@@ -101,9 +96,7 @@ def _backward(do, dlse, q, k, v, o, lse, causal: bool, scale: float, comm: Comm,
         ck, cv = _unpack(kv, shape)
         dkv = torch.zeros(2 * math.prod(shape), dtype=torch.float32, device=q.device)
         dk, dv = _unpack(dkv, shape)
-        blocks = _layout.step_blocks(meta.q_segs[rank], meta.k_segs[src], causal, src == rank) if causal \
-            else _layout.step_blocks((_seg(q.shape[2]),), (_seg(ck.shape[2]),), False, src == rank)
-        for b in blocks:
+        for b in meta.blocks(rank, src, causal):
             rows, cols = slice(b.q_lo, b.q_hi), slice(b.k_lo, b.k_hi)
             g = attention_backward(do[:, :, rows], None if dlse is None else dlse[:, :, rows].contiguous(),
                                    q[:, :, rows], ck[:, :, cols], cv[:, :, cols], o[:, :, rows],
