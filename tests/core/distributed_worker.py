@@ -147,13 +147,16 @@ def _torch_cp(rank, world):
     mine = [xd.shard(t, rank, world).requires_grad_() for t in (q, k, v)]
     o_ring, _ = xd.ring_attention(*mine, causal=True, sm_scale=0.125)
     o_ring.backward(xd.shard(do, rank, world))
+    o_full, _ = xd.ring_attention(*(t.detach() for t in mine), causal=False, sm_scale=0.125)
     bufs = [t.clone() for t in (q, k, v)]
     with context_parallel(init_device_mesh("cpu", (world,)), buffers=bufs, buffer_seq_dims=[2, 2, 2],
                           no_restore_buffers=set(bufs)):
         theirs = [t.detach().requires_grad_() for t in bufs]
         o = F.scaled_dot_product_attention(*theirs, is_causal=True, scale=0.125, enable_gqa=True)
         o.backward(xd.shard(do, rank, world))
-    errs = {"o": (o.float() - o_ring.float()).abs().max().item()}
+        o_nc = F.scaled_dot_product_attention(*bufs, scale=0.125, enable_gqa=True)     # no mask
+    errs = {"o": (o.float() - o_ring.float()).abs().max().item(),
+            "o non-causal": (o_nc.float() - o_full.float()).abs().max().item()}
     errs.update({"d" + n: (a.grad.float() - b.grad.float()).abs().max().item() for n, a, b in zip("qkv", theirs, mine)})
     restored = F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
     return restored and all(e < 5e-3 for e in errs.values()), [{"name": "torch-cp", "errors": errs}]

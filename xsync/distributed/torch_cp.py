@@ -67,23 +67,42 @@ def _wrap(tensors, mesh):
     return tuple(DTensor.from_local(t, mesh, [Shard(_SEQ_DIM)], run_check=False) for t in tensors)
 
 
+@contextlib.contextmanager
+def _balance(cp, causal: bool):
+    """torch's ring refuses a non-causal call while its load balancing is on (the default); without
+    a mask every split gives the same result, so a non-causal call runs with it off."""
+    opts = getattr(cp, "_cp_options", None)
+    saved = getattr(opts, "enable_load_balance", None)
+    if opts is not None and not causal:
+        opts.enable_load_balance = False
+    try:
+        yield
+    finally:
+        if opts is not None and saved is not None:
+            opts.enable_load_balance = saved
+
+
 def _forward_handler(op_call, args, kwargs):
     a = _args(op_call, args, kwargs)
     mesh = a["q"].device_mesh
-    o, lse = _torch_ring()._templated_ring_attention(
-        mesh.get_group(), _SEQ_DIM, _block_forward, a["q"].to_local(), a["k"].to_local(), a["v"].to_local(),
-        is_causal=a["causal"], scale=a["sm_scale"])
+    cp = _torch_ring()
+    with _balance(cp, a["causal"]):
+        o, lse = cp._templated_ring_attention(
+            mesh.get_group(), _SEQ_DIM, _block_forward, a["q"].to_local(), a["k"].to_local(), a["v"].to_local(),
+            is_causal=a["causal"], scale=a["sm_scale"])
     return _wrap((o, lse), mesh)
 
 
 def _backward_handler(op_call, args, kwargs):
     a = _args(op_call, args, kwargs)
     mesh = a["q"].device_mesh
+    cp = _torch_ring()
     # torch's ring carries no LSE gradient (SDPA returns O only, as xsync.sdpa does)
-    grads = _torch_ring()._templated_ring_attention_backward(
-        mesh.get_group(), _SEQ_DIM, _block_backward, a["grad_o"].to_local(), "grad_out", a["q"].to_local(),
-        a["k"].to_local(), a["v"].to_local(), a["o"].to_local(), a["lse"].to_local(), a["causal"],
-        scale=a["sm_scale"])
+    with _balance(cp, a["causal"]):
+        grads = cp._templated_ring_attention_backward(
+            mesh.get_group(), _SEQ_DIM, _block_backward, a["grad_o"].to_local(), "grad_out", a["q"].to_local(),
+            a["k"].to_local(), a["v"].to_local(), a["o"].to_local(), a["lse"].to_local(), a["causal"],
+            scale=a["sm_scale"])
     return _wrap(grads[:3], mesh)
 
 
