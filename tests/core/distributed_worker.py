@@ -179,7 +179,7 @@ def main():
     torch.set_num_threads(1)    # W ranks share the machine's cores
     if name != "no-init":
         dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=20))
+                                timeout=datetime.timedelta(seconds=60))
     try:
         result["ok"], result["cases"] = scenario(rank, world, name) if name != "no-init" else \
             (xd.ring_attention(*(torch.zeros(1, 1, 4, 64, dtype=DTYPE),) * 3) and True, [])

@@ -1,11 +1,13 @@
 """xsync.distributed: ring attention over gloo ranks, each a process of its own
 (tests/core/distributed_worker.py), against a float64 reference of the whole sequence; and the
 bad inputs: ranks that disagree, a rank that refuses its input, dies or hangs -- every surviving
-rank raises DistributedError, within a bounded time (the group's timeout is 20 s, the ring's 4 s
-in the hang case; each run is killed after RUN_LIMIT seconds, which fails the test as a hang).
+rank raises DistributedError within a bounded time (a dead peer's connection closes at once; a
+silent rank runs out the ring's 4 s timeout; the group's own is 60 s, generous for a first compile
+on a loaded machine). Each run is killed after RUN_LIMIT seconds, which fails the test as a hang.
 
-Measured on the 2-core machine: the 2- and 4-rank correctness runs take about 15-25 s (mostly
-process start and the first kernel compile of each rank), the bad-input runs a few seconds.
+Measured on the shared 2-core machine (load average about 9): the 4-rank correctness run 26-52 s,
+the 2-rank one 18-24 s (mostly process start and each rank's first compile of the kernels: the CPU
+backend keeps no compile cache on disk), the bad-input runs 4-20 s; the file about 2.5 minutes.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from xsync.distributed import layout as L
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(ROOT, "tests", "core", "distributed_worker.py")
-RUN_LIMIT = 90
+RUN_LIMIT = 150
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="torch.distributed with gloo is not available")
