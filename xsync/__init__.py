@@ -12,7 +12,8 @@ from xsync.api import (  # noqa: F401
 )
 from xsync.config import ConfigError, options  # noqa: F401
 from xsync.errors import (  # noqa: F401
-    AllocationError, BackendError, CacheWarning, CounterLimitError, DeadlockError, FlagOverflowError,
+    AllocationError, BackendError, CacheWarning, CounterLimitError, DeadlockError, DistributedError,
+    FlagOverflowError,
     KernelSourceError, LaunchError, LeftoverError, PhaseAliasingError, ProtocolError,
     SimulationError, SlotOrderError, StallError, UnsupportedError, VerifierLimitError,
     XSyncError,

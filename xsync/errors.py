@@ -119,5 +119,11 @@ class UnsupportedError(XSyncError, NotImplementedError):
     AD through a library op, double backward): refused, never answered wrongly."""
 
 
+class DistributedError(XSyncError):
+    """A distributed op (xsync.distributed) cannot run across its process group: the ranks'
+    inputs disagree, a rank refused its own input, or an exchange with a peer failed or timed
+    out (a rank died or stopped calling). Raised on every rank that reaches the failure."""
+
+
 class CacheWarning(UserWarning):
     """The cache folder (``XSYNC_CACHE_DIR``) cannot be written; xsync uses a fallback."""

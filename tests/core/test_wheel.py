@@ -121,6 +121,7 @@ import os, sys, importlib, importlib.util
 site = sys.argv[1]
 import xsync
 import xsync.kernels.gemm, xsync.kernels.gemm_softmax, xsync.kernels.examples
+import xsync.distributed, xsync.distributed.torch_cp
 from xsync.kernels.flash_attn import attention, attention_varlen
 import torch
 assert hasattr(torch.ops.xsync, "attention"), "torch.ops.xsync.attention is not registered"
