@@ -231,6 +231,12 @@ class Pipe:
     loc: SourceLoc
     made_by: str = ""      # the schedule pass that declared it ("" = the kernel source)
     origin: str = ""       # a pass-made pipe: the source pipe it stands for (part of)
+    interleave: int = 1    # N > 1: N replica pairs share one ring, stride N (xsync/lowering/holding.py)
+
+    @property
+    def lane_stages(self) -> int:
+        """Slots of the ring one replica pair may hold (all of them unless interleaved)."""
+        return self.stages // self.interleave
 
     @property
     def slot_bytes(self) -> int:
@@ -325,6 +331,7 @@ class SyncOp:
     loc: SourceLoc
     guard: "Expr | None" = None
     note: str = field(default="", compare=False)
+    slot: str | None = field(default=None, compare=False)   # release(slot): the slot it names
 
     def __post_init__(self):
         _coerce(self, "verb", Verb)
