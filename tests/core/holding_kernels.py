@@ -9,18 +9,21 @@ GEMM = dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=64, BN=64, BK=32, STA
 
 
 @xs.kernel(example=PAIRS)
-def sliding_pairs(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
-    """y[i] = x[i] + x[i + 1] for tiles i < n - 1: the consumer waits for tile i + 1 before it
-    releases tile i (CuTeDSL's advance_on_wait), holding two slots of a 2-stage ring."""
+def pair_sums(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    """For 2n tiles: y[2i] = x[2i] + x[2i + 1], y[2i + 1] = x[2i + 1] - x[2i]. The consumer waits
+    for tile 2i + 1 before it releases tile 2i (CuTeDSL's advance_on_wait), holding both slots
+    of a 2-stage ring, and releases them oldest first."""
     load = xs.role("load", kind="copy")
     work = xs.role("work", kind="vector")
     ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
     for i in range(n):
         with load:
             s = ring.acquire()
-            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            s.t = xs.load(x, [2 * i * BLOCK, 0], [BLOCK, BLOCK])
             ring.commit()
-    for i in range(n // 2):
+            s2 = ring.acquire()
+            s2.t = xs.load(x, [(2 * i + 1) * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
         with work:
             a = ring.wait()
             b = ring.wait()     # the second slot, before the first is released
@@ -28,16 +31,11 @@ def sliding_pairs(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
             xs.store(y, [(2 * i + 1) * BLOCK, 0], b.t - a.t)
             ring.release(a)     # oldest first
             ring.release(b)
-    if n > 0 and n % 2 == 1:
-        with work:
-            c = ring.wait()
-            xs.store(y, [(n - 1) * BLOCK, 0], c.t)
-            ring.release(c)
 
 
-def sliding_pairs_ref(x, n, block):
+def pair_sums_ref(x, n, block):
     y = x.clone()
-    for i in range(n // 2):
+    for i in range(n):
         a, b = x[2 * i * block:(2 * i + 1) * block], x[(2 * i + 1) * block:(2 * i + 2) * block]
         y[2 * i * block:(2 * i + 1) * block] = a + b
         y[(2 * i + 1) * block:(2 * i + 2) * block] = b - a

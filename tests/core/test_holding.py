@@ -1,0 +1,94 @@
+"""Holding more than one slot (split counters) and interleaved rings on the CPU emulator:
+tests/core/holding_kernels.py against torch; the allocation tables show the counters; the
+frontend's rules (xsync/lowering/holding.py). The corpus (tests/core/corpus.py, ``hold_*``) has
+the broken cases with their verdicts on every placement."""
+import pytest
+import torch
+
+import xsync as xs
+from tests.core import holding_kernels as H
+from xsync.errors import KernelSourceError
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_pair_sums_holds_two_slots(n):
+    torch.manual_seed(n)
+    x = torch.randn(max(2 * n, 1) * 16, 16)
+    y = torch.zeros_like(x)
+    H.pair_sums[(1,)](x, y, n, BLOCK=16, STAGES=2, backend="cpu")
+    torch.testing.assert_close(y[:2 * n * 16], H.pair_sums_ref(x, n, 16)[:2 * n * 16])
+
+
+@pytest.mark.parametrize("K", [32, 96, 160])
+def test_interleaved_gemm(K):
+    torch.manual_seed(K)
+    a, b, c = torch.randn(128, K).bfloat16(), torch.randn(K, 64).bfloat16(), torch.zeros(128, 64)
+    H.interleaved_gemm[(1,)](a, b, c, K, BM=64, BN=64, BK=32, STAGES=4, backend="cpu")
+    torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-2, rtol=1e-2)
+
+
+def _scores(x, j):
+    t = x[j * 16:(j + 1) * 16]
+    return t @ t
+
+
+def test_interleaved_scores():
+    torch.manual_seed(3)
+    n = 3
+    x = torch.randn(2 * n * 16, 16)
+    y = torch.zeros_like(x)
+    H.interleaved_scores[(1,)](x, y, n, BLOCK=16, STAGES=4, backend="cpu")
+    torch.testing.assert_close(y, torch.cat([_scores(x, j) * 0.5 for j in range(2 * n)]), atol=1e-4, rtol=1e-4)
+
+
+def test_held_scores():
+    torch.manual_seed(4)
+    n = 2
+    x = torch.randn(2 * n * 16, 16)
+    y = torch.zeros_like(x)
+    H.held_scores[(1,)](x, y, n, BLOCK=16, STAGES=2, backend="cpu")
+    s = [_scores(x, j) for j in range(2 * n)]
+    torch.testing.assert_close(y, torch.cat([s[0] + s[1], s[1], s[2] + s[3], s[3]]), atol=1e-4, rtol=1e-4)
+
+
+def test_allocation_tables_show_the_counters():
+    cpu = H.pair_sums.lower("cpu").allocation.table()
+    assert "split counters" in cpu and "'work' holds up to 2 slot(s) at once" in cpu
+    nv = H.interleaved_gemm.lower("nvidia").allocation.table()
+    assert "ring_acquired, ring_committed (producer); ring_waited, ring_released (consumer)" in nv
+    assert "mbarrier[4] count=1" in nv and "one ring: 2 pairs interleaved, stride 2" in nv
+    assert "r + 2 * (k % 2), phase (k // 2) & 1" in nv and "4 x 12288 B" in nv
+    asc = H.interleaved_scores.lower("ascend").allocation.table()
+    assert "xs_ring_acq (producer), xs_ring_got (consumer)" in asc
+    assert "2 interleaved ring(s) x 2" in asc and "ring r's slot i at (i % 2) * 2 + r" in asc
+    held = H.held_scores.lower("ascend").allocation.table()
+    assert "'soft' holds up to 2 slot(s) at once" in held
+
+
+def _source(kernel, backend):
+    from xsync.backends import registry
+    from xsync.cli import lower_and_render
+    return lower_and_render(kernel, registry.get(backend))[1]
+
+
+def test_hopper_spells_interleaved_slots_and_phases():
+    src = _source(H.interleaved_gemm, "nvidia")
+    assert "REPLICA + 2 * (ring_waited % 2)" in src and "(ring_waited // 2) & 1" in src
+    assert "[4, 64, 32]" in src    # one ring of 4 slots, not 2 rings x 4
+
+
+def test_hopper_pair_sums_has_split_counters():
+    src = _source(H.pair_sums, "nvidia")
+    assert "ring_waited += 1" in src and "ring_released += 1" in src
+
+
+def test_ascend_interleaved_gm_slots():
+    src = _source(H.interleaved_scores, "ascend")
+    assert "* 2 + " in src and "xs_ring_acq >= 2" in src
+
+
+def test_interleave_needs_paired_replicas():
+    from tests.core import corpus as C
+    with pytest.raises(KernelSourceError) as info:
+        C.hold_interleave_on_broadcast.lower("cpu")
+    assert "interleave=2" in str(info.value) and "replicas=2" in info.value.fix
