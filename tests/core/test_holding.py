@@ -57,7 +57,7 @@ def test_allocation_tables_show_the_counters():
     nv = H.interleaved_gemm.lower("nvidia").allocation.table()
     assert "ring_acquired, ring_committed (producer); ring_waited, ring_released (consumer)" in nv
     assert "mbarrier[4] count=1" in nv and "one ring: 2 pairs interleaved, stride 2" in nv
-    assert "r + 2 * (k % 2), phase (k // 2) & 1" in nv and "4 x 12288 B" in nv
+    assert "r + 2 * (k % 2), phase (k // 2) & 1" in nv and "4 x 8192 B = 32768 B" in nv
     asc = H.interleaved_scores.lower("ascend").allocation.table()
     assert "xs_ring_acq (producer), xs_ring_got (consumer)" in asc
     assert "2 interleaved ring(s) x 2" in asc and "ring r's slot i at (i % 2) * 2 + r" in asc
