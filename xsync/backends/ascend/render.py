@@ -357,7 +357,7 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
         base = r.offset + dict(r.fields)[field]
         stride = r.slot_stride
         assert base % eb == 0 and stride % eb == 0
-        if ring != "0" and r.interleave > 1:    # the pairs' slots alternate: stride rings
+        if r.interleave > 1:    # the pairs' slots alternate: stride rings (ring 0 included)
             slot_index = f"({slot_index} * {r.rings} + {ring})"
         elif ring != "0":
             slot_index = f"({ring} * {r.slots} + {slot_index})"
