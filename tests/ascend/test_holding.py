@@ -53,3 +53,14 @@ def test_interleaved_scores_on_the_simulator():
     y = torch.zeros_like(x)
     H.interleaved_scores[(1,)](x, y, n, BLOCK=16, STAGES=4, backend="ascend-sim")
     torch.testing.assert_close(y, torch.cat([_scores(x, j) * 0.5 for j in range(2 * n)]), atol=1e-4, rtol=1e-4)
+
+
+def test_sliding_sums_on_the_simulator():
+    """Vector-only: load and work on one vector core, the ring in GM in program order; the held
+    slot is carried from one step to the next."""
+    torch.manual_seed(2)
+    n = 3
+    x = torch.randn((2 * n + 1) * 16, 16)
+    y = torch.zeros(2 * n * 16, 16)
+    H.sliding_sums[(2,)](x, y, n, BLOCK=16, STAGES=2, backend="ascend-sim")
+    torch.testing.assert_close(y, H.sliding_sums_ref(x, n, 16))

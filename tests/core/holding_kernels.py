@@ -109,3 +109,43 @@ def held_scores(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
             xs.store(y, [(2 * i + 1) * BLOCK, 0], q.s)
             ring.release(p)
             ring.release(q)
+
+
+@xs.kernel(example=PAIRS)
+def sliding_sums(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    """y[j] = x[j] + x[j + 1] for j < 2n: each tile is used with its successor, so the consumer
+    waits for tile j + 1 before it releases tile j and carries the held slot into the next step
+    (two slot names alternate; CuTeDSL's advance_on_wait). A 2-stage ring is held whole."""
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    with load:
+        s0 = ring.acquire()
+        s0.t = xs.load(x, [0, 0], [BLOCK, BLOCK])
+        ring.commit()
+    with work:
+        a = ring.wait()
+    for i in range(n):
+        with load:
+            s1 = ring.acquire()
+            s1.t = xs.load(x, [(2 * i + 1) * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            b = ring.wait()          # tile 2i + 1 while tile 2i is still held
+            xs.store(y, [2 * i * BLOCK, 0], a.t + b.t)
+            ring.release(a)
+        with load:
+            s2 = ring.acquire()
+            s2.t = xs.load(x, [(2 * i + 2) * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            a = ring.wait()          # tile 2i + 2 while tile 2i + 1 is still held
+            xs.store(y, [(2 * i + 1) * BLOCK, 0], b.t + a.t)
+            ring.release(b)
+    with work:
+        ring.release(a)
+
+
+def sliding_sums_ref(x, n, block):
+    t = x.view(-1, block, x.shape[1])
+    return (t[:2 * n] + t[1:2 * n + 1]).reshape(-1, x.shape[1])

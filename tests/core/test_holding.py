@@ -19,6 +19,16 @@ def test_pair_sums_holds_two_slots(n):
     torch.testing.assert_close(y[:2 * n * 16], H.pair_sums_ref(x, n, 16)[:2 * n * 16])
 
 
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_sliding_sums_carries_a_held_slot(n):
+    torch.manual_seed(n)
+    x = torch.randn((2 * n + 1) * 16, 16)
+    y = torch.zeros(max(2 * n, 1) * 16, 16)
+    H.sliding_sums[(1,)](x, y, n, BLOCK=16, STAGES=2, backend="cpu")
+    if n:
+        torch.testing.assert_close(y, H.sliding_sums_ref(x, n, 16))
+
+
 @pytest.mark.parametrize("K", [32, 96, 160])
 def test_interleaved_gemm(K):
     torch.manual_seed(K)

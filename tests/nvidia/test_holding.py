@@ -25,3 +25,9 @@ def test_interleaved_gemm_shares_one_ring():
     assert "((ring_acquired // 2) & 1) ^ 1" in src and "(ring_waited // 2) & 1" in src
     assert "[4, 64, 32]" in src and "[4, 32, 64]" in src      # one ring of 4 slots, not 2 x 4
     assert re.search(r"wgmma\.mma_async", r.ptx)
+
+
+def test_sliding_sums_compiles_with_a_carried_slot():
+    r = compile_ptx(H.sliding_sums, dict(BLOCK=64, STAGES=2))
+    assert len(r.cubin) > 5_000
+    assert r.source.count("ring_released % 2") == 3 and r.source.count("ring_waited % 2") == 3

@@ -72,19 +72,18 @@ def release_slot(fe, pipe, call: ast.Call, s) -> str | None:
 def check_release_order(kernel: ir.KernelIR) -> None:
     """Refuse a ``release(slot)`` that names a slot other than the oldest one its role holds.
 
-    Walks each role's statements with, per pipe, the slot names waited and not yet released
-    (oldest first); a loop body is walked twice (its second iteration starts where the first
-    ended), and where branches or loops leave different lists the pipe's order is unknown and
-    its later named releases are not checked. A name bound by several held waits means the
-    newest of them."""
-    for block in ir.walk(kernel.body):
-        if isinstance(block, ir.RoleBlock):
-            _walk(kernel, block.body, {})
+    Walks the kernel once per role with, per pipe, the slot names the role waited and has not
+    yet released (oldest first), across all its role blocks; a loop body is walked twice (its
+    second iteration starts where the first ended), and where branches or loops leave different
+    lists the pipe's order is unknown and its later named releases are not checked. A name
+    bound by several held waits means the newest of them."""
+    for role in kernel.roles:
+        _walk(kernel, kernel.body, {}, role.name, False)
 
 
-def _walk(kernel, stmts, held: dict) -> dict:
+def _walk(kernel, stmts, held: dict, role: str, inside: bool) -> dict:
     for st in stmts:
-        if isinstance(st, ir.SyncOp) and isinstance(kernel.sync_object(st.obj), ir.Pipe):
+        if isinstance(st, ir.SyncOp) and inside and isinstance(kernel.sync_object(st.obj), ir.Pipe):
             names = held.get(st.obj, [])
             if st.verb is ir.Verb.WAIT and names is not None:
                 held[st.obj] = names + [st.target or "?"]
@@ -93,13 +92,14 @@ def _walk(kernel, stmts, held: dict) -> dict:
                     _check(kernel, st, names)
                 held[st.obj] = names[1:]
         elif isinstance(st, ir.For):
-            once = _walk(kernel, st.body, dict(held))
-            twice = _walk(kernel, st.body, dict(once)) if once != held else once
+            once = _walk(kernel, st.body, dict(held), role, inside)
+            twice = _walk(kernel, st.body, dict(once), role, inside) if once != held else once
             held = _merge(held, once, twice)
         elif isinstance(st, ir.If):
-            held = _merge(_walk(kernel, st.body, dict(held)), _walk(kernel, st.orelse, dict(held)))
-        elif isinstance(st, ir.RoleBlock):
-            held = _walk(kernel, st.body, held)
+            held = _merge(_walk(kernel, st.body, dict(held), role, inside),
+                          _walk(kernel, st.orelse, dict(held), role, inside))
+        elif isinstance(st, ir.RoleBlock) and st.role == role:
+            held = _walk(kernel, st.body, held, role, True)
     return held
 
 
@@ -135,30 +135,31 @@ def _nth(i: int) -> str:
 
 def most_held(kernel: ir.KernelIR) -> dict[str, int]:
     """Per pipe, the most slots one consumer holds at once where its role's statements say so
-    (waits not yet released, loop bodies walked twice); pipes whose count is unknown there
-    (branches that differ) are left out. Display only: the verifier decides what may be held."""
+    (waits not yet released, across the role's blocks, loop bodies walked twice); pipes whose
+    count is unknown there (branches that differ) are left out. Display only: the verifier
+    decides what may be held."""
     out: dict[str, int] = {}
 
-    def visit(stmts, held: dict) -> dict:
+    def visit(stmts, held: dict, role: str, inside: bool) -> dict:
         for st in stmts:
-            if isinstance(st, ir.SyncOp) and isinstance(kernel.sync_object(st.obj), ir.Pipe):
+            if isinstance(st, ir.SyncOp) and inside and isinstance(kernel.sync_object(st.obj), ir.Pipe):
                 n = held.get(st.obj, 0)
                 if n is None or st.verb not in (ir.Verb.WAIT, ir.Verb.RELEASE):
                     continue
                 held[st.obj] = max(n + (1 if st.verb is ir.Verb.WAIT else -1), 0)
                 out[st.obj] = max(out.get(st.obj, 0), held[st.obj])
             elif isinstance(st, ir.For):
-                once = visit(st.body, dict(held))
-                held = _merge(held, once, visit(st.body, dict(once)) if once != held else once)
+                once = visit(st.body, dict(held), role, inside)
+                twice = visit(st.body, dict(once), role, inside) if once != held else once
+                held = _merge(held, once, twice)
             elif isinstance(st, ir.If):
-                held = _merge(visit(st.body, dict(held)), visit(st.orelse, dict(held)))
-            elif isinstance(st, ir.RoleBlock):
-                held = visit(st.body, held)
+                held = _merge(visit(st.body, dict(held), role, inside), visit(st.orelse, dict(held), role, inside))
+            elif isinstance(st, ir.RoleBlock) and st.role == role:
+                held = visit(st.body, held, role, True)
         return held
 
-    for block in ir.walk(kernel.body):
-        if isinstance(block, ir.RoleBlock):
-            visit(block.body, {})
+    for role in kernel.roles:
+        visit(kernel.body, {}, role.name, False)
     return out
 
 
