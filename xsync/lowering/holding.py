@@ -114,7 +114,8 @@ def _check(kernel, st: ir.SyncOp, names: list) -> None:
     where = [i for i, n in enumerate(names) if n == st.slot]
     if where and where[-1] == 0:
         return
-    held = ", ".join(f"`{n}`" for n in names) or "none"
+    held = ", ".join(f"`{n}`" + (" (an earlier wait)" if n in names[k + 1:] else "")
+                     for k, n in enumerate(names)) or "none"
     if not where:
         what = (f"{st.obj}.release({st.slot}) frees slot `{st.slot}`, which '{pipe.dst}' does not "
                 f"hold here (slots held, oldest first: {held})")
@@ -122,11 +123,15 @@ def _check(kernel, st: ir.SyncOp, names: list) -> None:
         what = (f"{st.obj}.release({st.slot}) frees slots out of order: `{st.slot}` is the "
                 f"{_nth(where[-1])} slot '{pipe.dst}' holds, and releases free the oldest first "
                 f"(held, oldest first: {held})")
-    raise SlotOrderError(
-        what, loc=st.loc, objects=(st.obj, pipe.dst),
-        fix=(f"release `{names[0]}` first" if names else "wait for a slot before releasing it") +
-            f": pipe '{st.obj}' counts waits and releases apart (split counters), so the k-th "
-            f"release frees the k-th slot waited; reorder the releases or keep the slot longer")
+    why = (f": pipe '{st.obj}' counts waits and releases apart (split counters), so the k-th "
+           f"release frees the k-th slot waited")
+    if where:
+        fix = f"release `{names[0]}` first{why}; reorder the releases or keep the slot longer"
+    else:
+        fix = (f"`{st.slot}` was released earlier on this path (in a loop: by the iteration before) "
+               f"or never waited; rebind it with `{st.slot} = {st.obj}.wait()` before releasing it "
+               f"again, or release the oldest held slot" + (f" `{names[0]}`" if names else "") + why)
+    raise SlotOrderError(what, loc=st.loc, objects=(st.obj, pipe.dst), fix=fix)
 
 
 def _nth(i: int) -> str:
