@@ -2,6 +2,8 @@
 tests/core/holding_kernels.py against torch; the allocation tables show the counters; the
 frontend's rules (xsync/lowering/holding.py). The corpus (tests/core/corpus.py, ``hold_*``) has
 the broken cases with their verdicts on every placement."""
+import re
+
 import pytest
 import torch
 
@@ -95,6 +97,59 @@ def test_hopper_pair_sums_has_split_counters():
 def test_ascend_interleaved_gm_slots():
     src = _source(H.interleaved_scores, "ascend")
     assert "* 2 + " in src and "xs_ring_acq >= 2" in src
+
+
+def _kernel(consumer: str, decl: str = "stages=2"):
+    """A pipe kernel whose consumer block is ``consumer`` (source lines, indented by 12)."""
+    import linecache
+    code = ("import xsync as xs\n\n\n@xs.kernel(example=dict(x=xs.float32, y=xs.float32, BLOCK=16))\n"
+            "def k(x, y, n, BLOCK: xs.constexpr):\n"
+            "    load = xs.role(\"load\", kind=\"copy\")\n"
+            "    work = xs.role(\"work\", kind=\"vector\")\n"
+            f"    ring = xs.pipe(load, work, {decl}, t=xs.tile([BLOCK, BLOCK], xs.float32))\n"
+            "    for i in range(n):\n"
+            "        with load:\n"
+            "            s = ring.acquire()\n"
+            "            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])\n"
+            "            ring.commit()\n"
+            "        with work:\n" + consumer)
+    name = f"<holding-{abs(hash(code))}>"
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+    ns = {}
+    exec(compile(code, name, "exec"), ns)
+    return ns["k"]
+
+
+@pytest.mark.parametrize("call,needle", [
+    ("ring.release(i)", "`i` is not a slot waited from pipe 'ring'"),
+    ("ring.release(a, a)", "release takes at most the slot it frees"),
+    ("ring.release(slot=a)", "release takes at most the slot it frees"),
+])
+def test_release_names_a_waited_slot(call, needle):
+    k = _kernel("            a = ring.wait()\n"
+                "            xs.store(y, [i * BLOCK, 0], a.t)\n"
+                f"            {call}\n")
+    with pytest.raises(KernelSourceError) as info:
+        k.lower("cpu")
+    assert needle in str(info.value) and info.value.loc.line == 17
+
+
+def test_named_release_matches_release():
+    """release(a) and release() free the same slot: the same generated source on every backend."""
+    from xsync.backends import registry
+    from xsync.cli import lower_and_render
+    body = "            a = ring.wait()\n            xs.store(y, [i * BLOCK, 0], a.t)\n            ring.release({})\n"
+    for b in ("cpu", "nvidia", "ascend"):
+        named = lower_and_render(_kernel(body.format("a")), registry.get(b))[1]
+        plain = lower_and_render(_kernel(body.format("")), registry.get(b))[1]
+        same = re.sub(r"<holding-\d+>", "<k>", named.replace("ring.release(a)", "ring.release()"))
+        assert same == re.sub(r"<holding-\d+>", "<k>", plain), b
+
+
+def test_interleave_value_is_checked():
+    with pytest.raises(KernelSourceError) as info:
+        _kernel("            a = ring.wait()\n            ring.release(a)\n", "stages=2, interleave=0").lower("cpu")
+    assert "interleave=0" in str(info.value)
 
 
 def test_interleave_needs_paired_replicas():
