@@ -455,7 +455,8 @@ class KernelIR:
         lines.append("sync objects:")
         for p in self.pipes:
             fields = ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name}" for f in p.fields) or "no payload"
-            lines.append(f"  pipe    {p.name:<10} {p.src} -> {p.dst}, {p.stages} stage(s), {fields}"
+            lines.append(f"  pipe    {p.name:<10} {p.src} -> {p.dst}, {p.stages} stage(s)"
+                         f"{f', interleave={p.interleave}' if p.interleave > 1 else ''}, {fields}"
                          f"   (line {p.loc.line})")
         for e in self.events:
             lines.append(f"  event   {e.name:<10} {e.src} -> {e.dst}   (line {e.loc.line})")
