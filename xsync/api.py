@@ -28,6 +28,9 @@ Pipe verbs (CuTeDSL style)::
 
     slot i lives in ring position i % stages; the k-th wait returns the k-th commit;
     acquire blocks while `stages` slots are committed-or-held and not yet released.
+    Waits and releases are counted apart (split counters): a consumer may wait for the next
+    slot before releasing the one it holds; the k-th release frees the k-th slot waited
+    (``release()`` the oldest held, ``release(slot)`` names it and must be that one).
 
     acquire -> [producer writes] -> commit -> wait -> [consumer reads] -> release
        ^                                                                  |
@@ -98,6 +101,9 @@ def pipe(src, dst, stages: int, **payload):
 
     Payload fields are tiles: ``a=xs.tile([BM, BK], a.dtype)``. Every replica of
     ``dst`` receives every slot (broadcast); a slot is free once all replicas released it.
+    ``interleave=N`` (an N -> N pipe, N replicas of both roles; ``stages`` a multiple of N):
+    the N replica pairs share one ring of ``stages`` slots with stride N, pair r using slots
+    r, r + N, ... (``stages // N`` each) instead of a ring each.
     """
     _outside("pipe")
 

@@ -1470,3 +1470,169 @@ def bounded_carried_count(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
             if c % 7 == 0:
                 got = ring.wait()
                 ring.release()
+
+
+# ====================================================================== hold (issue 39.2)
+# Holding more than one slot (split counters: waits and releases counted apart) and rings that
+# replica pairs share with a stride (interleave=): xsync/lowering/holding.py.
+@xs.kernel(example=EX)
+def hold_next_before_release(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # correct: wait for slot i + 1 before releasing slot i (advance_on_wait), in a 2-stage ring
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=2, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [2 * i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+            s2 = ring.acquire()
+            s2.t = xs.load(x, [(2 * i + 1) * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            a = ring.wait()
+            b = ring.wait()
+            xs.store(y, [i * BLOCK, 0], a.t + b.t)
+            ring.release(a)
+            ring.release(b)
+
+
+@xs.kernel(example=EX)
+def hold_one_slot_too_many(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the consumer holds three slots of a 2-stage ring: the third wait never gets its slot
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=2, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            for j in range(3):
+                s = ring.acquire()  # BUG
+                s.t = xs.load(x, [(3 * i + j) * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+        with work:
+            a = ring.wait()
+            b = ring.wait()
+            c = ring.wait()
+            xs.store(y, [i * BLOCK, 0], a.t + b.t + c.t)
+            ring.release(a)
+            ring.release(b)
+            ring.release(c)
+
+
+@xs.kernel(example=EX)
+def hold_release_out_of_order(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # releases free the oldest slot first; naming the newer one is refused
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=2, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [2 * i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+            s2 = ring.acquire()
+            s2.t = xs.load(x, [(2 * i + 1) * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            a = ring.wait()
+            b = ring.wait()
+            xs.store(y, [i * BLOCK, 0], a.t + b.t)
+            ring.release(b)  # BUG
+            ring.release(a)
+
+
+@xs.kernel(example=EX)
+def hold_release_stale_slot(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the second iteration names `first`, released in the first one
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=2, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n + 1):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+    with work:
+        first = ring.wait()
+    for i in range(n):
+        with work:
+            nxt = ring.wait()
+            xs.store(y, [i * BLOCK, 0], nxt.t)
+            ring.release(first)  # BUG
+    with work:
+        ring.release()
+
+
+@xs.kernel(example=EX)
+def hold_interleave_does_not_divide(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy", replicas=2)
+    work = xs.role("work", kind="vector", replicas=2)
+    ring = xs.pipe(load, work, stages=3, interleave=2, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [(2 * i + xs.replica_id()) * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            a = ring.wait()
+            xs.store(y, [(2 * i + xs.replica_id()) * BLOCK, 0], a.t)
+            ring.release(a)
+
+
+@xs.kernel(example=EX)
+def hold_interleave_on_broadcast(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector", replicas=2)
+    ring = xs.pipe(load, work, stages=4, interleave=2, t=xs.tile([BLOCK, BLOCK], xs.float32))  # BUG
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            a = ring.wait()
+            xs.store(y, [(2 * i + xs.replica_id()) * BLOCK, 0], a.t)
+            ring.release(a)
+
+
+@xs.kernel(example=EX)
+def hold_interleaved_pair_holds_too_many(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # 4 stages shared by 2 pairs: 2 slots per pair, and each consumer holds 3
+    load = xs.role("load", kind="copy", replicas=2)
+    work = xs.role("work", kind="vector", replicas=2)
+    ring = xs.pipe(load, work, stages=4, interleave=2, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            for j in range(3):
+                s = ring.acquire()  # BUG
+                s.t = xs.load(x, [(6 * i + 2 * j + xs.replica_id()) * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+        with work:
+            a = ring.wait()
+            b = ring.wait()
+            c = ring.wait()
+            xs.store(y, [(2 * i + xs.replica_id()) * BLOCK, 0], a.t + b.t + c.t)
+            ring.release()
+            ring.release()
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def hold_interleaved_pair_holds_too_many_fixed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy", replicas=2)
+    work = xs.role("work", kind="vector", replicas=2)
+    ring = xs.pipe(load, work, stages=6, interleave=2, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            for j in range(3):
+                s = ring.acquire()
+                s.t = xs.load(x, [(6 * i + 2 * j + xs.replica_id()) * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+        with work:
+            a = ring.wait()
+            b = ring.wait()
+            c = ring.wait()
+            xs.store(y, [(2 * i + xs.replica_id()) * BLOCK, 0], a.t + b.t + c.t)
+            ring.release()
+            ring.release()
+            ring.release()

@@ -42,6 +42,8 @@ TILE_PROGRAMS = (1, 3)
 TILE_COUNTS = (0, 1, 2, 3, 4, 5, 6, 9, 13)
 TILE_N = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 17)
 TILE_SPANS = ("n", "tile + n", "tile % 3 + n", "n + tile // 2", "xs.maximum(n - tile, 0)")
+HOLD_SHARE = 0.15   # pipes whose consumer holds two slots (two waits, then two releases)
+INTERLEAVE_SHARE = 0.5   # N -> N pipes with even stages that share one ring (interleave=N)
 KINDS = ("copy", "matrix", "vector")
 
 
@@ -144,6 +146,7 @@ def generate(seed: int) -> Protocol:
     if rnd.random() < 0.5:
         mutation = rnd.choice(("drop_release", "one_sided_cond", "short_loop", "stray_signal",
                                "release_first", "barrier_skip", "drop_wait", "reorder"))
+    _hold(random.Random(f"hold-{seed}"), groups, decls, reps, mutation)
     # its own generator: the protocols of the seeds not wrapped stay what they were
     tiles = random.Random(f"tiles-{seed}")
     wrapped = tiles.random() < TILE_SHARE
@@ -159,6 +162,26 @@ def generate(seed: int) -> Protocol:
     src = ["import xsync as xs", "", "", "@xs.kernel", f"def {name}({', '.join(scalars)}):"]
     src += decls + body
     return Protocol(name, "\n".join(src) + "\n", mutation, scalars, wrapped)
+
+
+def _hold(rnd, groups, decls, reps, mutation):
+    """Split counters and interleaved rings (issue 39.2), from a generator of their own so the
+    other seeds' protocols stay what they were: a pipe's consumer may wait twice before it
+    releases twice (its producer fills two slots), and an N -> N pipe with even stages may
+    share one ring between its pairs. Mutations that pick a pipe side's ops by position keep
+    the one-slot form."""
+    if mutation in ("drop_release", "release_first", "drop_wait"):
+        return
+    for g in groups:
+        if g.kind != "pipe":
+            continue
+        (src, prod), (dst, cons) = g.sides
+        if rnd.random() < HOLD_SHARE:
+            g.sides = [(src, prod + prod), (dst, [cons[0], cons[0], cons[1], cons[1]])]
+        k = next(i for i, d in enumerate(decls) if d.startswith(f"    {g.obj} = xs.pipe("))
+        m = re.search(r"stages=(\d+)\)", decls[k])
+        if reps[src] == reps[dst] == 2 and int(m.group(1)) % 2 == 0 and rnd.random() < INTERLEAVE_SHARE:
+            decls[k] = decls[k][:-1] + ", interleave=2)"
 
 
 def _fill(lines: list[str]) -> list[str]:

@@ -13,7 +13,7 @@ import torch
 
 import xsync as xs
 from tests.core import corpus as C
-from xsync.errors import (CounterLimitError, DeadlockError, FlagOverflowError, LeftoverError,
+from xsync.errors import (CounterLimitError, DeadlockError, FlagOverflowError, KernelSourceError, LeftoverError,
                           PhaseAliasingError, ProtocolError, SlotOrderError, StallError, VerifierLimitError,
                           XSyncError)
 from xsync.compiler import Kernel
@@ -153,6 +153,23 @@ EXPECT = {
         "cpu": (DeadlockError, (r"soft\[1\] wait\(s\) forever", r"'mma\[1\]' must signal")),
         "nvidia": (DeadlockError, (r"consumer\[1\] wait\(s\) forever", r"'mma\[1\]' must signal")),
         "ascend": (ProtocolError, (r"runs the replicas of 'mma' one after another",))},
+    # holding several slots and interleaved rings (issue 39.2, xsync/lowering/holding.py)
+    "hold_one_slot_too_many": but(
+        same(DeadlockError, r"'work' holds 2 slot\(s\) of pipe 'ring'", r"raise stages to at least 3 \(now 2\)"),
+        ascend=(DeadlockError, (ONE_VECTOR_CORE, r"all 2 slot\(s\) in use"))),
+    "hold_release_out_of_order": same(
+        SlotOrderError, r"ring.release\(b\) frees slots out of order: `b` is the second oldest slot 'work' holds",
+        r"held, oldest first: `a`, `b`"),
+    "hold_release_stale_slot": same(
+        SlotOrderError, r"ring.release\(first\) frees slot `first`, which 'work' does not hold here"),
+    "hold_interleave_does_not_divide": same(
+        KernelSourceError, r"pipe 'ring' has stages=3, which interleave=2 does not divide"),
+    "hold_interleave_on_broadcast": same(
+        KernelSourceError, r"pipe 'ring' has interleave=2, but it runs from 1 replica\(s\) of 'load' to 2"),
+    "hold_interleaved_pair_holds_too_many": but(
+        same(DeadlockError, r"'work' holds 2 slot\(s\) of pipe 'ring'",
+             r"raise stages to at least 6 \(now 4: interleave=2 gives each replica pair 2 of them\)"),
+        ascend=(DeadlockError, (ONE_VECTOR_CORE, r"lockstep"))),
 }
 
 

@@ -139,6 +139,8 @@ def nvidia_cases() -> list[Case]:
         out.append(Case(f"example-{k.fn.__name__}", k))
     for n, k in gvars:
         out.append(Case(f"example-{n}", k))
+    from tests.core import holding_kernels   # split counters, an interleaved ring (issue 39.2)
+    out += [Case(f"holding-{k.fn.__name__}", k) for k in (holding_kernels.pair_sums, holding_kernels.interleaved_gemm)]
     # GEMM stages, option switches (tests/nvidia/test_compile.py)
     for stages in (1, 2, 3, 4):
         out.append(Case(f"gemm-stages{stages}", gemm, dict(BM=128, BN=128, BK=64, STAGES=stages)))
@@ -183,7 +185,7 @@ def nvidia_cases() -> list[Case]:
 
 
 def _portable_cases(backend: str, settings_variants: list[tuple[str, dict]]) -> list[Case]:
-    from tests.core import corpus
+    from tests.core import corpus, holding_kernels
     from xsync.compiler import Kernel
     from xsync.kernels.flash_attn import attention_fwd, ops
 
@@ -198,6 +200,8 @@ def _portable_cases(backend: str, settings_variants: list[tuple[str, dict]]) -> 
     # the verifier's corpus (correct and broken kernels, rendered unverified): every construct
     # the renderers spell, and the lowering errors some of them meet on this backend
     base += [Case(f"corpus-{n}", k) for n, k in sorted(vars(corpus).items()) if isinstance(k, Kernel)]
+    # holding several slots and interleaved rings (issue 39.2)
+    base += [Case(f"holding-{n}", k) for n, k in sorted(vars(holding_kernels).items()) if isinstance(k, Kernel)]
     out = []
     for tag, settings in settings_variants:
         out += [Case(f"{c.name}-{tag}", c.kernel, c.constexprs, {**c.settings, **settings}) for c in base]

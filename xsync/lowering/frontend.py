@@ -21,7 +21,7 @@ import types
 from xsync import api
 from xsync.dtypes import DType
 from xsync.errors import KernelSourceError, SourceLoc
-from xsync.lowering import frontend_rules, ir, shapes, tile_launch
+from xsync.lowering import frontend_rules, holding, ir, shapes, tile_launch
 from xsync.lowering.constexprs import constexpr_values
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -157,6 +157,7 @@ class _Frontend:
             constexprs=tuple(sorted((n, v) for n, v in self.constexprs.items() if not isinstance(v, str))),
             roles=tuple(self.roles.values()), pipes=pipes, events=events, barriers=barriers,
             body=tuple(body), loc=self.loc(fdef), source=self.source)
+        holding.check_release_order(kernel)   # release(slot) names the oldest slot held
         int_scalars = shapes.check(kernel)   # every tile shape, before any backend meets one
         tile_launch.single_tile_counts(kernel)   # the host can check a one-tile-per-program grid
         return dataclasses.replace(kernel, int_scalars=tuple(sorted(int_scalars.items())))
@@ -381,9 +382,9 @@ class _Frontend:
         obj = self.objects[obj_var]
         shown = f"{obj_var}.{verb}()" if verb not in ("signal", "evwait") else \
             f"xs.{'signal' if verb == 'signal' else 'wait'}({obj_var})"
-        if call.args or call.keywords:
-            if verb not in ("signal", "evwait"):
-                self.error(s, f"{shown} takes no arguments")
+        named = holding.release_slot(self, obj, call, s) if verb == "release" and isinstance(obj, ir.Pipe) else None
+        if (call.args or call.keywords) and verb not in ("signal", "evwait", "release"):
+            self.error(s, f"{shown} takes no arguments")
         if self.role_ctx is None:
             self.error(s, f"{shown} is outside any role block",
                        fix="sync verbs belong to a role: put it inside `with <role>:`",
@@ -413,7 +414,7 @@ class _Frontend:
                 self.bind([target], ir.Const(None), s)
                 self.slots[target] = (obj_var, "producer" if side == "src" else "consumer")
             self.used_verbs.add((obj_var, verb))
-            return ir.SyncOp(ir.Verb(verb), obj.name, target, self.loc(s))
+            return ir.SyncOp(ir.Verb(verb), obj.name, target, self.loc(s), slot=named)
         if isinstance(obj, ir.Event):
             if verb not in ("signal", "evwait"):
                 self.error(s, f"event '{obj.name}' is used with xs.signal(ev) / xs.wait(ev), "
@@ -559,6 +560,7 @@ class _Frontend:
                               f"{dst.replicas} of '{dst.name}'",
                            fix="a pipe is 1 -> N (broadcast) or N -> N (replica i feeds replica i)",
                            objects=(name,))
+            interleave = holding.interleave(self, kw, s, name, stages, src, dst)
             fields = []
             for fname, fnode in kw.items():
                 if not (isinstance(fnode, ast.Call) and self.is_xs(fnode.func) == "tile"
@@ -571,7 +573,8 @@ class _Frontend:
                                objects=(name,))
                 shape = shapes.tile_dims(shape, f"the shape of field {fname} of pipe '{name}'", loc)
                 fields.append(ir.TileSpec(fname, shape, dtype))
-            self.objects[var] = ir.Pipe(name, src.name, dst.name, stages, tuple(fields), loc)
+            self.objects[var] = ir.Pipe(name, src.name, dst.name, stages, tuple(fields), loc,
+                                        interleave=interleave)
             return
         if decl == "event":
             src, dst = self.role_args(call, s, "event", 2)

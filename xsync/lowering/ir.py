@@ -244,6 +244,12 @@ class Pipe:
     loc: SourceLoc
     made_by: str = ""      # the schedule pass that declared it ("" = the kernel source)
     origin: str = ""       # a pass-made pipe: the source pipe it stands for (part of)
+    interleave: int = 1    # N > 1: N replica pairs share one ring, stride N (xsync/lowering/holding.py)
+
+    @property
+    def lane_stages(self) -> int:
+        """Slots of the ring one replica pair may hold (all of them unless interleaved)."""
+        return self.stages // self.interleave
 
     @property
     def slot_bytes(self) -> int:
@@ -338,6 +344,7 @@ class SyncOp:
     loc: SourceLoc
     guard: "Expr | None" = None
     note: str = field(default="", compare=False)
+    slot: str | None = field(default=None, compare=False)   # release(slot): the slot it names
 
     def __post_init__(self):
         _coerce(self, "verb", Verb)
@@ -462,7 +469,8 @@ class KernelIR:
         lines.append("sync objects:")
         for p in self.pipes:
             fields = ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name}" for f in p.fields) or "no payload"
-            lines.append(f"  pipe    {p.name:<10} {p.src} -> {p.dst}, {p.stages} stage(s), {fields}"
+            lines.append(f"  pipe    {p.name:<10} {p.src} -> {p.dst}, {p.stages} stage(s)"
+                         f"{f', interleave={p.interleave}' if p.interleave > 1 else ''}, {fields}"
                          f"   (line {p.loc.line})")
         for e in self.events:
             lines.append(f"  event   {e.name:<10} {e.src} -> {e.dst}   (line {e.loc.line})")

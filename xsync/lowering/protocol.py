@@ -172,13 +172,14 @@ class Link:
     stages: int          # pipes: declared slots; events: 0
     loc: SourceLoc
     in_memory: bool = False   # inside one agent, but a ring of `stages` slots (Agent.memory_pipes)
+    interleave: int = 1       # N > 1: the N channels share one ring of `stages`, stride N
 
     @property
     def capacity(self) -> int:
         """Slots that may be committed-or-held at once: inside one agent a pipe is a register
         hand-off (one value, program order), whatever its stages, unless the agent keeps its
-        pipes in memory."""
-        return self.stages if self.crosses or self.in_memory else 1
+        pipes in memory. An interleaved ring gives each replica pair stages // interleave."""
+        return self.stages // self.interleave if self.crosses or self.in_memory else 1
 
     @property
     def register_handoff(self) -> bool:
@@ -433,7 +434,7 @@ def _link(obj, kind, by_role, placement) -> Link:
     crosses = placement.crosses(obj)
     in_memory = kind == "pipe" and not crosses and placement.agent_of(obj.src).memory_pipes
     return Link(obj.name, kind, obj.src, obj.dst, pairing, channels, crosses, stages, obj.loc,
-                in_memory)
+                in_memory, obj.interleave if kind == "pipe" and len(channels) > 1 else 1)
 
 
 # ---------------------------------------------------------------- barrier meetings

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from xsync.backends.ascend import memory
 from xsync.errors import AllocationError
+from xsync.lowering import holding
 from xsync.lowering.alloc import Allocation, Row
 
 ASCEND_EVENT_IDS = 16         # hardware flags per AI core (sync_block_* takes 0-15)
@@ -49,6 +50,7 @@ class WorkspaceRing:
     slot_stride: int                              # bytes, a multiple of ASCEND_WS_ALIGN
     fields: tuple[tuple[str, int], ...]           # (field name, byte offset inside a slot)
     slots: int = 0                                # GM slots per ring (>= stages); slot = i % slots
+    interleave: int = 1                           # > 1: rings interleaved, slot s of ring r at s * rings + r
 
     @property
     def bytes(self) -> int:
@@ -132,6 +134,7 @@ def allocate(kernel, placement, skel, options=None) -> AscendAllocation:
     workspace, rings = 0, []
     for a in placement.agents:
         rows.append(Row(a.name, "core", f"{a.replicas} x {a.hardware}", f"roles: {', '.join(a.roles)}"))
+    held = holding.most_held(kernel)
     for p in kernel.pipes:
         link = skel.link(p.name)
         if not link.crosses and not link.in_memory:
@@ -150,18 +153,24 @@ def allocate(kernel, placement, skel, options=None) -> AscendAllocation:
             empty = take(f"{p.name}:empty", p, f"{d}->{s}")
             rows.append(Row(p.name, "full flag", f"flag {full} ({s} -> {d})", "set after the slot is written"))
             rows.append(Row(p.name, "empty flag", f"flag {empty} ({d} -> {s})",
-                            f"set after the slot is read; producer pre-counts {p.stages} free slots"))
+                            f"set after the slot is read; producer pre-counts {p.lane_stages} free slots"))
+            row = holding.counter_row(kernel, link, f"xs_{p.name}_acq (producer), xs_{p.name}_got "
+                                      f"(consumer); the flags count commits and releases", held)
+            rows += [row] if row else []
         if p.fields:
             ring = _ascend_ring(p, skel.link(p.name), workspace)
             rings.append(ring)
             per = f"{ring.rings} ring(s) x " if ring.rings > 1 else ""
+            per = f"{ring.rings} interleaved ring(s) x " if ring.interleave > 1 else per
             layout = ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name} @+{off}"
                                for f, (_, off) in zip(p.fields, ring.fields))
-            extra = (f" ({ring.slots} GM slots for stages={p.stages}: the HIVM compiler needs an "
-                     f"alternating address)" if ring.slots > p.stages else "")
+            extra = (f" ({ring.slots} GM slots for stages={p.lane_stages}: the HIVM compiler needs an "
+                     f"alternating address)" if ring.slots > p.lane_stages else "")
+            where = (f"slot = i % {ring.slots}" if ring.interleave == 1 else
+                     f"ring r's slot i at (i % {ring.slots}) * {ring.rings} + r")
             rows.append(Row(p.name, "GM workspace ring",
                             f"{per}{ring.slots} x {ring.slot_stride} B at offset {workspace} per program",
-                            f"slot = i % {ring.slots}; {layout}{extra}"))
+                            f"{where}; {layout}{extra}"))
             workspace += ring.bytes
     for e in kernel.events:
         if not placement.crosses(e):
@@ -208,5 +217,5 @@ def _ascend_ring(p, link, offset) -> WorkspaceRing:
     for f in p.fields:
         fields.append((f.name, at))
         at += -(-f.bytes // ASCEND_WS_ALIGN) * ASCEND_WS_ALIGN
-    return WorkspaceRing(p.name, offset, link.rings, p.stages, at, tuple(fields),
-                         slots=max(p.stages, ASCEND_MIN_RING_SLOTS))
+    return WorkspaceRing(p.name, offset, link.rings, p.lane_stages, at, tuple(fields),
+                         slots=max(p.lane_stages, ASCEND_MIN_RING_SLOTS), interleave=link.interleave)

@@ -357,7 +357,9 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
         base = r.offset + dict(r.fields)[field]
         stride = r.slot_stride
         assert base % eb == 0 and stride % eb == 0
-        if ring != "0":
+        if r.interleave > 1:    # the pairs' slots alternate: stride rings (ring 0 included)
+            slot_index = f"({slot_index} * {r.rings} + {ring})"
+        elif ring != "0":
             slot_index = f"({ring} * {r.slots} + {slot_index})"
         if len(spec.shape) == 2:
             rows, cols = spec.shape
@@ -472,7 +474,7 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
                 s, d = self.core(p.src), self.core(p.dst)
                 o.line(f"# drain pipe '{p.name}': wait for the slots still held by '{p.dst}' so its "
                        f"EMPTY flag ends at zero")
-                o.line(f"for xs_d in tl.static_range({p.stages}):")
+                o.line(f"for xs_d in tl.static_range({p.lane_stages}):")
                 o.indent()
                 o.line(f"if xs_d < xs_{p.name}_acq:")
                 o.indent()
@@ -644,7 +646,7 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
             reps = self.reps if self.rep is None else [self.rep]
             if s.verb is ir.Verb.ACQUIRE:
                 o.line(f"# {obj.name}.acquire() (line {line})")
-                o.line(f"if xs_{obj.name}_acq >= {obj.stages}:")
+                o.line(f"if xs_{obj.name}_acq >= {obj.lane_stages}:")
                 o.indent()
                 self.emit(self.flag_op(FlagOp.WAIT, dst, src, empty, HandOff.EMPTY,
                                        f"{obj.name} EMPTY: a free slot, {obj.name}.acquire() line {line}"))
@@ -702,7 +704,7 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
         fence = "tl.debug_barrier()  # pipe_barrier(PIPE_ALL): GM ring on this core"
         if s.verb is ir.Verb.ACQUIRE:
             o.line(f"# {pipe.name}.acquire() (line {line}): same core, GM ring in program order")
-            o.line(f"if xs_{pipe.name}_acq >= {pipe.stages}:")
+            o.line(f"if xs_{pipe.name}_acq >= {pipe.lane_stages}:")
             o.indent()
             o.line(f"{fence}, the slot's last read before it is written again")
             o.dedent()

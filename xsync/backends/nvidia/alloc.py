@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 
 from xsync.errors import AllocationError
-from xsync.lowering import ir
+from xsync.lowering import holding, ir
 from xsync.lowering.alloc import Allocation, Row
 from xsync.lowering.placement import Unit
 
@@ -148,6 +148,7 @@ def allocate(kernel, placement, skel, options=None) -> HopperAllocation:
             fix="use fewer role replicas" + _own_hint(kernel, "(it would share a warpgroup)"))
     smem, groups = 0, []
     pipe_rows = []
+    held = holding.most_held(kernel)
     for link in skel.links:
         if link.kind != "pipe":
             continue
@@ -157,21 +158,27 @@ def allocate(kernel, placement, skel, options=None) -> HopperAllocation:
                                  f"'{p.src}' and '{p.dst}' share {placement.agent_of(p.src).name}"))
             continue
         tma_bytes = p.slot_bytes if is_tma_pipe(kernel, p) else 0
-        full = MBarrierGroup(p.name, "full", p.stages * link.rings, 1, link.rings, tma_bytes)
-        empty = MBarrierGroup(p.name, "empty", p.stages * link.rings, link.consumer_arrivals, link.rings)
+        slots = ring_slots(link)
+        full = MBarrierGroup(p.name, "full", slots, 1, link.rings, tma_bytes)
+        empty = MBarrierGroup(p.name, "empty", slots, link.consumer_arrivals, link.rings)
         groups += [full, empty]
         tma = f", expect {p.slot_bytes} B (TMA)" if tma_bytes else ""
         pairs = f" ({link.rings} rings: {link.pairing})" if link.rings > 1 else ""
+        if link.interleave > 1:
+            pairs = f" (one ring: {link.rings} pairs interleaved, stride {link.interleave})"
         pipe_rows.append(Row(p.name, "full barriers", f"mbarrier[{full.barriers}] count=1{tma}",
                              f"slot = i % stages; consumer waits parity (i // stages) & 1{pairs}"))
         pipe_rows.append(Row(p.name, "empty barriers", f"mbarrier[{empty.barriers}] count={empty.arrive_count}",
                              "producer waits parity ((i // stages) & 1) ^ 1 (fresh barrier passes)"))
         if p.fields:
             pipe_rows.append(Row(p.name, "shared-memory ring",
-                                 f"{link.rings * p.stages} x {p.slot_bytes} B = "
-                                 f"{link.rings * p.stages * p.slot_bytes} B",
+                                 f"{slots} x {p.slot_bytes} B = "
+                                 f"{slots * p.slot_bytes} B",
                                  ", ".join(f"{f.name}{list(f.shape)} {f.dtype.name}" for f in p.fields)))
-        smem += link.rings * p.stages * p.slot_bytes
+        row = holding.counter_row(kernel, link, f"{p.name}_acquired, {p.name}_committed (producer); "
+                                  f"{p.name}_waited, {p.name}_released (consumer)", held)
+        pipe_rows += [row] if row else []
+        smem += slots * p.slot_bytes
     if smem > HOPPER_SMEM_BYTES:
         big = [kernel.sync_object(x.obj) for x in skel.links if x.kind == "pipe" and x.crosses]
         raise AllocationError(
@@ -266,3 +273,9 @@ def _padded_workers(partitions) -> int:
     """Worker partitions after Gluon pads worker warps up to a multiple of 4."""
     workers = [p.warps for p in partitions[1:]]
     return len(workers) + (-sum(workers) % 4)
+
+
+def ring_slots(link) -> int:
+    """Slots (and full/empty mbarriers) of a pipe's shared-memory ring: one ring per replica pair,
+    or one ring the pairs share when it is interleaved."""
+    return link.stages if link.interleave > 1 else link.stages * link.rings

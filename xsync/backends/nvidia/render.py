@@ -560,9 +560,10 @@ class NvidiaRenderer:
             if not self.placement.crosses(p):
                 continue
             pairs = paired(self.allocation, p)
-            ring = p.stages * (pairs or 1)
+            ring = p.stages * (pairs or 1) if p.interleave == 1 else p.stages
             o.line(f"# pipe '{p.name}' (line {p.loc.line}): {p.src} -> {p.dst}, {p.stages} stage(s)"
-                   + (f" x {pairs} replica pairs" if pairs else ""))
+                   + (f" x {pairs} replica pairs" if pairs and p.interleave == 1 else "")
+                   + (f" shared by {pairs} replica pairs, stride {p.interleave}" if p.interleave > 1 else ""))
             for f in p.fields:
                 lay = f"SMEM_{f.dtype.name.upper()}_{f.shape[0]}x{f.shape[1]}"    # layouts.infer named it
                 if lay not in self.layouts:

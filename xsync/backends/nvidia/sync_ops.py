@@ -66,6 +66,8 @@ class SyncSpeller:
 
     # ------------------------------------------------------------ sync
     def ring_slot(self, pipe, counter: str) -> str:
+        if pipe.interleave > 1:   # the pairs share one ring: pair r takes r, r + N, r + 2N, ...
+            return f"REPLICA + {pipe.interleave} * ({counter} % {pipe.lane_stages})"
         base = f"REPLICA * {pipe.stages} + " if paired(self.allocation, pipe) else ""
         return f"{base}{counter} % {pipe.stages}"
 
@@ -126,7 +128,7 @@ class SyncSpeller:
         self.role = role
 
     def pipe_op(self, s: ir.SyncOp, pipe: ir.Pipe):
-        o, line, name, st = self.out, s.loc.line, pipe.name, pipe.stages
+        o, line, name, st = self.out, s.loc.line, pipe.name, pipe.lane_stages
         values = self.values
         if s.target:
             values.slot_pipe[s.target] = pipe

@@ -281,7 +281,7 @@ def diagnose(run: Run, state, stuck) -> tuple[int, str, list]:
                 return i, (f"'{d.role}' holds {held} slot(s) of pipe '{a.obj}' and waits for "
                            f"another before it releases one, while '{a.endpoint.role}' needs a "
                            f"free slot to commit it: release each slot as soon as it is read, or "
-                           f"raise stages to at least {held + 1} (now {link.stages}) so the "
+                           f"raise stages to at least {_enough(link, held)} so the "
                            f"producer can run that far ahead"), []
     # 4. an arrive that waits on this target (no arrive-only barrier)
     for i in stuck:
@@ -348,7 +348,7 @@ def _ring_self_wait_fix(run, a, state) -> str | None:
         if held > 0:
             return (f"'{d.role}' holds {held} slot(s) of pipe '{a.obj}' and waits for another "
                     f"before it releases one: release each slot as soon as it is read, or raise "
-                    f"stages to at least {held + 1} (now {link.stages})")
+                    f"stages to at least {_enough(link, held)}")
     agent = run.skel.instances[link.channels[0].producers[0].instance].agent
     return (f"pipe '{link.obj}' runs from '{link.src}' to '{link.dst}', which share agent "
             f"'{agent}' on the {run.skel.backend} placement: it is a ring of {link.stages} slot(s) "
@@ -395,3 +395,12 @@ def iter_note(step: Step, inline=False) -> str:
         return ""
     it = ", ".join(f"{v}={n}" for v, n in step.iters)
     return f" ({it})" if inline else f"at iteration {it}\n"
+
+
+def _enough(link, held: int) -> str:
+    """The stages that let one consumer hold ``held`` slots and the producer fill one more."""
+    if link.interleave > 1:
+        n = link.interleave
+        return (f"{(held + 1) * n} (now {link.stages}: interleave={n} gives each replica pair "
+                f"{link.capacity} of them)")
+    return f"{held + 1} (now {link.stages})"

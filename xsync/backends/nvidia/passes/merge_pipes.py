@@ -78,7 +78,8 @@ def run(kernel: ir.KernelIR, placement, log, options=None) -> ir.KernelIR:
 
 def _pair(a: ir.Pipe, b: ir.Pipe, placement) -> bool:
     """Rule 1 (pairs failing it are not candidates, so the log stays short)."""
-    return (a.src == b.src and a.dst == b.dst and a.stages == b.stages and not a.made_by
+    return (a.src == b.src and a.dst == b.dst and a.stages == b.stages and a.interleave == b.interleave
+            and not a.made_by
             and not b.made_by and placement.crosses(a)
             and not {f.name for f in a.fields} & {f.name for f in b.fields})
 
@@ -152,7 +153,7 @@ def _check(kernel, a, b) -> str | None:
 def _merge(kernel: ir.KernelIR, a: ir.Pipe, b: ir.Pipe):
     name = fresh_name(f"{a.name}_{b.name}", names_in(kernel))
     pipe = ir.Pipe(name, a.src, a.dst, a.stages, a.fields + b.fields, a.loc, made_by=NAME,
-                   origin=f"{a.name}+{b.name}")
+                   origin=f"{a.name}+{b.name}", interleave=a.interleave)
     note = f"{NAME}: {a.name} and {b.name} share the slots of '{name}'"
 
     def block(stmts):
