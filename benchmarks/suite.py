@@ -13,6 +13,7 @@ Sections (each measured side by side with its torch reference in this one proces
   variants  rewrites of the flagship kernel that mean the same, vs the flagship (if present)
   backward  attention backward vs SDPA backward and FA4 (if importable), all 20 grid points
   model     a Llama-style LM's training step, xsync attention vs SDPA (benchmarks/model_step.py)
+  dropin    strided vs contiguous inputs, head dims 96/256, sliding windows (benchmarks/dropin.py)
 
 Writes suite.json (``--update`` keeps the sections of an existing file that this run does not
 measure, so a run may be split over calls). README tables come from it only:
@@ -34,7 +35,7 @@ for path in (ROOT, os.path.join(ROOT, "benchmarks")):
 
 from benchmarks._gpu import cuda_missing  # noqa: E402 - after the source tree is on sys.path
 
-SECTIONS = ("grid", "varlen", "host", "gemm", "variants", "backward", "model")
+SECTIONS = ("grid", "varlen", "host", "gemm", "variants", "backward", "model", "dropin")
 
 
 def _grid():
@@ -79,8 +80,13 @@ def _model():
     return [model_step.measure(name, cfg, steps=5, device="cuda") for name, cfg in model_step.CONFIGS.items()]
 
 
+def _dropin():
+    import dropin
+    return dropin.run(quick=False)
+
+
 RUNNERS = dict(grid=_grid, varlen=_varlen, host=_host, gemm=_gemm, variants=_variants,
-               backward=_backward, model=_model)
+               backward=_backward, model=_model, dropin=_dropin)
 
 
 def main(argv=None) -> int:

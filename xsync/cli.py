@@ -3,7 +3,7 @@
     xsync check MODULE:KERNEL [--backend B] [--set NAME=VALUE ...] [--accept-bounded]
     xsync lower MODULE:KERNEL --backend B [--out DIR] [--set NAME=VALUE ...] [--accept-bounded]
     xsync trace MODULE:KERNEL [--out file.svg|file.png] [--set NAME=VALUE ...] [--grid 1,2]
-    xsync bench flash_attn|gemm|examples|model  benchmark vs torch on a GPU, with a progress bar
+    xsync bench NAME   flash_attn|gemm|examples|model|dropin|context_parallel: vs torch on a GPU, with a progress bar
     xsync config   every XSYNC_* option with its resolved value
     xsync demo     the main job: examples + flash attention on the default backend vs torch
 
@@ -257,7 +257,8 @@ def cmd_trace(args) -> int:
 
 # `xsync bench NAME` runs benchmarks/<file>.py (attention.py: a file named flash_attn.py would
 # shadow the flash_attn package FA4 is imported from)
-BENCHMARKS = {"flash_attn": "attention", "gemm": "gemm", "examples": "examples", "model": "model_step"}
+BENCHMARKS = {"flash_attn": "attention", "gemm": "gemm", "examples": "examples", "model": "model_step",
+              "dropin": "dropin", "context_parallel": "context_parallel"}
 
 
 def cmd_bench(args) -> int:
