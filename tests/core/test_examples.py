@@ -151,6 +151,28 @@ def test_softmax_matches_torch(M, N, block):
     _close(y16.reshape(M, N), torch.softmax(x.bfloat16().double(), -1), 1e-2)
 
 
+# ---------------------------------------------------------------- local attention
+def test_local_attention_matches_a_masked_reference():
+    """The flagship's kernels with WINDOW on (tests/core/test_window_attention.py is the full
+    matrix): 40 rows, each sees itself and the 7 keys before it; gradients through autograd."""
+    from xsync.kernels.examples import local_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 40, 2, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    o = local_attention(q, k, v, 7)
+    i, j = torch.arange(40)[:, None], torch.arange(40)[None, :]
+    keep = (j <= i) & (j >= i - 7)
+    qd, kd, vd = (t.detach().double().transpose(1, 2).requires_grad_() for t in (q, k, v))
+    s = (qd @ kd.transpose(-1, -2)) / 8.0
+    ref = torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ vd
+    _close(o.transpose(1, 2), ref, 2e-2)
+    go = torch.randn_like(o)
+    o.backward(go)
+    ref.backward(go.double().transpose(1, 2))
+    for got, want in ((q, qd), (k, kd), (v, vd)):
+        _close(got.grad.transpose(1, 2), want.grad, 5e-2)
+
+
 # ---------------------------------------------------------------- the benchmark's calls
 def test_benchmark_rows_run_on_the_emulator():
     """benchmarks/examples.py (timed on a Hopper GPU) calls each example and its torch
