@@ -73,9 +73,36 @@ def test_mask_recognition():
     """The masks transformers builds for unpadded batches are taken as what they are."""
     q_len, k_len = 4, 9
     i, j = torch.arange(q_len)[:, None], torch.arange(k_len)[None, :]
-    assert xt._mask_kind((j <= i + k_len - q_len)[None, None], q_len, k_len) is True
-    assert xt._mask_kind(torch.ones(1, 1, q_len, k_len, dtype=torch.bool), q_len, k_len) is False
+    causal = j <= i + k_len - q_len
+    assert xt._mask_kind(causal[None, None], q_len, k_len) == (True, -1)
+    assert xt._mask_kind(torch.ones(1, 1, q_len, k_len, dtype=torch.bool), q_len, k_len) == (False, -1)
+    band = causal & (j > i + k_len - q_len - 3)                   # each row: itself and 2 before
+    assert xt._mask_kind(band[None, None], q_len, k_len) == (True, 2)
     with pytest.raises(UnsupportedError, match="neither causal"):
         xt._mask_kind((j <= i)[None, None], q_len, k_len)          # top-left with Sq != Sk
     with pytest.raises(UnsupportedError, match="additive bias"):
         xt._mask_kind(torch.zeros(1, 1, q_len, k_len), q_len, k_len)
+
+
+def test_sliding_window_model_matches_sdpa():
+    """A Mistral-style model (sliding_window=8, 24 tokens): its banded causal mask runs as
+    window_size=(7, 0); logits and gradients as with sdpa."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(vocab_size=128, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                           max_position_embeddings=128, sliding_window=8)
+    models = []
+    for impl in ("sdpa", "xsync"):
+        torch.manual_seed(0)
+        m = MistralForCausalLM(copy.deepcopy(config)).to(torch.bfloat16)
+        m.set_attn_implementation(impl)
+        models.append(m)
+    ids = torch.randint(0, 128, (1, 24), generator=torch.Generator().manual_seed(2))
+    lr, lo = (m(ids).logits for m in models)
+    torch.testing.assert_close(lo.float(), lr.float(), atol=3e-2, rtol=3e-2)
+    lr.float().square().mean().backward()
+    lo.float().square().mean().backward()
+    for (name, pr), (_, po) in zip(*(m.named_parameters() for m in models)):
+        err = (po.grad.float() - pr.grad.float()).norm() / pr.grad.float().norm().clamp_min(1e-12)
+        assert err < 3e-2, f"{name}: relative gradient error {err:.3g}"

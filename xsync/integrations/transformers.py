@@ -15,7 +15,9 @@ silently ignored). The attention then sees what SDPA sees:
 * a boolean mask [B or 1, 1, Sq, Sk] that is the causal mask aligned bottom-right (the
   lower triangle a prompt continued from a cache gets), or all True: taken as that mask.
   Reading it costs one comparison on the device and a host sync;
-* any other mask (padding, a sliding window, a float bias) raises UnsupportedError naming
+* the sliding-window mask of Mistral-style models (the causal mask cut to the last W keys):
+  taken as ``window_size=(W - 1, 0)``, so only the window's key blocks are read;
+* any other mask (padding, a float bias) raises UnsupportedError naming
   the mask: xsync's kernels cannot express it, and nothing falls back silently.
 
 Dropout (training with ``attention_dropout > 0``), ``softcap`` and ``output_attentions`` are
@@ -37,8 +39,10 @@ def _refuse(what: str, fix: str):
                            fix=fix)
 
 
-def _mask_kind(mask: torch.Tensor, q_len: int, k_len: int) -> bool:
-    """True for the bottom-right causal mask, False for all True; else refused."""
+def _mask_kind(mask: torch.Tensor, q_len: int, k_len: int) -> tuple[bool, int]:
+    """(causal, left window) of the mask: the bottom-right causal mask (-1: no window), a
+    sliding window of it (each row sees itself and the ``left`` keys before it: Mistral-style
+    models), or all True (False, -1); anything else is refused."""
     if mask.dtype != torch.bool:
         _refuse(f"a {mask.dtype} attention mask (an additive bias) cannot be expressed",
                 "use a boolean or no mask (transformers' causal mask for an unpadded batch)")
@@ -49,11 +53,14 @@ def _mask_kind(mask: torch.Tensor, q_len: int, k_len: int) -> bool:
     j = torch.arange(k_len, device=mask.device)[None, :]
     causal = j <= i + (k_len - q_len)
     if bool((mask == causal).all()):
-        return True
+        return True, -1
     if bool(mask.all()):
-        return False
-    _refuse("the attention mask is neither causal (aligned bottom-right) nor all True: padding, a "
-            "sliding window or another pattern xsync's kernels cannot express",
+        return False, -1
+    left = int(mask[0, 0, -1].sum()) - 1        # the last row sees the window's full width
+    if left >= 0 and bool((mask == (causal & (j >= i + (k_len - q_len) - left))).all()):
+        return True, left
+    _refuse("the attention mask is neither causal (aligned bottom-right), a sliding window of it, nor "
+            "all True: padding or another pattern xsync's kernels cannot express",
             "pass batches without padding tokens (or pack them and call xsync.flash_attn_varlen_func), "
             "or use attn_implementation=\"sdpa\" for this model")
 
@@ -75,15 +82,16 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     if kwargs.get("position_bias") is not None or kwargs.get("sinks") is not None:
         _refuse("position_bias / attention sinks are not supported", "use attn_implementation=\"sdpa\"")
     q_len, k_len = query.shape[2], key.shape[2]
+    left = -1
     if attention_mask is not None:
-        causal = _mask_kind(attention_mask, q_len, k_len)
+        causal, left = _mask_kind(attention_mask, q_len, k_len)
     else:
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
         causal = bool(causal) and q_len > 1
         if causal and k_len > q_len:
             # sdpa's top-left mask: the first q_len keys (prefill into an empty static cache)
             key, value = key[:, :, :q_len], value[:, :, :q_len]
-    out, _ = attention(query, key, value, causal, scaling)
+    out, _ = attention(query, key, value, causal, scaling, window_size=(left, 0 if causal else -1))
     return out.transpose(1, 2).contiguous(), None
 
 
