@@ -1636,3 +1636,80 @@ def hold_interleaved_pair_holds_too_many_fixed(x, y, n, BLOCK: xs.constexpr, STA
             ring.release()
             ring.release()
             ring.release()
+
+
+# ====================================================================== pairing: N -> 1 pipes
+@xs.kernel(example=EX)
+def pairing_gather_pipe(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # N -> 1 pipe: each replica of 'mma' commits into its own ring; one wait of 'sum' takes
+    # slot k of every ring (got[r] is replica r's), one release frees them all
+    mma = xs.role("mma", kind="matrix", replicas=2)
+    red = xs.role("sum", kind="vector")
+    ring = xs.pipe(mma, red, stages=STAGES, s=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with mma:
+            t = xs.load(x, [xs.replica_id() * BLOCK, 0], [BLOCK, BLOCK])
+            o = ring.acquire()
+            o.s = xs.mma(t, t)
+            ring.commit()
+        with red:
+            got = ring.wait()
+            xs.store(y, [i * BLOCK, 0], got[0].s + got[1].s)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def pairing_gather_pipe_waits_too_few(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # N -> 1 pipe: the consumer takes every other round only; the producers run out of slots
+    mma = xs.role("mma", kind="matrix", replicas=2)
+    red = xs.role("sum", kind="vector")
+    ring = xs.pipe(mma, red, stages=STAGES, s=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with mma:
+            t = xs.load(x, [xs.replica_id() * BLOCK, 0], [BLOCK, BLOCK])
+            o = ring.acquire()  # BUG
+            o.s = xs.mma(t, t)
+            ring.commit()
+        with red:
+            if i % 2 == 0:
+                got = ring.wait()
+                xs.store(y, [i * BLOCK, 0], got[0].s + got[1].s)
+                ring.release()
+
+
+@xs.kernel(example=EX)
+def pairing_gather_pipe_waits_per_replica(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # N -> 1 pipe: the consumer waits once per producer replica, but one wait already takes
+    # every replica's slot: the second wait of a round waits for a round never committed
+    mma = xs.role("mma", kind="matrix", replicas=2)
+    red = xs.role("sum", kind="vector")
+    ring = xs.pipe(mma, red, stages=STAGES, s=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with mma:
+            t = xs.load(x, [xs.replica_id() * BLOCK, 0], [BLOCK, BLOCK])
+            o = ring.acquire()
+            o.s = xs.mma(t, t)
+            ring.commit()
+        with red:
+            for r in range(2):
+                got = ring.wait()  # BUG
+                xs.store(y, [(2 * i + r) * BLOCK, 0], got[0].s)
+                ring.release()
+
+
+@xs.kernel(example=EX)
+def pairing_gather_pipe_replica_short(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # N -> 1 pipe: counts are per producer replica; replica 1 commits one round less
+    load = xs.role("load", kind="copy", replicas=2)
+    red = xs.role("sum", kind="vector")
+    ring = xs.pipe(load, red, stages=STAGES, s=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            if xs.replica_id() == 0 or i > 0:  # BUG ascend
+                o = ring.acquire()
+                o.s = xs.load(x, [xs.replica_id() * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+        with red:
+            got = ring.wait()  # BUG
+            xs.store(y, [i * BLOCK, 0], got[0].s + got[1].s)
+            ring.release()

@@ -69,7 +69,9 @@ class Protocol:
     tiles: bool = False         # wrapped in a persistent tile loop over ``t`` tiles
 
 
-def generate(seed: int) -> Protocol:
+def generate(seed: int, gather: bool = False) -> Protocol:
+    """``gather``: pipes may also run from 2 replicas to 1 (N -> 1, ``seed`` otherwise gives the
+    same protocol as without)."""
     rnd = random.Random(seed)
     name = f"gen_{seed}"
     n_roles = rnd.randint(2, 4)
@@ -98,12 +100,12 @@ def generate(seed: int) -> Protocol:
             continue
         for _ in range(20):
             src, dst = rnd.sample(names, 2)
-            if kind == "pipe" and reps[src] not in (1, reps[dst]):
+            if kind == "pipe" and reps[src] not in (1, reps[dst]) and not (gather and reps[dst] == 1):
                 continue
             break
         else:
             continue
-        if kind == "pipe" and reps[src] not in (1, reps[dst]):
+        if kind == "pipe" and reps[src] not in (1, reps[dst]) and not (gather and reps[dst] == 1):
             continue
         obj = f"{'p' if kind == 'pipe' else 'e'}{k}"
         if kind == "pipe":
@@ -435,8 +437,9 @@ def _explained(err) -> bool:
         or "one after another" in msg or "no arrive-only form" in msg
 
 
-def run(seeds, directory=None, batch=50, verbose=False) -> list[Outcome]:
-    """Generate, load and check protocols for ``seeds``; return every outcome."""
+def run(seeds, directory=None, batch=50, verbose=False, gather=False) -> list[Outcome]:
+    """Generate, load and check protocols for ``seeds`` (``gather``: with N -> 1 pipes, see
+    :func:`generate`); return every outcome."""
     own = directory is None
     directory = directory or tempfile.mkdtemp(prefix="xsync-protos-")
     if directory not in sys.path:
@@ -444,7 +447,7 @@ def run(seeds, directory=None, batch=50, verbose=False) -> list[Outcome]:
     outcomes = []
     seeds = list(seeds)
     for start in range(0, len(seeds), batch):
-        protos = [generate(s) for s in seeds[start:start + batch]]
+        protos = [generate(s, gather) for s in seeds[start:start + batch]]
         module = load(protos, directory)
         for p in protos:
             from xsync.errors import XSyncError
@@ -468,10 +471,11 @@ def run(seeds, directory=None, batch=50, verbose=False) -> list[Outcome]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="differential test: verifier vs CPU emulator")
     ap.add_argument("--seeds", default="0:2000", help="range start:stop of generator seeds")
+    ap.add_argument("--gather", action="store_true", help="pipes may run from 2 replicas to 1")
     args = ap.parse_args(argv)
     lo, hi = (int(x) for x in args.seeds.split(":"))
     t = time.perf_counter()
-    outcomes = run(range(lo, hi), verbose=True)
+    outcomes = run(range(lo, hi), verbose=True, gather=args.gather)
     bad = [o for o in outcomes if o.disagreement]
     counts: dict = {}
     for o in outcomes:

@@ -149,6 +149,16 @@ EXPECT = {
     "pairing_gather_needs_every_source": but(
         same(DeadlockError, r"'work\[1\]' must signal as many times as 'load'"),
         ascend=(ProtocolError, (r"agent 'vector' runs the replicas of 'work' one after another",))),
+    "pairing_gather_pipe_waits_too_few": same(
+        DeadlockError, r"'sum' waits for \d+ slot\(s\) of pipe 'ring' and releases|"
+                       r"acquire on pipe 'ring': all 2 slot\(s\) in use"),
+    "pairing_gather_pipe_waits_per_replica": same(
+        DeadlockError, r"wait on pipe 'ring': slot 1 not committed yet \(1 committed by mma\[0\]",
+        r"pipe 'ring' gathers 2 replicas of 'mma' into 'sum'", r"do not wait once per replica"),
+    "pairing_gather_pipe_replica_short": but(
+        same(DeadlockError, r"slot 0 not committed yet \(0 committed by load\[1\]",
+             r"'load\[1\]' must commit as many times as 'sum' waits"),
+        ascend=(ProtocolError, (r"agent 'vector' runs the replicas of 'load' one after another",))),
     "pairing_paired_event_replica_short": {
         "cpu": (DeadlockError, (r"soft\[1\] wait\(s\) forever", r"'mma\[1\]' must signal")),
         "nvidia": (DeadlockError, (r"consumer\[1\] wait\(s\) forever", r"'mma\[1\]' must signal")),

@@ -158,6 +158,7 @@ def nvidia_cases() -> list[Case]:
             out.append(Case(f"gemm3-{n}-merge{int(merge)}", v, g3, {"nv_merge_pipes": merge}))
     out += _attention_cases("nvidia")
     out += _example_cases()
+    out += _many_to_one_cases()
     cx0, _ = attention_fwd.specialization()
     cxf = {**cx0, **ops.block_sizes("nvidia"), "D": 128, "CAUSAL": 0}
     for name, v in avariants:
@@ -184,6 +185,14 @@ def nvidia_cases() -> list[Case]:
     return out
 
 
+def _many_to_one_cases() -> list[Case]:
+    """N -> 1 pipes (tests/core/many_to_one_kernels.py)."""
+    from tests.core import many_to_one_kernels as m
+    return [Case(f"m2o-{k.fn.__name__}", k) for k in (m.gemm_split_k_gather, m.row_sum_gather)] + \
+        [Case("m2o-scaled_mma_gather", m.scaled_mma_gather, dict(BM=64, BN=64, BK=32)),
+         Case("m2o-pair_sum_gather", m.pair_sum_gather), Case("m2o-copy_gather_into_mma", m.copy_gather_into_mma)]
+
+
 def _portable_cases(backend: str, settings_variants: list[tuple[str, dict]]) -> list[Case]:
     from tests.core import corpus, holding_kernels
     from xsync.compiler import Kernel
@@ -202,6 +211,7 @@ def _portable_cases(backend: str, settings_variants: list[tuple[str, dict]]) -> 
     base += [Case(f"corpus-{n}", k) for n, k in sorted(vars(corpus).items()) if isinstance(k, Kernel)]
     # holding several slots and interleaved rings (issue 39.2)
     base += [Case(f"holding-{n}", k) for n, k in sorted(vars(holding_kernels).items()) if isinstance(k, Kernel)]
+    base += _many_to_one_cases()
     out = []
     for tag, settings in settings_variants:
         out += [Case(f"{c.name}-{tag}", c.kernel, c.constexprs, {**c.settings, **settings}) for c in base]

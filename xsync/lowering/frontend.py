@@ -555,10 +555,11 @@ class _Frontend:
             if src == dst:
                 self.error(s, f"pipe '{name}' runs from role '{src.name}' to itself",
                            fix="a value stays inside its role without a pipe", objects=(name,))
-            if src.replicas not in (1, dst.replicas):
+            if src.replicas not in (1, dst.replicas) and dst.replicas != 1:
                 self.error(s, f"pipe '{name}' runs from {src.replicas} replicas of '{src.name}' to "
                               f"{dst.replicas} of '{dst.name}'",
-                           fix="a pipe is 1 -> N (broadcast) or N -> N (replica i feeds replica i)",
+                           fix=("a pipe is 1 -> N (broadcast), N -> N (replica i feeds replica i) "
+                                "or N -> 1 (gather: each slot holds one value per producer replica)"),
                            objects=(name,))
             interleave = holding.interleave(self, kw, s, name, stages, src, dst)
             fields = []
@@ -772,20 +773,9 @@ class _Frontend:
         dtype = self.dtype_of(node)
         if dtype is not None:
             return ir.Const(dtype)
-        if isinstance(node.value, ast.Name) and node.value.id in self.slots:
-            slot = node.value.id
-            pipe_var, side = self.slots[slot]
-            pipe = self.objects[pipe_var]
-            self.check_owner(slot, node)
-            if pipe.field(node.attr) is None:
-                self.error(node, f"pipe '{pipe.name}' has no field '{node.attr}' "
-                                 f"(fields: {', '.join(f.name for f in pipe.fields) or 'none'})",
-                           objects=(pipe.name,))
-            if side != "consumer":
-                self.error(node, f"the producer of pipe '{pipe.name}' reads slot field '{node.attr}'",
-                           fix="the producer writes a slot, the consumer (after wait) reads it",
-                           objects=(pipe.name,))
-            return ir.Attr(ir.Name(slot), node.attr)
+        field = frontend_rules.slot_field(self, node)
+        if field is not None:
+            return field
         self.error(node, f"unsupported attribute `{ast.unparse(node)}`",
                    fix="attributes are slot fields (slot.a), tensor.dtype and xs.<name>")
 

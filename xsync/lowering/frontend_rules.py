@@ -7,6 +7,7 @@ import ast
 import operator
 
 from xsync.dtypes import DType
+from xsync.lowering import ir
 
 MAX_STAGES = 64      # ring slots per pipe: far beyond what hides any latency (2-4 do)
 MAX_EXPONENT = 64    # `**` in a declaration: enough for any size, bounded time
@@ -161,3 +162,62 @@ def check_merged_partners(roles) -> None:
                 fix=("give it the matrix role's replica count, or drop placement=" if counts
                      else "drop placement= (a kernel without matrix work gives vector roles the "
                           "consumer warpgroups)"))
+
+
+def slot_field(fe, node: ast.Attribute):
+    """``slot.field`` (a pipe payload field) or, of an N -> 1 pipe, ``slot[r].field``: producer
+    replica r's value. None: not a slot field."""
+    if isinstance(node.value, ast.Subscript) and isinstance(node.value.value, ast.Name) \
+            and node.value.value.id in fe.slots:
+        return _gathered_field(fe, node)
+    if not (isinstance(node.value, ast.Name) and node.value.id in fe.slots):
+        return None
+    slot = node.value.id
+    pipe_var, side = fe.slots[slot]
+    pipe = fe.objects[pipe_var]
+    fe.check_owner(slot, node)
+    if pipe.field(node.attr) is None:
+        fe.error(node, f"pipe '{pipe.name}' has no field '{node.attr}' "
+                       f"(fields: {', '.join(f.name for f in pipe.fields) or 'none'})",
+                 objects=(pipe.name,))
+    if side != "consumer":
+        fe.error(node, f"the producer of pipe '{pipe.name}' reads slot field '{node.attr}'",
+                 fix="the producer writes a slot, the consumer (after wait) reads it",
+                 objects=(pipe.name,))
+    gather = gather_parts(fe, pipe)
+    if gather:
+        fe.error(node, f"`{ast.unparse(node)}` reads a slot of pipe '{pipe.name}', which gathers "
+                       f"{gather} replicas of '{pipe.src}' into one: the slot holds one "
+                       f"'{node.attr}' per producer replica", objects=(pipe.name,),
+                 fix=f"name the replica: {slot}[0].{node.attr} ... {slot}[{gather - 1}].{node.attr}")
+    return ir.Attr(ir.Name(slot), node.attr)
+
+
+def gather_parts(fe, pipe) -> int:
+    """Producer replicas an N -> 1 pipe gathers (0: not such a pipe)."""
+    src = next(r for r in fe.roles.values() if r.name == pipe.src)
+    dst = next(r for r in fe.roles.values() if r.name == pipe.dst)
+    return src.replicas if src.replicas > 1 and dst.replicas == 1 else 0
+
+
+def _gathered_field(fe, node: ast.Attribute):
+    """``slot[r].field``: producer replica r's value in a slot of an N -> 1 pipe."""
+    slot = node.value.value.id
+    pipe_var, side = fe.slots[slot]
+    pipe = fe.objects[pipe_var]
+    fe.check_owner(slot, node)
+    n = gather_parts(fe, pipe)
+    if not n or side != "consumer":
+        fe.error(node, f"`{ast.unparse(node)}` indexes a slot of pipe '{pipe.name}' by replica",
+                 objects=(pipe.name,),
+                 fix=("only the consumer of an N -> 1 pipe (replicas of the producer role, one "
+                      f"consumer) names a producer replica; read {slot}.{node.attr}"))
+    part = fe.const_eval(node.value.slice, f"the replica in `{ast.unparse(node)}`")
+    if not isinstance(part, int) or isinstance(part, bool) or not 0 <= part < n:
+        fe.error(node, f"`{ast.unparse(node)}` names replica {part!r} of '{pipe.src}', which has {n}",
+                 objects=(pipe.name,), fix=f"a compile-time replica from 0 to {n - 1}")
+    if pipe.field(node.attr) is None:
+        fe.error(node, f"pipe '{pipe.name}' has no field '{node.attr}' "
+                       f"(fields: {', '.join(f.name for f in pipe.fields) or 'none'})",
+                 objects=(pipe.name,))
+    return ir.Attr(ir.Name(slot), node.attr, part)

@@ -177,10 +177,12 @@ class Call:
 
 @dataclass(frozen=True)
 class Attr:
-    """``slot.a`` (a pipe payload field) or ``q.dtype``-like folded attributes."""
+    """``slot.a`` (a pipe payload field) or ``q.dtype``-like folded attributes. ``part``: the
+    producer replica whose value ``slot[part].a`` reads from a slot of an N -> 1 pipe."""
 
     value: "Expr"
     attr: str
+    part: int | None = None
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,11 @@ membership, or parses display text to get them back.
 * :class:`Link` -- a pipe or an event after replica pairing, as explicit
   :class:`Channel` s: ``1 -> 1``; ``1 -> N`` broadcast (one channel, every replica of the
   destination receives every slot or signal; a slot is free once all of them released
-  it); ``N -> N`` paired (channel i links replica i to replica i); ``N -> 1`` gather (an
-  event; one channel whose waiter needs every source's signal). Arrive counts follow:
-  a channel's consumers release each slot, its producers each signal.
+  it); ``N -> N`` paired (channel i links replica i to replica i); ``N -> 1`` gather (one
+  channel whose consumer needs every source: an event's k-th wait every source's k-th
+  signal; a pipe's k-th wait the k-th commit of every producer replica, each into its own
+  ring, ``slot[r].field`` reading ring r, and its k-th release frees slot k of every ring).
+  Arrive counts follow: a channel's consumers release each slot, its producers each signal.
 * :class:`BarrierMembership` -- the instances that meet at a barrier, each once: member
   roles that share an agent, and replicas that one agent runs in sequence, meet once per
   meeting.
@@ -102,7 +104,8 @@ def text(e: ir.Expr) -> str:
         args = [text(a) for a in e.args] + [f"{k}={text(v)}" for k, v in e.kwargs]
         return f"xs.{e.op}({', '.join(args)})"
     if isinstance(e, ir.Attr):
-        return f"{text(e.value)}.{e.attr}"
+        part = "" if e.part is None else f"[{e.part}]"
+        return f"{text(e.value)}{part}.{e.attr}"
     if isinstance(e, ir.Cast):
         return f"{text(e.value)}.to(xs.{e.dtype.name})"
     if isinstance(e, ir.Subscript):
@@ -154,7 +157,7 @@ class Channel:
 
     obj: str
     ring: int
-    producers: tuple[Endpoint, ...]   # several only for an N -> 1 event (gather)
+    producers: tuple[Endpoint, ...]   # several only for an N -> 1 gather
     consumers: tuple[Endpoint, ...]   # several for a 1 -> N broadcast
 
 
@@ -188,11 +191,26 @@ class Link:
 
     @property
     def rings(self) -> int:
-        return len(self.channels)
+        """Rings of slots / mbarrier groups: one per channel, and of a gather pipe one per
+        producer replica (replica r commits into ring r)."""
+        return len(self.channels[0].producers) if self.gather_pipe else len(self.channels)
 
     @property
     def paired(self) -> bool:
         return self.pairing == "N -> N paired"
+
+    @property
+    def gather_pipe(self) -> bool:
+        """An N -> 1 pipe: one ring per producer replica, each slot waited and released once
+        for all rings."""
+        return self.kind == "pipe" and self.pairing == "N -> 1 gather"
+
+    def ring_of(self, ep: Endpoint) -> int:
+        """The ring ``ep`` writes or reads (a gather pipe's consumer reads every ring: 0)."""
+        if self.gather_pipe:
+            prods = self.channels[0].producers
+            return prods.index(ep) if ep in prods else 0
+        return self.channel_of(ep).ring
 
     @property
     def consumer_arrivals(self) -> int:
@@ -427,7 +445,7 @@ def _link(obj, kind, by_role, placement) -> Link:
         pairing = "1 -> 1" if len(dst) == 1 else "1 -> N broadcast"
         channels = (Channel(obj.name, 0, tuple(src), tuple(dst)),)
     else:
-        assert kind == "event" and len(dst) == 1, obj   # the frontend rejects the rest
+        assert len(dst) == 1, obj   # the frontend rejects the rest
         pairing = "N -> 1 gather"
         channels = (Channel(obj.name, 0, tuple(src), tuple(dst)),)
     stages = obj.stages if kind == "pipe" else 0

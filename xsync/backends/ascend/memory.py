@@ -370,7 +370,7 @@ class _Walker:
                     v = self.fresh(shape, spec.dtype, step, f"{pipe.name}.{e.attr}")
                     return self.multi(v, loops)
                 if self.cube:       # a same-core slot: the L1 buffer of the pipe
-                    key = f"{pipe.name}.{e.attr}"
+                    key = f"{pipe.name}.{e.attr}" + ("" if e.part is None else f"[{e.part}]")
                     size = _Value(shape, spec.dtype).bytes * (MULTI_BUFFER if loops else 1)
                     self.sizes[key] = (max(size, self.sizes.get(key, (0, ""))[0]), Memory.L1)
                     step.reads.add(key)

@@ -267,22 +267,40 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
         r = self.replica_name(n)
         return r if r != n else self.names(n)
 
-    def slot_field(self, slot: str, field: str) -> str:
+    def slot_field(self, slot: str, field: str, part: int | None = None) -> str:
+        """A slot field's variable (``part``: the producer replica of an N -> 1 pipe's slot)."""
         pipe = self.kernel.sync_object(self.slot_pipe.get(slot, ""))
         if pipe is not None and not self.in_gm(pipe):
-            return self.payload_name(pipe, field)
-        return f"{self.replica_name(slot)}_{field}"
+            return self.payload_name(pipe, field, part)
+        return f"{self.replica_name(slot)}{'' if part is None else f'_p{part}'}_{field}"
 
-    def payload_name(self, pipe: ir.Pipe, field: str) -> str:
-        """Variable of a same-core pipe's payload (per replica only for N -> N pipes)."""
-        paired = self.alloc.skeleton.link(pipe.name).paired
-        return f"{pipe.name}_{field}_r{self.rep}" if paired and self.rep is not None else \
-            f"{pipe.name}_{field}"
+    def payload_name(self, pipe: ir.Pipe, field: str, part: int | None = None) -> str:
+        """Variable of a same-core pipe's payload (per replica only for N -> N and N -> 1 pipes:
+        a gather's consumer reads replica ``part``'s)."""
+        link = self.alloc.skeleton.link(pipe.name)
+        rep = self.rep if part is None else part
+        return f"{pipe.name}_{field}_r{rep}" if (link.paired or link.gather_pipe) and rep is not None \
+            else f"{pipe.name}_{field}"
 
     def attr(self, e: ir.Attr) -> str:
         if isinstance(e.value, ir.Name):
-            return self.slot_field(e.value.id, e.attr)
+            return self.slot_field(e.value.id, e.attr, e.part)
         return super().attr(e)
+
+    def load_slot(self, pipe: ir.Pipe, target: str):
+        """Load the fields of the slot a wait took: of the replica being emitted (its ring), or
+        for the consumer of an N -> 1 pipe, of every producer replica's ring (``slot[r].f``)."""
+        o, saved = self.out, self.rep
+        link = self.alloc.skeleton.link(pipe.name)
+        parts = [(None, str(r)) for r in range(link.rings)] if link.gather_pipe else \
+            [(r, None) for r in (self.reps if self.rep is None else [self.rep])]
+        for rep, ring in parts:
+            self.rep = saved if link.gather_pipe else rep
+            of = "" if ring is None else f"_p{ring}"
+            for f in pipe.fields:
+                ptr = self.field_ptr(pipe, f.name, f"{target}_i", ring or self.ring_of(pipe))
+                o.line(f"{self.replica_name(target)}{of}_{f.name} = tl.load({ptr})")
+        self.rep = saved
 
     def call(self, e: ir.Call) -> str:
         if e.op is ir.TileOp.REPLICA_ID:
@@ -643,7 +661,6 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
                 return
             src, dst = self.core(obj.src), self.core(obj.dst)
             full, empty = self.ids[f"{obj.name}:full"], self.ids[f"{obj.name}:empty"]
-            reps = self.reps if self.rep is None else [self.rep]
             if s.verb is ir.Verb.ACQUIRE:
                 o.line(f"# {obj.name}.acquire() (line {line})")
                 o.line(f"if xs_{obj.name}_acq >= {obj.lane_stages}:")
@@ -663,14 +680,7 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
                 target = s.target or f"xs_{obj.name}_slot"
                 o.line(f"{target}_i = xs_{obj.name}_got % {self.slots(obj)}")
                 o.line(f"xs_{obj.name}_got += 1")
-                saved = self.rep
-                for r in reps:
-                    self.rep = r
-                    ring = self.ring_of(obj)
-                    for f in obj.fields:
-                        o.line(f"{self.replica_name(target)}_{f.name} = "
-                               f"tl.load({self.field_ptr(obj, f.name, f'{target}_i', ring)})")
-                self.rep = saved
+                self.load_slot(obj, target)
             else:
                 self.emit(self.flag_op(FlagOp.SET, dst, src, empty, HandOff.EMPTY,
                                        f"{obj.name} EMPTY: {obj.name}.release() line {line}"))
@@ -716,14 +726,7 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
             target = s.target or f"xs_{pipe.name}_slot"
             o.line(f"{target}_i = xs_{pipe.name}_got % {self.slots(pipe)}")
             o.line(f"xs_{pipe.name}_got += 1")
-            saved = self.rep
-            for r in (self.reps if self.rep is None else [self.rep]):
-                self.rep = r
-                ring = self.ring_of(pipe)
-                for f in pipe.fields:
-                    o.line(f"{self.replica_name(target)}_{f.name} = "
-                           f"tl.load({self.field_ptr(pipe, f.name, f'{target}_i', ring)})")
-            self.rep = saved
+            self.load_slot(pipe, target)
         else:
             o.line(f"# {pipe.name}.{s.verb}() (line {line}): same core, GM ring in program order")
 

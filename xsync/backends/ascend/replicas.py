@@ -9,7 +9,8 @@ rejects what the chosen source form cannot express. The renderer receives the re
 Rules, checked in this order (each a :class:`~xsync.errors.BackendError` with a fix):
 
 1. Cross-core links. A pipe or event whose ends sit on different agents must link the cube and
-   the vector side: Ascend flags only run cube -> vector or vector -> cube.
+   the vector side: Ascend flags only run cube -> vector or vector -> cube (so an N -> 1 pipe
+   between vector roles, vector replicas -> one vector role, is refused here).
 2. Cube work. A kernel that synchronizes cube and vector cores (a cross-core pipe or event, or a
    barrier spelled ``all`` / ``all_cube``) must call ``xs.mma``: triton-ascend compiles a kernel
    without ``tl.dot`` vector-only (``mix_mode "aiv"``) and the vector side would wait forever.
@@ -237,7 +238,15 @@ def check_cross_core_links(k: ir.KernelIR, placement: Placement, a: ReplicaAnaly
                 f"sit on different {a.core(o.src)} agents (different replica counts); Ascend "
                 f"flags only run cube -> vector or vector -> cube",
                 loc=o.loc, objects=(o.name, o.src, o.dst),
-                fix="give both roles the same replicas so they share one agent (program order)")
+                fix=("on Ascend an N -> 1 pipe runs between the cube and the vector cores: "
+                     "gather matrix replicas into one vector role (cube -> vector) or vector "
+                     "replicas into one matrix role (vector -> cube)"
+                     if isinstance(o, ir.Pipe) and _gathers(k, o) else
+                     "give both roles the same replicas so they share one agent (program order)"))
+
+
+def _gathers(k: ir.KernelIR, pipe: ir.Pipe) -> bool:
+    return k.role(pipe.src).replicas > 1 and k.role(pipe.dst).replicas == 1
 
 
 def check_cube_work(k: ir.KernelIR, placement: Placement, a: ReplicaAnalysis) -> None:

@@ -3,7 +3,8 @@ the monitor that blocks agents under one condition variable (the stall watchdog)
 errors they report (stall, leftover).
 
 The objects are built from the protocol's skeleton (``xsync.lowering.protocol``): each pipe
-and event is a set of channels (1 -> N broadcast, N -> N paired, N -> 1 gather), each barrier a
+and event is a set of channels (1 -> N broadcast, N -> N paired, N -> 1 gather: a gather pipe
+is a ring per producer replica that the consumer waits and releases together), each barrier a
 count over its member instances -- the same objects the verifier reasons about, never
 re-derived here.
 """
@@ -138,6 +139,28 @@ class PipeChannel:
                 f"committed by {labels(self.producer)})")
 
 
+class GatherChannel:
+    """The consumer's side of an N -> 1 pipe: one ring (a :class:`PipeChannel`) per producer
+    replica, waited and released together. The k-th wait needs the k-th commit of every ring
+    and returns slot k of each, in replica order; the rings share the consumer's counts."""
+
+    def __init__(self, name, stages, producers, consumer):
+        self.name, self.stages = name, stages
+        self.consumers = (consumer,)
+        self.rings = [PipeChannel(name, stages, p, (consumer,)) for p in producers]
+        self.waited, self.released = self.rings[0].waited, self.rings[0].released
+        self.wait_sites = self.rings[0].wait_sites
+        for r in self.rings[1:]:
+            r.waited, r.released, r.wait_sites = self.waited, self.released, self.wait_sites
+        self.ring = [[r.ring[s] for r in self.rings] for s in range(stages)]
+
+    def can_wait(self, c) -> bool:
+        return all(r.can_wait(c) for r in self.rings)
+
+    def why_wait(self, c, labels) -> str:
+        return next(r.why_wait(c, labels) for r in self.rings if not r.can_wait(c))
+
+
 class EventChannel:
     """One channel of an event: the k-th wait of a consumer needs the k-th signal of every
     producer (several for a gather)."""
@@ -182,6 +205,13 @@ class Program:
         self.pipes, self.events, self.barriers = [], [], {}
         for link in skel.links:
             for ch in link.channels:
+                if link.gather_pipe:
+                    rt = GatherChannel(link.obj, link.capacity, ch.producers, ch.consumers[0])
+                    self.pipes += rt.rings
+                    self.channels[(link.obj, ch.consumers[0])] = rt
+                    for e, ring in zip(ch.producers, rt.rings):
+                        self.channels[(link.obj, e)] = ring
+                    continue
                 if link.kind == "pipe":
                     rt = PipeChannel(link.obj, link.capacity, ch.producers[0], ch.consumers)
                     self.pipes.append(rt)

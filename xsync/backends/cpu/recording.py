@@ -106,7 +106,7 @@ def _partners(objects: dict, op: Op) -> list[tuple]:
     """Keys (obj, class, label, seq) of the ops that let ``op`` complete.
 
     The pairing is the skeleton's channels: the k-th wait of a consumer follows the k-th
-    commit of its channel's producer (every producer for a gather event); acquire j of a
+    commit of its channel's producer (every producer for a gather event or pipe); acquire j of a
     producer follows release j - stages of each consumer of its channel; barrier meeting m
     of one member follows arrival m of every other member."""
     info = objects[op.obj]
@@ -114,7 +114,7 @@ def _partners(objects: dict, op: Op) -> list[tuple]:
         return [(op.obj, "arrival", m, op.seq) for m in info.src if m != op.label]
     for prods, cons in info.channels:
         if op.kind is OpKind.WAIT and op.label in cons:
-            return [(op.obj, OpKind.COMMIT, prods[0], op.seq)]
+            return [(op.obj, OpKind.COMMIT, p, op.seq) for p in prods]
         if op.kind is OpKind.EVENT_WAIT and op.label in cons:
             return [(op.obj, OpKind.SIGNAL, q, op.seq) for q in prods]
         if op.kind is OpKind.ACQUIRE and op.label in prods:

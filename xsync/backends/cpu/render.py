@@ -61,7 +61,8 @@ class CpuRenderer(PythonRenderer):
         return f"{self.torch}.{d.name}" if d.name != "int1" else f"{self.torch}.bool"
 
     def attr(self, e: ir.Attr) -> str:
-        return f"{self.expr(e.value, 99)}[{e.attr!r}]"
+        part = "" if e.part is None else f"[{e.part}]"   # a gather pipe's slot: one per replica
+        return f"{self.expr(e.value, 99)}{part}[{e.attr!r}]"
 
     def call(self, e: ir.Call) -> str:
         if e.op is ir.TileOp.PROGRAM_ID:

@@ -32,9 +32,16 @@ COUNTED = {ir.Verb.ACQUIRE: "acquired", ir.Verb.COMMIT: "committed", ir.Verb.WAI
 
 
 def paired(allocation: HopperAllocation, obj) -> int:
-    """Replica count when obj links replica i to replica i (each pair has its own ring)."""
+    """Replica count when obj links replica i to replica i (each pair has its own ring), or
+    gathers N replicas into one consumer (each producer replica has its own ring)."""
     link = allocation.skeleton.link(obj.name)
-    return link.rings if link.paired else 0
+    return link.rings if link.paired or link.gather_pipe else 0
+
+
+def gather_rings(allocation: HopperAllocation, pipe, role: str) -> int:
+    """Rings the consumer ``role`` of an N -> 1 pipe waits and releases together (0: not one)."""
+    link = allocation.skeleton.link(pipe.name)
+    return link.rings if link.gather_pipe and role == pipe.dst else 0
 
 
 @dataclass(frozen=True)
@@ -68,8 +75,16 @@ class SyncSpeller:
     def ring_slot(self, pipe, counter: str) -> str:
         if pipe.interleave > 1:   # the pairs share one ring: pair r takes r, r + N, r + 2N, ...
             return f"REPLICA + {pipe.interleave} * ({counter} % {pipe.lane_stages})"
-        base = f"REPLICA * {pipe.stages} + " if paired(self.allocation, pipe) else ""
+        # a gather consumer's slot is its index in every ring (ring r starts at r * stages)
+        own = paired(self.allocation, pipe) and not gather_rings(self.allocation, pipe, self.role)
+        base = f"REPLICA * {pipe.stages} + " if own else ""
         return f"{base}{counter} % {pipe.stages}"
+
+    def rings_of(self, pipe) -> list[str]:
+        """Offsets of the rings a pipe verb of this role touches: its own, or every producer
+        replica's for the consumer of an N -> 1 pipe."""
+        n = gather_rings(self.allocation, pipe, self.role)
+        return [f"{r * pipe.stages} + " for r in range(n)] if n else [""]
 
     def bar_index(self, obj, side, slot: str) -> str:
         return f"xs_bars.index({obj.name.upper()}_{side.upper()} + {slot})"
@@ -159,12 +174,17 @@ class SyncSpeller:
             key = s.target or values.fresh("slot")
             slot = values.names(key)
             o.line(f"{slot} = {self.ring_slot(pipe, f'{name}_waited')}")
-            self.bar_wait(pipe, "full", slot, f"({name}_waited // {st}) & 1", ir.Verb.WAIT, f"{name}_waited", line,
-                          f"{s.target or ''}{' = ' if s.target else ''}{name}.wait()")
+            rings = self.rings_of(pipe)
+            for k, base in enumerate(rings):
+                of = f" (replica {k}'s ring)" if len(rings) > 1 else ""
+                self.bar_wait(pipe, "full", f"{base}{slot}", f"({name}_waited // {st}) & 1", ir.Verb.WAIT,
+                              f"{name}_waited", line,
+                              f"{s.target or ''}{' = ' if s.target else ''}{name}.wait(){of}")
             o.line(f"{name}_waited += 1")
             values.env[key] = SCALAR
         else:
-            bar = self.bar_index(pipe, 'empty', self.ring_slot(pipe, f'{name}_released'))
+            slot = self.ring_slot(pipe, f'{name}_released')
+            bars = [self.bar_index(pipe, 'empty', f"{base}{slot}") for base in self.rings_of(pipe)]
             why = f" {s.note}" if s.note else ""
             guard = self.static_guard(s.guard)
             if guard is False:
@@ -172,10 +192,12 @@ class SyncSpeller:
             elif guard is None:
                 # a guarded release is a predicated arrive, not a branch around the mbarrier op
                 cond = values.tx(s.guard)[0]
-                o.line(f"mbarrier.arrive({bar}, count=1, pred={cond})  # line {line}: {name}.release(){why}")
+                for bar in bars:
+                    o.line(f"mbarrier.arrive({bar}, count=1, pred={cond})  # line {line}: {name}.release(){why}")
                 o.line(f"{name}_released += ({cond}).to(gl.int32)")
             else:
-                o.line(f"mbarrier.arrive({bar}, count=1)  # line {line}: {name}.release(){why}")
+                for bar in bars:
+                    o.line(f"mbarrier.arrive({bar}, count=1)  # line {line}: {name}.release(){why}")
                 o.line(f"{name}_released += 1")
 
     def static_guard(self, guard):

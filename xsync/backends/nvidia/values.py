@@ -158,7 +158,10 @@ class ValueSpeller(LayoutRules):
         if pipe is None:
             self.fail(f"`{slot}.{e.attr}` is not a slot field here")
         t = self.field_type(e)
-        return (f"{pipe.name}_{e.attr}" if t.kind is not ValueKind.SMEM else f"{pipe.name}_{e.attr}.index({self.names(slot)})"), t
+        if t.kind is not ValueKind.SMEM:
+            return f"{pipe.name}_{e.attr}", t
+        ring = "" if e.part is None else f"{e.part * pipe.stages} + "    # an N -> 1 pipe: replica part's ring
+        return f"{pipe.name}_{e.attr}.index({ring}{self.names(slot)})", t
 
     def smem_operand(self, e):
         """Shared-memory view for an mma operand, or None if it lives in registers."""

@@ -93,11 +93,12 @@ def why_blocked(run, i, state) -> str:
         return (f"acquire on pipe '{a.obj}': all {link.capacity} slot(s) in use ({held} acquired, "
                 f"{rel} released by {label(worst)}{finished_note(run, worst.instance, state)})")
     if a.verb is Verb.WAIT and not a.event:
-        (p,) = run.links[a.obj].channel_of(a.endpoint).producers
+        prods = run.links[a.obj].channel_of(a.endpoint).producers
         waited = run.count((a.endpoint, Verb.WAIT, a.obj), state)
-        committed = run.count((p, Verb.COMMIT, a.obj), state)
-        return (f"wait on pipe '{a.obj}': slot {waited} not committed yet ({committed} committed by "
-                f"{label(p)}{finished_note(run, p.instance, state)})")
+        late = [p for p in prods if run.count((p, Verb.COMMIT, a.obj), state) <= waited] or prods[:1]
+        sent = ", ".join(f"{run.count((p, Verb.COMMIT, a.obj), state)} committed by {label(p)}"
+                         f"{finished_note(run, p.instance, state)}" for p in late)
+        return f"wait on pipe '{a.obj}': slot {waited} not committed yet ({sent})"
     if a.event_wait:
         ch = run.links[a.obj].channel_of(a.endpoint)
         waited = run.count((a.endpoint, Verb.WAIT, a.obj), state)
@@ -249,7 +250,10 @@ def diagnose(run: Run, state, stuck) -> tuple[int, str, list]:
             short = [d for d in ch.consumers if run.total((d, Verb.RELEASE, a.obj)) <= c - link.capacity]
             return i, _trip_fix(run, a, short, Verb.RELEASE, "acquires (beyond the free slots)"), []
         if a.verb is Verb.WAIT and not a.event:
-            return i, _trip_fix(run, a, ch.producers, Verb.COMMIT, "waits"), []
+            short = [q for q in ch.producers if run.total((q, Verb.COMMIT, a.obj)) <= c] or ch.producers
+            if run.links[a.obj].gather_pipe and len(short) == len(ch.producers):
+                return i, _gather_wait_fix(run, a, ch), []
+            return i, _trip_fix(run, a, short, Verb.COMMIT, "waits"), []
         if a.event_wait:
             short = [q for q in ch.producers if run.total((q, Verb.SIGNAL, a.obj)) <= c]
             return i, _trip_fix(run, a, short, Verb.SIGNAL, "waits"), []
@@ -356,6 +360,17 @@ def _ring_self_wait_fix(run, a, state) -> str | None:
             f"{link.stages} step(s) ahead. Put both roles' steps in one shared loop (`for ...: "
             f"with {link.src}: ... {link.obj}.commit()` then `with {link.dst}: ... "
             f"{link.obj}.wait() ... {link.obj}.release()`)")
+
+
+def _gather_wait_fix(run, a, ch) -> str:
+    """The consumer of an N -> 1 pipe waits more often than every producer replica commits."""
+    n, got = len(ch.producers), run.total((a.endpoint, Verb.WAIT, a.obj))
+    each = run.total((ch.producers[0], Verb.COMMIT, a.obj))
+    return (f"pipe '{a.obj}' gathers {n} replicas of '{ch.producers[0].role}' into "
+            f"'{a.endpoint.role}': one {a.obj}.wait() takes a slot of every replica's ring (read "
+            f"them as slot[0].field ... slot[{n - 1}].field), so '{a.endpoint.role}' waits once "
+            f"per round, as often as each replica commits ({each} time(s) here; it waits {got} "
+            f"time(s)): do not wait once per replica")
 
 
 def _one_agent_pipe_fix(run, link) -> str:

@@ -315,22 +315,28 @@ class Run:
         for link in self.skel.links:
             for ch in link.channels:
                 if link.kind == "pipe":
-                    (p,) = ch.producers
-                    c = self.total((p, Verb.COMMIT, link.obj))
-                    a = self.total((p, Verb.ACQUIRE, link.obj))
                     for d in ch.consumers:
                         w = self.total((d, Verb.WAIT, link.obj))
                         r = self.total((d, Verb.RELEASE, link.obj))
-                        if c > w:
-                            out.append((link.obj, f"pipe '{link.obj}': {c - w} committed slot(s) never "
-                                                  f"waited by {label(d)}", self.site((p, Verb.COMMIT, link.obj), w)))
+                        for p in ch.producers:
+                            c = self.total((p, Verb.COMMIT, link.obj))
+                            if c > w:
+                                out.append((link.obj, f"pipe '{link.obj}': {c - w} committed slot(s) of "
+                                                      f"{label(p)} never waited by {label(d)}"
+                                            if link.gather_pipe else
+                                            f"pipe '{link.obj}': {c - w} committed slot(s) never "
+                                            f"waited by {label(d)}", self.site((p, Verb.COMMIT, link.obj), w)))
                         if w > r:
                             out.append((link.obj, f"pipe '{link.obj}': {w - r} slot(s) waited by "
                                                   f"{label(d)} never released (a missing release)",
                                         self.site((d, Verb.WAIT, link.obj), r)))
-                    if a > c:
-                        out.append((link.obj, f"pipe '{link.obj}': {a - c} slot(s) acquired by "
-                                              f"{label(p)} never committed", self.site((p, Verb.ACQUIRE, link.obj), c)))
+                    for p in ch.producers:
+                        c = self.total((p, Verb.COMMIT, link.obj))
+                        a = self.total((p, Verb.ACQUIRE, link.obj))
+                        if a > c:
+                            out.append((link.obj, f"pipe '{link.obj}': {a - c} slot(s) acquired by "
+                                                  f"{label(p)} never committed",
+                                        self.site((p, Verb.ACQUIRE, link.obj), c)))
                 else:
                     for d in ch.consumers:
                         w = self.total((d, Verb.WAIT, link.obj))

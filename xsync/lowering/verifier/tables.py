@@ -97,8 +97,9 @@ class Tables:
                 tpl = tuple((kid((d, Verb.RELEASE, a.obj), d.instance), d.instance, 1, link.capacity)
                             for d in link.channel_of(a.endpoint).consumers)
             elif a.verb is Verb.WAIT and not a.event:
-                (p,) = links[a.obj].channel_of(a.endpoint).producers
-                tpl = ((kid((p, Verb.COMMIT, a.obj), p.instance), p.instance, 1, 0),)
+                # every producer replica's commit (several for a gather pipe: one ring each)
+                tpl = tuple((kid((p, Verb.COMMIT, a.obj), p.instance), p.instance, 1, 0)
+                            for p in links[a.obj].channel_of(a.endpoint).producers)
             elif a.event_wait:
                 tpl = tuple((kid((q, Verb.SIGNAL, a.obj), q.instance), q.instance, 1, 0)
                             for q in links[a.obj].channel_of(a.endpoint).producers)

@@ -328,7 +328,7 @@ def _rotate(loop: ir.For, a_issue, j_s, k_rel, body_b, c_issue, j_pv, body_d, v_
 def _rename_slot(e, slot: str, prev: str):
     """``e`` with the slot fields ``slot.f`` read as ``prev.f``."""
     if isinstance(e, ir.Attr) and e.value == ir.Name(slot):
-        return ir.Attr(ir.Name(prev), e.attr)
+        return ir.Attr(ir.Name(prev), e.attr, e.part)
     if isinstance(e, ir.Call):
         return dataclasses.replace(e, args=tuple(_rename_slot(a, slot, prev) for a in e.args))
     return e
