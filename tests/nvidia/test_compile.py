@@ -510,8 +510,8 @@ def test_flash_attention_overlap_softmax(causal):
     r = compile_ptx(attention_fwd, consts, scalar_types={"sm_scale": "fp32"},
                     options={"overlap_softmax": True, "pingpong": "each"})
     src = r.source[r.source.index("def attention_fwd_consumer"):r.source.index("def attention_fwd(")]
-    assert "if 0 < hi:" in src and "for n in range(0 + BN, hi, BN):" in src
-    loop = src[src.index("for n in range(0 + BN, hi, BN):"):src.index("overlap_softmax: the last PV completes")]
+    assert "if lo < hi:" in src and "for n in range(lo + BN, hi, BN):" in src
+    loop = src[src.index("for n in range(lo + BN, hi, BN):"):src.index("overlap_softmax: the last PV completes")]
     i_s, i_pv = loop.index("s = warpgroup_mma(q_in_q"), loop.index("pv = warpgroup_mma(")
     i_w1 = loop.index("s, pv = warpgroup_mma_wait(1, deps=[s, pv])")
     i_soft = loop.index("m_new = gl.maximum(")
@@ -550,8 +550,8 @@ def test_overlap_softmax_switch_and_non_matching(monkeypatch):
 
     def consumer(src):
         return src[src.index("def attention_fwd_consumer"):src.index("def attention_fwd(")]
-    assert "overlap_softmax" not in off and "for n in range(0, hi, BN):" in consumer(off)
-    assert "overlap_softmax" in on and "for n in range(0, hi, BN):" not in consumer(on)
+    assert "overlap_softmax" not in off and "for n in range(lo, hi, BN):" in consumer(off)
+    assert "overlap_softmax" in on and "for n in range(lo, hi, BN):" not in consumer(on)
     monkeypatch.delenv("XSYNC_NV_OVERLAP", raising=False)
     assert source_of(attention_fwd.lower("nvidia", consts)) == on
     monkeypatch.setenv("XSYNC_NV_OVERLAP", "0")
@@ -562,7 +562,7 @@ def test_overlap_softmax_switch_and_non_matching(monkeypatch):
     for opts in ({"nv_pingpong": "wrap"}, {"nv_fuse_mma": False}):
         lw = lowered_with(attention_fwd, consts, nv_overlap=True, **opts)
         src = source_of(lw)
-        assert "overlap_softmax" not in src and "for n in range(0, hi, BN):" in consumer(src), opts
+        assert "overlap_softmax" not in src and "for n in range(lo, hi, BN):" in consumer(src), opts
         assert "pass overlap-softmax: not applied to loop at line" in lw.passes.text()
     for kern in (gemm_softmax, handoff):
         assert source_of(lowered_with(kern, nv_overlap=True)) == source_of(lowered_with(kern, nv_overlap=False))
