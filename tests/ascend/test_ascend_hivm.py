@@ -27,6 +27,12 @@ COMPILE_BOUND_S = 180      # per kernel; today's kernels take about a second
 WRITE = {"cube": "PIPE_FIX", "vector": "PIPE_MTE3"}
 
 
+# kernels the release form (3.2.0, what the compiler here takes) refuses by design, each checked
+# where it is refused: split-K reduce-adds from a vector role of a mixed kernel, which both
+# vector cores would run (tests/ascend/test_examples.py)
+RELEASE_FORM_REFUSED = {"gemm_split_k"}
+
+
 def all_kernels():
     """Every xsync kernel shipped under xsync.kernels."""
     found = {}
@@ -43,7 +49,8 @@ def specializations():
     backward) at every specialization ops.py and grad.py launch on Ascend (dense and varlen
     share them)."""
     launched = (attention_fwd, attention_bwd_dkdv, attention_bwd_dq, attention_bwd_preprocess)
-    out = [pytest.param(k, {}, id=k.__name__) for k in all_kernels() if k not in launched]
+    out = [pytest.param(k, {}, id=k.__name__) for k in all_kernels()
+           if k not in launched and k.__name__ not in RELEASE_FORM_REFUSED]
     out.append(pytest.param(cases.ping_pong, {}, id="case-ping_pong"))   # N -> N rings
     for d in ops.HEAD_DIMS:
         for causal in (0, 1):
