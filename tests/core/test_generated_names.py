@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from xsync import config
+from xsync.backends.spelling import identifiers
 from xsync.errors import KernelSourceError
 
 BACKENDS = ("cpu", "nvidia", "ascend")
@@ -80,34 +81,9 @@ def _sources(kernel) -> dict:
     return out
 
 
-def _identifiers(source: str) -> list[str]:
-    """The names a source binds or reads, in order: not attributes (``gl.dtype``), keyword
-    arguments (``mask=``), import lines (an import spells a module the generator renamed) or
-    the bodies of the generators' helper functions (``def xs_...``: their parameters and locals
-    are their own scope, which no kernel name enters)."""
-    tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
-              if t.type not in (tokenize.COMMENT, tokenize.NL)]
-    out, depth, importing, level, helper = [], 0, False, 0, False
-    for i, t in enumerate(tokens):
-        level += (t.type == tokenize.INDENT) - (t.type == tokenize.DEDENT)
-        if t.type == tokenize.OP:
-            depth += (t.string in "([{") - (t.string in ")]}")
-        starts = i == 0 or tokens[i - 1].type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
-        if starts and level == 0:
-            helper = t.string == "def" and tokens[i + 1].string.startswith("xs_")
-        importing = (importing and t.type != tokenize.NEWLINE) or (starts and t.string in ("import", "from"))
-        if importing or helper or t.type != tokenize.NAME or keyword.iskeyword(t.string):
-            continue
-        after_dot = i > 0 and tokens[i - 1].string == "."
-        kwarg = depth > 0 and i + 1 < len(tokens) and tokens[i + 1].string == "="
-        if not (after_dot or kwarg):
-            out.append(t.string)
-    return out
-
-
 def _same_up_to_renaming(neutral: str, other: str) -> str:
     """'' when ``other`` is ``neutral`` with its identifiers renamed one-to-one, else why not."""
-    a, b = _identifiers(neutral), _identifiers(other)
+    a, b = identifiers(neutral), identifiers(other)
     if len(a) != len(b):
         return f"{len(a)} identifiers vs {len(b)}"
     forward, backward = {}, {}

@@ -45,15 +45,15 @@ def fresh(base: str, taken: set[str]) -> str:
     return base
 
 
-def identifiers(source: str) -> set[str]:
-    """The names a module binds or reads where the kernel's names live: not attributes
+def identifiers(source: str) -> list[str]:
+    """The names a module binds or reads where the kernel's names live, in order of appearance: not attributes
     (``gl.dtype``), keyword arguments (``mask=``), keywords, the words of import lines (an
     import binds a name the module also reads, or one no kernel name can shadow: the kernel's
     names live in functions), nor the parameters and locals of the generator's helper functions
     (``def xs_...``: their own scope, which no kernel name enters)."""
     tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
               if t.type not in (tokenize.COMMENT, tokenize.NL)]
-    out, depth, importing, level, helper = set(), 0, False, 0, False
+    out, depth, importing, level, helper = [], 0, False, 0, False
     for i, t in enumerate(tokens):
         level += (t.type == tokenize.INDENT) - (t.type == tokenize.DEDENT)
         if t.type == tokenize.OP:
@@ -67,7 +67,7 @@ def identifiers(source: str) -> set[str]:
         after_dot = i > 0 and tokens[i - 1].string == "."
         kwarg = depth > 0 and i + 1 < len(tokens) and tokens[i + 1].string == "="
         if not (after_dot or kwarg):
-            out.add(t.string)
+            out.append(t.string)
     return out
 
 
@@ -94,7 +94,7 @@ class Spelling:
     def settle(self, probe_source: str) -> "Spelling":
         """From the source rendered with :meth:`probe`: the kernel's names that the generator
         also writes, each spelled apart from every name of either kind."""
-        ours = identifiers(probe_source) - set(self.renames.values())
+        ours = set(identifiers(probe_source)) - set(self.renames.values())
         users = self.names_of(self.kernel)
         taken = ours | users
         return Spelling(self.kernel, {n: fresh(n, taken) for n in sorted(users & ours)})
