@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -30,18 +29,8 @@ import attention as bench_attention  # noqa: E402 - after the source tree is on 
 from benchmarks import fa4  # noqa: E402
 from benchmarks._gpu import cuda_missing  # noqa: E402
 
-ROUNDS = 5
 WIDE_DIMS = {96: 16, 256: 8}          # head dim -> heads (h*d near 2048, as the main grid)
 WINDOWS = (128, 512, 2048)
-
-
-def interleaved(runs: dict, rounds: int = ROUNDS) -> dict:
-    """Median milliseconds of each thunk, measured round-robin ``rounds`` times."""
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            times[name].append(bench_attention.bench(fn, warmup=3, rep=20))
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def measure_strided(d: int, causal: bool, s: int) -> dict:
@@ -54,7 +43,7 @@ def measure_strided(d: int, causal: bool, s: int) -> dict:
     hf = [t.view(b, s, h, d).transpose(1, 2) for t in x]       # seq stride h*d: HF's layout
     dense = [t.contiguous() for t in hf]
     err = (attention(*hf, causal=causal)[0].float() - attention(*dense, causal=causal)[0].float()).abs().max().item()
-    ms = interleaved({"strided": lambda: attention(*hf, causal=causal),
+    ms = bench_attention.interleaved({"strided": lambda: attention(*hf, causal=causal),
                       "contiguous": lambda: attention(*dense, causal=causal)})
     f = bench_attention.flops(b, h, s, d, causal)
     return dict(kind="strided", d=d, causal=causal, s=s, b=b, h=h, strided_ms=ms["strided"],
@@ -87,7 +76,7 @@ def measure_window(w: int, s: int, d: int = 128) -> dict:
     else:
         from flash_attn.cute import flash_attn_func
         runs["fa4_window"] = lambda: flash_attn_func(q, k, v, causal=True, window_size=(w, 0))
-    ms = interleaved(runs)
+    ms = bench_attention.interleaved(runs)
     for name, t in ms.items():
         row[f"{name}_ms"] = t
     row["xsync_window_tflops"] = f / (ms["xsync_window"] * 1e-3) / 1e12

@@ -49,7 +49,7 @@ def hf_model(cfg: dict, impl: str, dtype, device):
                          num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
                          num_key_value_heads=cfg["kv_heads"], head_dim=cfg["head_dim"],
                          max_position_embeddings=cfg["seq"])
-    torch = _torch()
+    import torch
     torch.manual_seed(0)
     model = LlamaForCausalLM(copy.deepcopy(config)).to(dtype=dtype, device=device)
     model.set_attn_implementation(impl)
@@ -58,7 +58,7 @@ def hf_model(cfg: dict, impl: str, dtype, device):
 
 def plain_model(cfg: dict, impl: str, dtype, device):
     """The same shape without transformers: pre-norm blocks, GQA attention, SwiGLU MLP."""
-    torch = _torch()
+    import torch
     import xsync
     nn, F = torch.nn, torch.nn.functional
     d, h, kvh, hd = cfg["hidden"], cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
@@ -102,18 +102,13 @@ def plain_model(cfg: dict, impl: str, dtype, device):
     return LM().to(dtype=dtype, device=device), "plain torch LM (transformers not importable)"
 
 
-def _torch():
-    import torch
-    return torch
-
-
 def _logits(model, ids):
     out = model(ids)
     return out.logits if hasattr(out, "logits") else out
 
 
 def train_step(model, opt, ids):
-    torch = _torch()
+    import torch
     logits = _logits(model, ids[:, :-1])
     loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
     opt.zero_grad(set_to_none=True)
@@ -124,7 +119,7 @@ def train_step(model, opt, ids):
 
 
 def measure(name: str, cfg: dict, steps: int, device: str) -> dict:
-    torch = _torch()
+    import torch
     dtype = torch.bfloat16
     try:
         import transformers  # noqa: F401
@@ -174,7 +169,7 @@ def table(rows) -> str:
 
 
 def main(argv=None) -> int:
-    torch = _torch()
+    import torch
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=",".join(CONFIGS))
     parser.add_argument("--steps", type=int, default=5)
