@@ -14,7 +14,7 @@ import ascend_cases as cases
 
 import xsync.kernels as kernels
 from xsync.backends.ascend import hivm
-from xsync.backends.ascend.replicas import core_of_kind, taken_arms
+from xsync.backends.ascend.replicas import core_of_kind
 from xsync.compiler import Kernel
 from xsync.kernels.flash_attn import grad, ops
 from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq, attention_bwd_preprocess
@@ -105,7 +105,7 @@ def live_pipes(k) -> set[str]:
         if isinstance(s, ir.SyncOp):
             used.add(s.obj)
         elif isinstance(s, ir.If):
-            todo.extend(taken_arms(k, s))
+            todo.extend(ir.taken_arms(k, s))
         else:
             todo.extend(getattr(s, "body", ()))
     return used

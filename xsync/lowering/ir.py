@@ -498,6 +498,24 @@ def walk(stmts, enter_roles: bool = True):
             yield from walk(s.body, enter_roles)
 
 
+def constant_test(k: "KernelIR", cond) -> object:
+    """The value of a branch condition that is a constant or a constexpr name (left in the IR;
+    Triton folds such a test, and the arm it turns off is never compiled); None otherwise."""
+    if isinstance(cond, Const):
+        return cond
+    if isinstance(cond, Name) and cond.id in k.constexpr_values:
+        return Const(k.constexpr_values[cond.id])
+    return None
+
+
+def taken_arms(k: "KernelIR", s: If) -> tuple:
+    """The statements of the arms of ``s`` that can run: one arm where the test is constant."""
+    test = constant_test(k, s.cond)
+    if test is not None:
+        return s.body if test.value else s.orelse
+    return s.body + s.orelse
+
+
 def children(e) -> tuple:
     """Direct sub-expressions of an expression."""
     if isinstance(e, (BinOp, Compare)):

@@ -66,7 +66,6 @@ from dataclasses import dataclass, field
 
 from xsync.dtypes import DType, float32, int1, int32
 from xsync.errors import AllocationError, SourceLoc
-from xsync.backends.ascend.replicas import taken_arms
 from xsync.lowering import ir
 from xsync.lowering.placement import Unit
 
@@ -257,7 +256,7 @@ class _Walker:
             step = self.new_step(s.loc, loops)
             self.expr(s.cond, step, loops)
             # an arm a constexpr turns off is never compiled (Triton folds it): it holds nothing
-            self.block(taken_arms(self.kernel, s), loops, inside)
+            self.block(ir.taken_arms(self.kernel, s), loops, inside)
         elif not inside:
             if isinstance(s, ir.Assign):      # shared scalar code runs on every core
                 for t in s.targets:

@@ -86,7 +86,7 @@ from xsync.backends.ascend.addressing import tensor_args, window
 from xsync.backends.ascend.reduce_add import ReduceAddSpelling
 # FORMS: the launcher reads it here
 from xsync.backends.ascend.replicas import (  # noqa: F401
-    FORMS, Core, ReplicaAnalysis, analyze, constant_test, has_sync)
+    FORMS, Core, ReplicaAnalysis, analyze, has_sync)
 from xsync.backends.spelling import Spelling
 from xsync.backends.source import Emitter, PythonRenderer, doc_text, label, spell_math
 from xsync.lowering import ir
@@ -218,7 +218,7 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
     def emit_if(self, s: ir.If, body):
         """As written; an arm a constexpr turns off is spelled but never compiled (Triton folds
         the test), so what it would refuse is not refused there."""
-        test = constant_test(self.kernel, s.cond)
+        test = ir.constant_test(self.kernel, s.cond)
 
         def arm(stmts, live):
             self.dead_arms += not live

@@ -315,7 +315,7 @@ def check_lockstep(k: ir.KernelIR, agent: Agent, a: ReplicaAnalysis) -> None:
             if not has_sync(s) or isinstance(s, ir.SyncOp):
                 continue
             dep = replica_dependence(s, a.replica_tainted) if isinstance(s, ir.For) or (
-                isinstance(s, ir.If) and constant_test(k, s.cond) is None) else None
+                isinstance(s, ir.If) and ir.constant_test(k, s.cond) is None) else None
             if dep:
                 raise BackendError(
                     f"a sync verb sits under a {'loop' if isinstance(s, ir.For) else 'branch'} that "
@@ -327,27 +327,9 @@ def check_lockstep(k: ir.KernelIR, agent: Agent, a: ReplicaAnalysis) -> None:
             if isinstance(s, ir.For):
                 lockstep(s.body)
             elif isinstance(s, ir.If):
-                lockstep(taken_arms(k, s))
+                lockstep(ir.taken_arms(k, s))
 
     block(slice_agent(k.body, agent.roles))
-
-
-def constant_test(k: ir.KernelIR, cond) -> object:
-    """The value of a branch condition that is a constant or a constexpr name (left in the IR,
-    folded when rendered); None for any other condition."""
-    if isinstance(cond, ir.Const):
-        return cond
-    if isinstance(cond, ir.Name) and cond.id in k.constexpr_values:
-        return ir.Const(k.constexpr_values[cond.id])
-    return None
-
-
-def taken_arms(k: ir.KernelIR, s: ir.If) -> tuple:
-    """The statements of the arms of ``s`` that can run: one arm where the test is constant."""
-    test = constant_test(k, s.cond)
-    if test is not None:
-        return s.body if test.value else s.orelse
-    return s.body + s.orelse
 
 
 def check_workspace_tiles(k: ir.KernelIR, placement: Placement) -> None:
