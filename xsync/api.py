@@ -68,6 +68,7 @@ def _outside(name: str):
 # The frontend checks calls against this table; renderers must render every entry.
 TILE_OPS: dict[str, tuple[int, int, tuple[str, ...]]] = {}
 SYNC_DECLS = ("role", "pipe", "event", "barrier")
+CLUSTER_SIZES = (1, 2, 4, 8)   # programs a cluster may hold (Hopper's portable cluster sizes)
 
 
 def _tile_op(min_args: int, max_args: int, keywords: tuple[str, ...] = ()):
@@ -136,8 +137,28 @@ def tile_range(total, persistent=True):
     _outside("tile_range")
 
 
-def tile(shape, dtype):
-    """Shape and dtype of one pipe payload field (used inside :func:`pipe`)."""
+def tile(shape, dtype, multicast=False):
+    """Shape and dtype of one pipe payload field (used inside :func:`pipe`).
+
+    ``multicast=True`` (a kernel with :func:`cluster`): every program of the cluster receives
+    the same tile in its own slot. The producer writes it with ``slot.f = xs.load(t, offsets,
+    shape)`` whose offsets must not depend on the program (``xs.cluster_rank()``,
+    ``xs.program_id``); on hardware with multicast each program loads a share and the copy
+    engine delivers the whole tile to all of them, so a slot is free for any program only once
+    every program of the cluster released it.
+    """
+
+
+def cluster(programs):
+    """Group ``programs`` consecutive programs of axis 0 (1, 2, 4 or 8; a constexpr) into a
+    cluster: written once, before the first role. The launch's axis-0 grid must be a multiple of
+    it. ``xs.cluster_id()`` numbers the clusters, ``xs.cluster_rank()`` a program inside its
+    cluster, and ``xs.tile_range`` deals tiles to clusters, so every program of a cluster walks
+    the same tiles. Pipe fields declared ``xs.tile(..., multicast=True)`` are shared by the
+    cluster's programs (Hopper: TMA multicast and cluster-scope mbarriers); where a backend has no
+    multicast each program loads its own copy, and the allocation report says so.
+    """
+    _outside("cluster")
     _outside("tile")
 
 
@@ -160,6 +181,21 @@ def program_id(axis):
 @_tile_op(1, 1)
 def num_programs(axis):
     """Number of programs along grid axis ``axis``."""
+
+
+@_tile_op(0, 0)
+def cluster_rank():
+    """This program's place in its cluster, 0 .. programs - 1 (0 without :func:`cluster`)."""
+
+
+@_tile_op(0, 0)
+def cluster_id():
+    """This program's cluster, ``program_id(0) // programs``."""
+
+
+@_tile_op(0, 0)
+def num_clusters():
+    """Clusters in the launch, ``num_programs(0) // programs``."""
 
 
 @_tile_op(0, 0)

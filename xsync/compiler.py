@@ -350,7 +350,7 @@ class Kernel:
         if compiled.lowered.kernel.int_scalars:
             check_int_scalars(compiled.lowered.kernel, run_args)
         uses.check(compiled.lowered.kernel, run_args)   # tensor ranks, run-time loop steps
-        if counts:   # one program per tile: a smaller grid would skip tiles
+        if counts or compiled.lowered.kernel.cluster > 1:   # one program per tile; whole clusters
             check_grid(compiled.lowered.kernel, counts, grid, run_args, constexprs)
         compiled.launch(grid, run_args, settings)
         return compiled

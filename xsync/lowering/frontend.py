@@ -21,7 +21,7 @@ import types
 from xsync import api
 from xsync.dtypes import DType
 from xsync.errors import KernelSourceError, SourceLoc
-from xsync.lowering import frontend_rules, holding, ir, shapes, tile_launch
+from xsync.lowering import cluster, frontend_rules, holding, ir, shapes, tile_launch
 from xsync.lowering.constexprs import constexpr_values
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -69,6 +69,7 @@ class _Frontend:
         self.role_ctx: str | None = None
         self.loop_vars: set[str] = set()
         self.used_verbs: set[tuple[str, str]] = set()
+        self.cluster, self.cluster_loc = 1, None      # xs.cluster(n): xsync/lowering/cluster.py
 
     # ------------------------------------------------------------ helpers
     def loc(self, node) -> SourceLoc:
@@ -156,7 +157,9 @@ class _Frontend:
             # string constexprs are folded into declarations; the generated code never names them
             constexprs=tuple(sorted((n, v) for n, v in self.constexprs.items() if not isinstance(v, str))),
             roles=tuple(self.roles.values()), pipes=pipes, events=events, barriers=barriers,
-            body=tuple(body), loc=self.loc(fdef), source=self.source)
+            body=tuple(body), loc=self.loc(fdef), source=self.source, cluster=self.cluster,
+            cluster_loc=self.cluster_loc)
+        kernel = cluster.lower(kernel)   # multicast fields' rules; cluster ops in program_id
         holding.check_release_order(kernel)   # release(slot) names the oldest slot held
         int_scalars = shapes.check(kernel)   # every tile shape, before any backend meets one
         tile_launch.single_tile_counts(kernel)   # the host can check a one-tile-per-program grid
@@ -216,6 +219,8 @@ class _Frontend:
             return ir.If(self.expr(s.test), tuple(self.block(s.body)), tuple(self.block(s.orelse)),
                          self.loc(s))
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+            if top and self.is_xs(s.value.func) == "cluster":
+                return cluster.declare(self, s.value, s)
             return self.call_stmt(s.value, s)
         if isinstance(s, ast.While):
             self.error(s, "`while` loops are not supported in an xsync kernel",
@@ -350,8 +355,10 @@ class _Frontend:
         if not isinstance(persistent, (bool, int)):
             self.error(s, f"xs.tile_range's `persistent` is {persistent!r}, not a flag",
                        fix="pass True/False, 1/0 or a constexpr holding one")
-        return self.loop(s, ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),), ()), self.expr(it.args[0]),
-                         ir.Call(ir.TileOp.NUM_PROGRAMS, (ir.Const(0),), ()), single_tile=not persistent,
+        first, every = ((ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS) if self.cluster == 1 else
+                        (ir.TileOp.CLUSTER_ID, ir.TileOp.NUM_CLUSTERS))   # tiles dealt to clusters
+        return self.loop(s, ir.Call(first, (ir.Const(0),) * (self.cluster == 1)), self.expr(it.args[0]),
+                         ir.Call(every, (ir.Const(0),) * (self.cluster == 1)), single_tile=not persistent,
                          tile_loop=True)
 
     def method_verb(self, call: ast.Call):
@@ -564,8 +571,7 @@ class _Frontend:
             interleave = holding.interleave(self, kw, s, name, stages, src, dst)
             fields = []
             for fname, fnode in kw.items():
-                if not (isinstance(fnode, ast.Call) and self.is_xs(fnode.func) == "tile"
-                        and len(fnode.args) == 2):
+                if not (isinstance(fnode, ast.Call) and self.is_xs(fnode.func) == "tile" and len(fnode.args) == 2):
                     self.error(s, f"pipe field {fname}= must be xs.tile(shape, dtype)", objects=(name,))
                 shape = self.const_eval(fnode.args[0], f"shape of field {fname}")
                 dtype = self.const_eval(fnode.args[1], f"dtype of field {fname}")
@@ -573,7 +579,8 @@ class _Frontend:
                     self.error(s, f"field {fname} of pipe '{name}' needs a dtype such as xs.bfloat16",
                                objects=(name,))
                 shape = shapes.tile_dims(shape, f"the shape of field {fname} of pipe '{name}'", loc)
-                fields.append(ir.TileSpec(fname, shape, dtype))
+                fields.append(ir.TileSpec(fname, shape, dtype,
+                                          cluster.multicast_flag(self, fnode, s, name, fname)))
             self.objects[var] = ir.Pipe(name, src.name, dst.name, stages, tuple(fields), loc,
                                         interleave=interleave)
             return

@@ -49,6 +49,11 @@ class TileOp(StrEnum):
     PROGRAM_ID = "program_id"
     NUM_PROGRAMS = "num_programs"
     REPLICA_ID = "replica_id"
+    # a cluster kernel's program numbering (xs.cluster): the frontend spells them in program_id
+    # and num_programs before the kernel leaves it (xsync/lowering/cluster.py)
+    CLUSTER_RANK = "cluster_rank"
+    CLUSTER_ID = "cluster_id"
+    NUM_CLUSTERS = "num_clusters"
     CDIV = "cdiv"
     ARANGE = "arange"
     ZEROS = "zeros"
@@ -227,6 +232,7 @@ class TileSpec:
     name: str
     shape: tuple[int, ...]
     dtype: DType
+    multicast: bool = False   # the same tile in every program of the cluster (xs.cluster)
 
     @property
     def bytes(self) -> int:
@@ -259,6 +265,12 @@ class Pipe:
 
     def field(self, name: str) -> TileSpec | None:
         return next((f for f in self.fields if f.name == name), None)
+
+    @property
+    def multicast(self) -> bool:
+        """Some field is shared by the programs of a cluster: every program's release gates
+        every program's next write of the slot."""
+        return any(f.multicast for f in self.fields)
 
 
 @dataclass(frozen=True)
@@ -443,6 +455,9 @@ class KernelIR:
     # the run-time scalar parameters the kernel uses as integers (loop bounds, offsets), each
     # with the first line that does: the launch refuses a float for them (xsync/lowering/shapes.py)
     int_scalars: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+    # programs per cluster (xs.cluster; 1: none) and where it was declared
+    cluster: int = 1
+    cluster_loc: SourceLoc | None = field(default=None, compare=False)
 
     def role(self, name: str) -> Role:
         return next(r for r in self.roles if r.name == name)

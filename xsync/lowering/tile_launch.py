@@ -107,9 +107,15 @@ def check_grid(kernel: ir.KernelIR, counts: tuple[TileCount, ...], grid: tuple, 
                constexprs: dict) -> None:
     """LaunchError unless ``grid`` launches a program for every tile of every single-tile loop."""
     env = {**scalars, **constexprs}
+    n = kernel.cluster
+    if grid[0] % n:
+        raise LaunchError(
+            f"kernel '{kernel.name}' groups {n} programs into a cluster (xs.cluster({n})), but the "
+            f"launch has {grid[0]} program(s) on axis 0", loc=kernel.cluster_loc,
+            fix=f"launch a multiple of {n} programs on axis 0 ({-(-grid[0] // n) * n}, say)")
     for count in counts:
         try:
-            needed = count.programs_needed(env)
+            needed = count.programs_needed(env) * n   # tiles are dealt to clusters
         except (NotConstant, ZeroDivisionError, TypeError) as exc:
             raise LaunchError(f"kernel '{kernel.name}': cannot compute the tile count of "
                               f"xs.tile_range(..., persistent=False) from the launch's scalars ({exc})",
@@ -117,8 +123,9 @@ def check_grid(kernel: ir.KernelIR, counts: tuple[TileCount, ...], grid: tuple, 
         if grid[0] < needed:
             raise LaunchError(
                 f"kernel '{kernel.name}': xs.tile_range(..., persistent=False) runs one tile per "
-                f"program, but the launch has {grid[0]} program(s) on axis 0 for {needed} tiles: "
-                f"{needed - grid[0]} tile(s) would never run",
+                f"program{f' of each cluster of {n}' if n > 1 else ''}, but the launch has {grid[0]} "
+                f"program(s) on axis 0 for {needed // n} tiles: {(needed - grid[0]) // n} tile(s) "
+                f"would never run",
                 loc=count.loop.loc, objects=(count.loop.var,),
                 fix=f"launch {needed} programs on axis 0, or compile it persistent "
                     f"(persistent=True walks every tile with any number of programs)")

@@ -1,0 +1,183 @@
+"""Clusters (``xs.cluster(n)``): the frontend's rules, and the spelling of a cluster kernel's
+program numbering in the vocabulary every backend already renders.
+
+A cluster is ``n`` consecutive programs of axis 0. ``xs.cluster_id()`` is ``program_id(0) // n``,
+``xs.cluster_rank()`` is ``program_id(0) % n`` and ``xs.num_clusters()`` is ``num_programs(0) //
+n``; ``xs.tile_range`` deals its tiles to clusters (``range(cluster_id, total, num_clusters)``),
+so every program of a cluster walks the same tiles. A pipe field declared ``xs.tile(...,
+multicast=True)`` holds the same tile in every program of the cluster.
+
+Rules (each a :class:`~xsync.errors.KernelSourceError` at the user's line):
+
+1. ``xs.cluster(n)`` is a statement of the kernel's top level, once, before the first role; ``n``
+   is 1, 2, 4 or 8 (a literal or a constexpr).
+2. A multicast field belongs to a pipe whose producer is a copy role, and it is written only as
+   ``slot.f = xs.load(tensor, offsets, shape)``: the copy engine delivers a load to several
+   programs, not a computed value.
+3. The offsets of that load do not depend on the program inside the cluster: no
+   ``xs.cluster_rank()``, ``xs.program_id()`` or ``xs.replica_id()``, and no name or loop bound
+   computed from one (followed through assignments in program order). ``xs.cluster_id()``,
+   ``xs.num_clusters()`` and the tile of ``xs.tile_range`` are the same for all of them.
+
+Whether every program of a cluster waits, and releases, as many slots of a multicast pipe is a
+property of the protocol, decided by the verifier (a program that skips a release leaves the
+others' producers waiting: a deadlock with a counterexample).
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+from xsync import api
+from xsync.errors import KernelSourceError
+from xsync.lowering import ir
+
+PROGRAM_DEPENDENT = (ir.TileOp.CLUSTER_RANK, ir.TileOp.PROGRAM_ID, ir.TileOp.REPLICA_ID)
+
+
+def declare(fe, call: ast.Call, s) -> None:
+    """Rule 1: ``xs.cluster(n)`` at the top level, once, before the first role."""
+    usage = "write `xs.cluster(2)` (1, 2, 4 or 8 programs) as the kernel's first statement"
+    if fe.cluster_loc is not None:
+        fe.error(s, f"xs.cluster is declared twice (first at line {fe.cluster_loc.line})", fix=usage)
+    if fe.roles:
+        fe.error(s, "xs.cluster(...) after a role declaration", fix=usage)
+    if len(call.args) != 1 or call.keywords:
+        fe.error(s, f"xs.cluster takes the number of programs, got `{ast.unparse(call)}`", fix=usage)
+    n = fe.const_eval(call.args[0], "xs.cluster's programs")
+    if not isinstance(n, int) or isinstance(n, bool) or n not in api.CLUSTER_SIZES:
+        fe.error(s, f"xs.cluster({ast.unparse(call.args[0])}) is {n!r} programs",
+                 fix="a cluster holds 1, 2, 4 or 8 programs (Hopper's portable cluster sizes)")
+    fe.cluster, fe.cluster_loc = n, fe.loc(s)
+
+
+def multicast_flag(fe, fnode: ast.Call, s, pipe: str, field: str) -> bool:
+    """``multicast=`` of ``xs.tile(shape, dtype, multicast=...)`` (False when absent)."""
+    kw = {k.arg: k.value for k in fnode.keywords}
+    if set(kw) - {"multicast"}:
+        fe.error(s, f"xs.tile got unknown arguments {sorted(set(kw) - {'multicast'})}",
+                 fix="xs.tile(shape, dtype) or xs.tile(shape, dtype, multicast=True)", objects=(pipe,))
+    if "multicast" not in kw:
+        return False
+    flag = fe.const_eval(kw["multicast"], f"multicast of field {field}")
+    if not isinstance(flag, (bool, int)):
+        fe.error(s, f"field {field} of pipe '{pipe}' has multicast={flag!r}",
+                 fix="multicast=True or False (or a constexpr holding one)", objects=(pipe,))
+    return bool(flag)
+
+
+# ---------------------------------------------------------------- rules 2 and 3
+def _program_dependent(e, tainted: set[str]) -> str | None:
+    """What makes ``e`` differ between the programs of a cluster, or None."""
+    for x in ir.subexprs(e):
+        if isinstance(x, ir.Call) and x.op in PROGRAM_DEPENDENT:
+            return f"xs.{x.op}()"
+        if isinstance(x, ir.Name) and x.id in tainted:
+            return f"`{x.id}`"
+    return None
+
+
+def _check_writes(kernel: ir.KernelIR, stmts, tainted: set[str], multicast: dict) -> None:
+    for s in stmts:
+        if isinstance(s, ir.Assign):
+            hit = _program_dependent(s.value, tainted)
+            (tainted.update if hit else tainted.difference_update)(s.targets)
+        elif isinstance(s, ir.For):
+            if _program_dependent(s.start, tainted) or _program_dependent(s.stop, tainted) \
+                    or _program_dependent(s.step, tainted):
+                tainted.add(s.var)
+            else:
+                tainted.discard(s.var)
+            _check_writes(kernel, s.body, tainted, multicast)
+        elif isinstance(s, ir.If):
+            _check_writes(kernel, s.body, tainted, multicast)
+            _check_writes(kernel, s.orelse, tainted, multicast)
+        elif isinstance(s, ir.RoleBlock):
+            _check_writes(kernel, s.body, tainted, multicast)
+        elif isinstance(s, ir.SlotWrite) and (s.pipe, s.field) in multicast:
+            _check_multicast_write(kernel, s, tainted)
+
+
+def _check_multicast_write(kernel: ir.KernelIR, s: ir.SlotWrite, tainted: set[str]) -> None:
+    pipe = next(p for p in kernel.pipes if p.name == s.pipe)
+    where = f"field '{s.field}' of pipe '{pipe.name}' is multicast"
+    if not (isinstance(s.value, ir.Call) and s.value.op is ir.TileOp.LOAD):
+        raise KernelSourceError(
+            f"{where}, but `{s.slot}.{s.field}` is not written by xs.load", loc=s.loc,
+            objects=(pipe.name,),
+            fix=(f"a multicast field is a tile the copy engine delivers to every program of the "
+                 f"cluster: write it as `{s.slot}.{s.field} = xs.load(tensor, offsets, shape)`, or "
+                 f"declare the field without multicast=True"))
+    for off in s.value.args[1:2]:
+        hit = _program_dependent(off, tainted)
+        if hit:
+            raise KernelSourceError(
+                f"{where}, but its load's offsets depend on {hit}: the programs of the cluster "
+                f"would need different tiles", loc=s.loc, objects=(pipe.name,),
+                fix=("compute the offsets of a multicast load from xs.cluster_id(), the tile of "
+                     "xs.tile_range, loop counters and scalars only; a tile that differs by program "
+                     "is an ordinary field (drop multicast=True)"))
+
+
+def lower(kernel: ir.KernelIR) -> ir.KernelIR:
+    """Rules 2 and 3, then the cluster ops spelled in program_id / num_programs."""
+    multicast = {(p.name, f.name) for p in kernel.pipes for f in p.fields if f.multicast}
+    for p in kernel.pipes:
+        if p.multicast and kernel.role(p.src).kind is not ir.RoleKind.COPY:
+            f = next(f for f in p.fields if f.multicast)
+            raise KernelSourceError(
+                f"field '{f.name}' of pipe '{p.name}' is multicast, but its producer '{p.src}' is a "
+                f"{kernel.role(p.src).kind} role", loc=p.loc, objects=(p.name, p.src),
+                fix=(f"multicast is a copy engine's delivery: produce the pipe from a role of kind "
+                     f"'copy', or drop multicast=True"))
+    if multicast:
+        _check_writes(kernel, kernel.body, set(), multicast)
+    return _spelled(kernel)
+
+
+def _spell(e, n: int):
+    if isinstance(e, ir.Call) and e.op in (ir.TileOp.CLUSTER_RANK, ir.TileOp.CLUSTER_ID,
+                                           ir.TileOp.NUM_CLUSTERS):
+        if e.op is ir.TileOp.NUM_CLUSTERS:
+            whole = ir.Call(ir.TileOp.NUM_PROGRAMS, (ir.Const(0),))
+        else:
+            whole = ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),))
+        if n == 1:
+            return ir.Const(0) if e.op is ir.TileOp.CLUSTER_RANK else whole
+        return ir.BinOp("%" if e.op is ir.TileOp.CLUSTER_RANK else "//", whole, ir.Const(n))
+    if not dataclasses.is_dataclass(e) or isinstance(e, (ir.Const, ir.Name)):
+        return e
+    changes = {}
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        new = _spell_value(v, n)
+        if new is not v:
+            changes[f.name] = new
+    return dataclasses.replace(e, **changes) if changes else e
+
+
+def _spell_value(v, n: int):
+    if isinstance(v, tuple):
+        items = tuple(_spell_value(x, n) for x in v)
+        return items if any(a is not b for a, b in zip(items, v)) else v
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return _spell(v, n)
+    return v
+
+
+def _spelled(kernel: ir.KernelIR) -> ir.KernelIR:
+    uses = any(c.op in (ir.TileOp.CLUSTER_RANK, ir.TileOp.CLUSTER_ID, ir.TileOp.NUM_CLUSTERS)
+               for s in ir.walk(kernel.body) for e in _exprs(s) for c in ir.expr_calls(e))
+    if not uses:
+        return kernel
+    return dataclasses.replace(kernel, body=_spell_value(kernel.body, kernel.cluster))
+
+
+def _exprs(s) -> list:
+    return [getattr(s, f.name) for f in dataclasses.fields(s)
+            if isinstance(getattr(s, f.name), (ir.Const, ir.Name, ir.BinOp, ir.UnaryOp, ir.Compare,
+                                                ir.BoolOp, ir.Call, ir.Attr, ir.Cast, ir.Subscript,
+                                                ir.TupleExpr))
+            or isinstance(getattr(s, f.name), tuple) and getattr(s, f.name)
+            and not isinstance(getattr(s, f.name)[0], (str, ir.Assign, ir.SlotWrite, ir.Store, ir.SyncOp,
+                                                       ir.MmaWait, ir.For, ir.If, ir.RoleBlock))]
