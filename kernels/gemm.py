@@ -165,3 +165,59 @@ def gemm_persistent_2wg(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK
                 b_in.release()
         with mma:
             xs.store(c, [off_m + xs.replica_id() * BM, off_n], acc)
+
+
+def _cluster_trace_args(settings):
+    """Small launch for `xsync trace`: one cluster of 2 programs walking 2 output tiles of
+    2*BM x BN (each program BM rows), 4 K steps each."""
+    import torch
+
+    cx = dict(BM=16, BN=16, BK=16, STAGES=2, CLUSTER=2)
+    cx.update({k: v for k, v in settings.items() if k in cx})
+    M, N, K = cx["CLUSTER"] * cx["BM"], 2 * cx["BN"], 4 * cx["BK"]
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    c = torch.zeros(M, N)
+    return (cx["CLUSTER"],), (a, b, c, M, N, K), cx
+
+
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32,
+                        BM=128, BN=128, BK=64, STAGES=4, CLUSTER=2), trace=_cluster_trace_args)
+def gemm_cluster(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                 STAGES: xs.constexpr, CLUSTER: xs.constexpr = 2, GROUP_M: xs.constexpr = 8):
+    """The persistent GEMM over clusters of CLUSTER programs stacked along M: a cluster takes
+    an output tile of CLUSTER*BM x BN, program r its rows r*BM.., so the programs of a cluster
+    need the same B tile at every K step. B is a multicast field: where the target has a
+    multicast copy, each program loads a share and every program receives the whole tile (and
+    a slot is free once every program of the cluster released it); elsewhere each program
+    loads its own copy (the allocation table says which). Launch a multiple of CLUSTER
+    programs (one cluster per CLUSTER SMs or AI cores)."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES,
+                    a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype, multicast=True))
+
+    blocks_m = xs.cdiv(M, CLUSTER * BM)
+    blocks_n = xs.cdiv(N, BN)
+    per_group = GROUP_M * blocks_n
+    for tile in xs.tile_range(blocks_m * blocks_n):
+        first_m = (tile // per_group) * GROUP_M
+        group_rows = xs.minimum(blocks_m - first_m, GROUP_M)
+        cluster_m = (first_m + tile % per_group % group_rows) * (CLUSTER * BM)
+        off_n = (tile % per_group // group_rows) * BN
+        off_m = cluster_m + xs.cluster_rank() * BM
+        with mma:
+            acc = xs.zeros([BM, BN], xs.float32)
+        for k in range(0, K, BK):
+            with load:
+                slot = tiles.acquire()
+                slot.a = xs.load(a, [off_m, k], [BM, BK])
+                slot.b = xs.load(b, [k, off_n], [BK, BN])
+                tiles.commit()
+            with mma:
+                ab = tiles.wait()
+                acc = xs.mma(ab.a, ab.b, acc)
+                acc = xs.mma_wait(acc, pending=0)
+                tiles.release()
+        with mma:
+            xs.store(c, [off_m, off_n], acc)

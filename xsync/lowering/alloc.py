@@ -65,4 +65,18 @@ def allocate(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | Non
     skel = skeleton or derive(kernel, placement)
     alloc = placement.target.allocate(kernel, placement, skel, options)
     notes = tuple(Row(n.role, "placement", n.placement, n.text) for n in placement.notes)
-    return dataclasses.replace(alloc, skeleton=skel, rows=alloc.rows + notes)
+    return dataclasses.replace(alloc, skeleton=skel, rows=alloc.rows + notes + cluster_rows(kernel, placement.target))
+
+
+def cluster_rows(kernel: ir.KernelIR, target) -> tuple[Row, ...]:
+    """What the target does with the kernel's cluster and its multicast fields."""
+    if kernel.cluster == 1:
+        return ()
+    rows = [Row("cluster", "programs", f"{kernel.cluster} consecutive programs of axis 0",
+                "cluster_id = program_id(0) // n, cluster_rank = program_id(0) % n; tiles dealt to clusters")]
+    for p in kernel.pipes:
+        for f in p.fields:
+            if f.multicast:
+                rows.append(Row(p.name, f"multicast {f.name}", target.multicast or "each program loads its own copy",
+                                target.multicast or target.multicast_missing))
+    return tuple(rows)

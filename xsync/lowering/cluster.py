@@ -67,27 +67,36 @@ def multicast_flag(fe, fnode: ast.Call, s, pipe: str, field: str) -> bool:
 
 
 # ---------------------------------------------------------------- rules 2 and 3
-def _program_dependent(e, tainted: set[str]) -> str | None:
-    """What makes ``e`` differ between the programs of a cluster, or None."""
+def _program_dependent(e, tainted: dict[str, str]) -> str | None:
+    """What makes ``e`` differ between the programs of a cluster (traced to the call it comes
+    from), or None."""
     for x in ir.subexprs(e):
         if isinstance(x, ir.Call) and x.op in PROGRAM_DEPENDENT:
             return f"xs.{x.op}()"
         if isinstance(x, ir.Name) and x.id in tainted:
-            return f"`{x.id}`"
+            return f"`{x.id}` (computed from {tainted[x.id]})"
     return None
 
 
-def _check_writes(kernel: ir.KernelIR, stmts, tainted: set[str], multicast: dict) -> None:
+def _root(hit: str) -> str:
+    return hit.split("computed from ", 1)[1][:-1] if "computed from " in hit else hit
+
+
+def _taint(tainted: dict[str, str], names, hit: str | None) -> None:
+    for n in names:
+        if hit:
+            tainted[n] = _root(hit)
+        else:
+            tainted.pop(n, None)
+
+
+def _check_writes(kernel: ir.KernelIR, stmts, tainted: dict[str, str], multicast: dict) -> None:
     for s in stmts:
         if isinstance(s, ir.Assign):
-            hit = _program_dependent(s.value, tainted)
-            (tainted.update if hit else tainted.difference_update)(s.targets)
+            _taint(tainted, s.targets, _program_dependent(s.value, tainted))
         elif isinstance(s, ir.For):
-            if _program_dependent(s.start, tainted) or _program_dependent(s.stop, tainted) \
-                    or _program_dependent(s.step, tainted):
-                tainted.add(s.var)
-            else:
-                tainted.discard(s.var)
+            _taint(tainted, (s.var,), _program_dependent(s.start, tainted) or _program_dependent(s.stop, tainted)
+                   or _program_dependent(s.step, tainted))
             _check_writes(kernel, s.body, tainted, multicast)
         elif isinstance(s, ir.If):
             _check_writes(kernel, s.body, tainted, multicast)
@@ -98,7 +107,7 @@ def _check_writes(kernel: ir.KernelIR, stmts, tainted: set[str], multicast: dict
             _check_multicast_write(kernel, s, tainted)
 
 
-def _check_multicast_write(kernel: ir.KernelIR, s: ir.SlotWrite, tainted: set[str]) -> None:
+def _check_multicast_write(kernel: ir.KernelIR, s: ir.SlotWrite, tainted: dict[str, str]) -> None:
     pipe = next(p for p in kernel.pipes if p.name == s.pipe)
     where = f"field '{s.field}' of pipe '{pipe.name}' is multicast"
     if not (isinstance(s.value, ir.Call) and s.value.op is ir.TileOp.LOAD):
@@ -131,7 +140,7 @@ def lower(kernel: ir.KernelIR) -> ir.KernelIR:
                 fix=(f"multicast is a copy engine's delivery: produce the pipe from a role of kind "
                      f"'copy', or drop multicast=True"))
     if multicast:
-        _check_writes(kernel, kernel.body, set(), multicast)
+        _check_writes(kernel, kernel.body, {}, multicast)
     return _spelled(kernel)
 
 

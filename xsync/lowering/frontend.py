@@ -355,11 +355,11 @@ class _Frontend:
         if not isinstance(persistent, (bool, int)):
             self.error(s, f"xs.tile_range's `persistent` is {persistent!r}, not a flag",
                        fix="pass True/False, 1/0 or a constexpr holding one")
-        first, every = ((ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS) if self.cluster == 1 else
-                        (ir.TileOp.CLUSTER_ID, ir.TileOp.NUM_CLUSTERS))   # tiles dealt to clusters
-        return self.loop(s, ir.Call(first, (ir.Const(0),) * (self.cluster == 1)), self.expr(it.args[0]),
-                         ir.Call(every, (ir.Const(0),) * (self.cluster == 1)), single_tile=not persistent,
-                         tile_loop=True)
+        plain = self.cluster_loc is None      # else tiles are dealt to clusters
+        first, every = ((ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS) if plain else
+                        (ir.TileOp.CLUSTER_ID, ir.TileOp.NUM_CLUSTERS))
+        return self.loop(s, ir.Call(first, (ir.Const(0),) * plain), self.expr(it.args[0]),
+                         ir.Call(every, (ir.Const(0),) * plain), single_tile=not persistent, tile_loop=True)
 
     def method_verb(self, call: ast.Call):
         """(object variable, verb) for `pipe.acquire()` / `bar.sync()`-style calls."""

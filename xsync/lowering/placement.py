@@ -99,6 +99,10 @@ class Target:
     # the units whose agents may reduce-add (None: every unit), and why the others may not
     reduce_add_units: tuple | None = None
     reduce_add_units_why: str = ""
+    # a cluster's multicast pipe fields (xs.cluster): how the target delivers one tile to every
+    # program of the cluster, or, where it cannot, why each program loads its own copy
+    multicast: str = ""
+    multicast_missing: str = "the target has no multicast copy"
 
     @property
     def bounded(self) -> bool:

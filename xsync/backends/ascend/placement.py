@@ -33,7 +33,10 @@ TARGET = Target(
     # value it leaves the vector core's UB buffer unwritten (IR after hivm-split-mix-kernel)
     reduce_add_units=(Unit.VECTOR,),
     reduce_add_units_why="the HIVM compiler performs GM atomics on the vector cores and does not "
-                         "bring a cube-side tile there")
+                         "bring a cube-side tile there",
+    # AI cores share only GM and L2: a tile that several programs read twice stays in L2
+    multicast_missing="AI cores have no multicast copy into each other's L1; the programs run "
+                      "independently and the repeated reads of one tile are served by L2")
 
 
 # xs.role(..., placement=) on Ascend: accepted (the source stays portable), reported, no effect

@@ -11,7 +11,9 @@ TARGET = Target("cpu", event="a counting semaphore", barrier="a barrier over the
                 allocate=alloc.allocate,
                 # torch adds under a lock; deterministic: queued, applied at the program's end
                 reduce_add_dtypes=("float32", "float16", "bfloat16", "int32"),
-                reduce_add="a torch add under a lock", reduce_add_deterministic=True)
+                reduce_add="a torch add under a lock", reduce_add_deterministic=True,
+                multicast_missing="threads share no copy engine; the programs of a cluster run "
+                                  "together and wait for each other's releases")
 
 
 def place(kernel):

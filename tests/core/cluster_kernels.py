@@ -1,0 +1,185 @@
+"""Cluster kernels (xs.cluster, multicast pipe fields) for tests/core/test_cluster.py, the ascend
+simulator and the nvidia compile tests: correct ones, and ones the frontend refuses (a line
+marked ``# BUG`` is where the error must point)."""
+import xsync as xs
+
+EX = dict(x=xs.float32, y=xs.float32, BLOCK=16, STAGES=2, CLUSTER=2)
+
+
+@xs.kernel(example=EX)
+def rank_rows(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    """Each cluster takes row blocks; every program gets the shared block (multicast) and its
+    own block, and writes shared + own + rank into its rows of y ([n * CLUSTER * BLOCK, BLOCK])."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True),
+                   own=xs.tile([BLOCK, BLOCK], xs.float32))
+    for tile in xs.tile_range(n):
+        row = (tile * CLUSTER + xs.cluster_rank()) * BLOCK
+        with load:
+            s = ring.acquire()
+            s.shared = xs.load(x, [tile * BLOCK, 0], [BLOCK, BLOCK])
+            s.own = xs.load(x, [row, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [row, 0], got.shared + got.own + xs.cluster_rank())
+            ring.release()
+
+
+def rank_rows_ref(x, n, block, cluster):
+    import torch
+
+    y = torch.empty(n * cluster * block, block)
+    for t in range(n):
+        for r in range(cluster):
+            row = (t * cluster + r) * block
+            y[row:row + block] = x[t * block:(t + 1) * block] + x[row:row + block] + r
+    return y
+
+
+@xs.kernel(example=EX)
+def single_tile_rows(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    """rank_rows with one tile per cluster (persistent=False): launch n * CLUSTER programs."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True),
+                   own=xs.tile([BLOCK, BLOCK], xs.float32))
+    for tile in xs.tile_range(n, persistent=False):
+        row = (tile * CLUSTER + xs.cluster_rank()) * BLOCK
+        with load:
+            s = ring.acquire()
+            s.shared = xs.load(x, [tile * BLOCK, 0], [BLOCK, BLOCK])
+            s.own = xs.load(x, [row, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [row, 0], got.shared + got.own + xs.cluster_rank())
+            ring.release()
+
+
+# ---------------------------------------------------------------- refused by the frontend
+@xs.kernel(example=EX)
+def multicast_offsets_by_rank(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    for tile in xs.tile_range(n):
+        row = (tile * CLUSTER + xs.cluster_rank()) * BLOCK
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [row, 0], [BLOCK, BLOCK])  # BUG
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [row, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def multicast_offsets_by_program_id(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    me = xs.program_id(0)
+    for j in range(me, n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])  # BUG
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [j * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def multicast_computed(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    for tile in xs.tile_range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [tile * BLOCK, 0], [BLOCK, BLOCK]) * 2.0  # BUG
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [tile * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def multicast_from_vector(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    xs.cluster(CLUSTER)
+    make = xs.role("make", kind="vector")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(make, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))  # BUG
+    for tile in xs.tile_range(n):
+        with make:
+            s = ring.acquire()
+            s.t = xs.load(x, [tile * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [tile * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def cluster_after_role(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    work = xs.role("work", kind="vector")
+    xs.cluster(CLUSTER)  # BUG
+    with work:
+        xs.store(y, [0, 0], xs.load(x, [0, 0], [BLOCK, BLOCK]))
+
+
+@xs.kernel(example=EX)
+def cluster_twice(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    xs.cluster(CLUSTER)
+    xs.cluster(CLUSTER)  # BUG
+    work = xs.role("work", kind="vector")
+    with work:
+        xs.store(y, [0, 0], xs.load(x, [0, 0], [BLOCK, BLOCK]))
+
+
+@xs.kernel(example=dict(EX, CLUSTER=3))
+def cluster_of_three(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    xs.cluster(CLUSTER)  # BUG
+    work = xs.role("work", kind="vector")
+    with work:
+        xs.store(y, [0, 0], xs.load(x, [0, 0], [BLOCK, BLOCK]))
+
+
+@xs.kernel(example=EX)
+def tile_unknown_keyword(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, broadcast=True))  # BUG
+    for tile in xs.tile_range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [tile * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [tile * BLOCK, 0], got.t)
+            ring.release()
+
+
+REFUSED = (
+    (multicast_offsets_by_rank, "depend on `row` (computed from xs.cluster_rank())"),
+    (multicast_offsets_by_program_id, "depend on `j` (computed from xs.program_id())"),
+    (multicast_computed, "not written by xs.load"),
+    (multicast_from_vector, "producer 'make' is a vector role"),
+    (cluster_after_role, "after a role declaration"),
+    (cluster_twice, "declared twice"),
+    (cluster_of_three, "is 3 programs"),
+    (tile_unknown_keyword, "unknown arguments ['broadcast']"),
+)

@@ -1,0 +1,90 @@
+"""Clusters (xs.cluster) and multicast pipe fields on the CPU emulator and at check: results
+against torch for clusters of 1, 2 and 4 programs, the frontend's rules (xsync/lowering/cluster.py)
+at the user's line on every backend, whole clusters at launch, and the allocation rows that say
+what each target does with a multicast field."""
+import inspect
+
+import pytest
+import torch
+
+import xsync as xs
+from tests.core import cluster_kernels as C
+from xsync.errors import KernelSourceError, LaunchError
+from xsync.kernels.gemm import gemm_cluster
+
+BACKENDS = ("cpu", "nvidia", "ascend")
+
+
+@pytest.mark.parametrize("cluster", [1, 2, 4])
+@pytest.mark.parametrize("programs", [1, 2])
+def test_rank_rows(cluster, programs):
+    torch.manual_seed(cluster)
+    n = 3
+    x = torch.randn(n * cluster * 16, 16)
+    y = torch.zeros_like(x)
+    C.rank_rows[(programs * cluster,)](x, y, n, BLOCK=16, STAGES=2, CLUSTER=cluster, backend="cpu")
+    torch.testing.assert_close(y, C.rank_rows_ref(x, n, 16, cluster))
+
+
+def test_single_tile_clusters():
+    n, cluster = 3, 2
+    x = torch.randn(n * cluster * 16, 16)
+    y = torch.zeros_like(x)
+    C.single_tile_rows[(n * cluster,)](x, y, n, BLOCK=16, STAGES=2, CLUSTER=cluster, backend="cpu")
+    torch.testing.assert_close(y, C.rank_rows_ref(x, n, 16, cluster))
+    with pytest.raises(LaunchError, match=r"for 3 tiles: 1 tile\(s\) would never run"):
+        C.single_tile_rows[(4,)](x, y, n, BLOCK=16, STAGES=2, CLUSTER=cluster, backend="cpu")
+
+
+def test_launch_needs_whole_clusters():
+    x = torch.randn(64, 16)
+    y = torch.zeros_like(x)
+    with pytest.raises(LaunchError) as e:
+        C.rank_rows[(3,)](x, y, 2, BLOCK=16, STAGES=2, CLUSTER=2, backend="cpu")
+    assert "groups 2 programs into a cluster" in str(e.value) and "launch a multiple of 2" in str(e.value)
+    assert e.value.loc.line == inspect.getsourcelines(C.rank_rows.fn)[1] + 4
+
+
+@pytest.mark.parametrize("cluster", [1, 2, 4])
+def test_cluster_gemm(cluster):
+    torch.manual_seed(cluster)
+    M, N, K = 3 * cluster * 16 - 5, 80, 80
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    c = torch.zeros(M, N)
+    gemm_cluster[(2 * cluster,)](a, b, c, M, N, K, BM=16, BN=32, BK=16, STAGES=2, CLUSTER=cluster,
+                                 backend="cpu")
+    torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-3, rtol=1e-3)
+
+
+def _bug_line(kernel) -> int:
+    lines, first = inspect.getsourcelines(kernel.fn)
+    return first + next(i for i, t in enumerate(lines) if "# BUG" in t)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kernel,words", C.REFUSED, ids=[k.fn.__name__ for k, _ in C.REFUSED])
+def test_refused_at_the_line(kernel, words, backend):
+    with pytest.raises(KernelSourceError) as e:
+        kernel.lower(backend)
+    assert words in str(e.value), str(e.value)
+    assert e.value.loc.line == _bug_line(kernel), str(e.value)
+    assert e.value.fix
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_allocation_says_what_multicast_becomes(backend):
+    table = gemm_cluster.lower(backend).allocation.table()
+    assert "2 consecutive programs of axis 0" in table
+    assert "multicast b" in table and "each program loads its own copy" in table
+
+
+def test_no_cluster_rows_for_a_cluster_of_one():
+    low = C.rank_rows.lower("cpu", dict(BLOCK=16, STAGES=2, CLUSTER=1), dict(x=xs.float32, y=xs.float32))
+    assert "consecutive programs" not in low.allocation.table()
+
+
+def test_cluster_ops_without_a_cluster_are_one_program_clusters():
+    x = torch.randn(48, 16)
+    y = torch.zeros_like(x)
+    C.rank_rows[(2,)](x, y, 3, BLOCK=16, STAGES=2, CLUSTER=1, backend="cpu")
+    torch.testing.assert_close(y, C.rank_rows_ref(x, 3, 16, 1))
