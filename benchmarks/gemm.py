@@ -8,7 +8,7 @@ Times come from ``triton.testing.do_bench`` around the xsync launch of the compi
 kernel (TMA descriptors built per call, launch). Results are printed and written as JSON
 to benchmarks/results/ (and to --out if given).
 
-A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_2wg][_nodefer][_persistent][_bf16][_smem<KB>]`` (GROUP_M defaults to 8; ``_g1``
+A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_2wg][_cluster<N>][_nodefer][_persistent][_bf16][_smem<KB>]`` (GROUP_M defaults to 8; ``_g1``
 walks the output row by row without grouping): ``_2cta`` launches with maxnreg=128 and
 24/232 producer/consumer registers, so two CTAs share an SM (their mainloops and
 epilogues overlap; with ``_persistent``, two programs an SM); ``_nodefer`` turns off the defer-mma-wait pass
@@ -16,7 +16,9 @@ epilogues overlap; with ``_persistent``, two programs an SM); ``_nodefer`` turns
 process; ``_persistent`` runs ``gemm_persistent`` (one program per SM walking the output
 tiles; the loads of the next tile overlap this tile's epilogue); ``_2wg`` takes output tiles
 of 256 x 128 computed by two consumer warpgroups sharing each B tile (``gemm_2wg``, or
-``gemm_persistent_2wg`` with ``_persistent``); ``_smem<KB>`` renders it with that much shared memory
+``gemm_persistent_2wg`` with ``_persistent``); ``_cluster<N>`` runs ``gemm_cluster`` (persistent,
+clusters of N programs stacked along M sharing B as a multicast field; without a multicast copy
+on the installed Triton each program loads its own B: the allocation table says which); ``_smem<KB>`` renders it with that much shared memory
 for the rings and the TMA-store staging tiles together (the renderer option ``staging_smem_limit``;
 by default ``STAGING_SMEM_LIMIT``, 216 KB: above it C leaves through masked register stores). The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
 ``s3_2cta`` / ``s3_2cta_nodefer`` when 3 is among them.
@@ -57,7 +59,7 @@ def measure(size: int, variants) -> dict:
     import triton
 
     import xsync as xs
-    from xsync.kernels.gemm import gemm, gemm_persistent, gemm_persistent_2wg
+    from xsync.kernels.gemm import gemm, gemm_cluster, gemm_persistent, gemm_persistent_2wg
     from xsync.kernels.gemm_variants import gemm_2wg
     from xsync.backends.nvidia import compile_kernel
 
@@ -83,11 +85,14 @@ def measure(size: int, variants) -> dict:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for name in variants:
         persistent, two = "_persistent" in name, "_2wg" in name
-        kernel = {(False, False): gemm, (True, False): gemm_persistent,
-                  (False, True): gemm_2wg, (True, True): gemm_persistent_2wg}[persistent, two]
+        cluster = next((int(part[7:]) for part in name.split("_") if part.startswith("cluster")), 0)
+        kernel = gemm_cluster if cluster else {(False, False): gemm, (True, False): gemm_persistent,
+                                               (False, True): gemm_2wg, (True, True): gemm_persistent_2wg}[persistent, two]
         tiles = (triton.cdiv(M, 256), tiles_grid[1]) if two else tiles_grid
         per_sm = 2 if "_2cta" in name else 1      # two CTAs an SM: two persistent programs each
         grid = (min(per_sm * sms, tiles[0] * tiles[1]),) if persistent else tiles
+        if cluster:   # whole clusters, one program an SM
+            grid = (min(sms // cluster, triton.cdiv(M, cluster * 128) * tiles_grid[1]) * cluster,)
         stages = int(name.split("_")[0][1:])
         out = "bfloat16" if "_bf16" in name else "float32"
         c = outputs[out]
@@ -97,7 +102,7 @@ def measure(size: int, variants) -> dict:
         if "_nodefer" in name:
             at_lowering["defer_mma_wait"] = False
         group = next((int(part[1:]) for part in name.split("_")[1:] if part[:1] == "g" and part[1:].isdigit()), 8)
-        consts = dict(BM=128, BN=128, BK=64, STAGES=stages, GROUP_M=group)
+        consts = dict(BM=128, BN=128, BK=64, STAGES=stages, GROUP_M=group, **({"CLUSTER": cluster} if cluster else {}))
         # the wait deferral is a pass and the register budgets the allocator's: both are
         # lowering options (handed to compile_kernel they are a ConfigError)
         lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, out)),
