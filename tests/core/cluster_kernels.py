@@ -148,6 +148,14 @@ def cluster_twice(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: x
         xs.store(y, [0, 0], xs.load(x, [0, 0], [BLOCK, BLOCK]))
 
 
+@xs.kernel(example=EX)
+def cluster_in_a_role(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    work = xs.role("work", kind="vector")
+    with work:
+        xs.cluster(CLUSTER)  # BUG
+        xs.store(y, [0, 0], xs.load(x, [0, 0], [BLOCK, BLOCK]))
+
+
 @xs.kernel(example=dict(EX, CLUSTER=3))
 def cluster_of_three(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
     xs.cluster(CLUSTER)  # BUG
@@ -180,6 +188,7 @@ REFUSED = (
     (multicast_from_vector, "producer 'make' is a vector role"),
     (cluster_after_role, "after a role declaration"),
     (cluster_twice, "declared twice"),
+    (cluster_in_a_role, "inside a loop, branch or role block"),
     (cluster_of_three, "is 3 programs"),
     (tile_unknown_keyword, "unknown arguments ['broadcast']"),
 )

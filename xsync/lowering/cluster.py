@@ -35,9 +35,11 @@ from xsync.lowering import ir
 PROGRAM_DEPENDENT = (ir.TileOp.CLUSTER_RANK, ir.TileOp.PROGRAM_ID, ir.TileOp.REPLICA_ID)
 
 
-def declare(fe, call: ast.Call, s) -> None:
+def declare(fe, call: ast.Call, s, top: bool) -> None:
     """Rule 1: ``xs.cluster(n)`` at the top level, once, before the first role."""
     usage = "write `xs.cluster(2)` (1, 2, 4 or 8 programs) as the kernel's first statement"
+    if not top:
+        fe.error(s, "xs.cluster(...) inside a loop, branch or role block", fix=usage)
     if fe.cluster_loc is not None:
         fe.error(s, f"xs.cluster is declared twice (first at line {fe.cluster_loc.line})", fix=usage)
     if fe.roles:

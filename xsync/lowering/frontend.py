@@ -219,8 +219,8 @@ class _Frontend:
             return ir.If(self.expr(s.test), tuple(self.block(s.body)), tuple(self.block(s.orelse)),
                          self.loc(s))
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
-            if top and self.is_xs(s.value.func) == "cluster":
-                return cluster.declare(self, s.value, s)
+            if self.is_xs(s.value.func) == "cluster":
+                return cluster.declare(self, s.value, s, top)
             return self.call_stmt(s.value, s)
         if isinstance(s, ast.While):
             self.error(s, "`while` loops are not supported in an xsync kernel",
