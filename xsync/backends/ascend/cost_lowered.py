@@ -124,7 +124,10 @@ def traffic(low) -> dict:
         else:
             out["vec_mte3"] += nbytes / 2
             out["cube_mte2"] += nbytes
-        cube_flags += 2 * ring.rings               # a wait and a set per ring per step
+        # a wait and a set per pipe per step on each side: the cube runs its replicas in
+        # lockstep (replicas.py), waiting once before and setting once after all of them, so
+        # the replica rings of an N -> N pipe share one flag pair
+        cube_flags += 2
         vec_flags += 2
         slots.append(ring.slots)
     for pipe in k.pipes:                           # same-core slots the cube loads (K, V tiles)
