@@ -32,14 +32,14 @@ Placement does the rest:
 * CPU emulator: every role replica is a thread.
 
 Tiles (ops.block_sizes): BM rows per replica (a tile is REPLICAS*BM rows), BN = 128 keys per step.
-Hopper: BM = 64. Ascend: BM = 32, 64 rows per program as triton-ascend's own tutorial. Memory
-on the Ascend 910B, measured by the ascend matrix's compiler stage (after hivm-plan-memory):
-each vector core holds 16 rows of each replica's S, P, PV and O tiles (sub-block binding
-gives each vector core half the rows): 107-162 KB of its 192 KB unified buffer at D = 128,
-114-148 KB at D = 64 (the compiler double-buffers where room is left); the cube keeps both
-replicas' Q, K and V in L1 (192 KB of 512 KB at D = 128) and the S and PV products in L0C
-(64 KB of 128 KB). BM = 64 per replica also fits (UB 178-181 KB, L0C full at 128 KB);
-BM = 128 does not (UB 232 KB).
+Hopper: BM = 64. Ascend: BM = 64, 128 rows per program as the native kernels (schedule.py;
+d256: BM = 32). Memory on the Ascend 910B, measured by the ascend matrix's compiler stage
+(after hivm-plan-memory): each vector core holds half the rows of each replica's S, P, PV and
+O tiles (sub-block binding): 182 KB of its 192 KB unified buffer at D = 128, 141 KB at D = 64;
+the cube keeps both replicas' Q, K and V in L1 (320 KB of 512 KB at D = 128) and the S and PV
+products in L0C (64 KB of 128 KB). BM = 32 takes 107-162 KB of UB (the windowed d128 kernel
+keeps it: schedule.py); BM = 128 does not fit (UB 232 KB). 128 rows a step halve the cube's
+flags and fixed costs per FLOP (benchmarks/results/flash_attn_ascend_cost.md: 49 -> 68 TFLOP/s).
 
 Sequences are addressed through cumulative lengths (`cu_q`, `cu_k`) as in
 flash_attn_varlen_func; a dense batch is the special case of equal lengths. A head's

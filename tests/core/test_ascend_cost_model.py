@@ -117,7 +117,7 @@ def test_a_different_specialization_reads_differently(lowered_forward):
     from xsync.kernels.flash_attn.kernel import attention_fwd
 
     cx, low = lowered_forward
-    cx2 = dict(cx, BM=16)
+    cx2 = dict(cx, BM=cx["BM"] // 2)
     low2 = attention_fwd.lower("ascend", cx2, attention_fwd.specialization()[1])
     t1, t2 = cost_lowered.traffic(low), cost_lowered.traffic(low2)
     assert t2["flops"] == t1["flops"] / 2
