@@ -103,7 +103,7 @@ def test_reads_a_lowered_kernel(lowered_forward):
     assert t["bytes"]["cube_mte2"] == 2 * keys * d * 2 + rows * keys * 2   # K, V, P
     assert t["flops"] == 4 * rows * keys * d                                # QKᵀ and PV
     dsn = cost_lowered.design_from_lowered(low, "xsync", rows, keys, d)
-    assert dsn.lookahead == 1                       # the cross-agent-pipeline pass applied
+    assert dsn.lookahead == 2                       # the cross-agent-pipeline pass, 3-slot s_out
     assert 6 <= dsn.ops_per_score <= 10             # scale-sub, exp2, cast, max, sum + PV update
     # the formula design with the lowering's parameters gives the same estimate
     formula = replace(dsn, traffic=None, flops_per_step=None, vec_elems_per_step=None,
