@@ -93,7 +93,9 @@ CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
 # s16k non-causal) 49 -> 68 TFLOP/s; the HIVM compiler places UB 182 KB of 192, L1 320 KB of
 # 512, L0C 64 KB of 128 (d128; d64: UB 141 KB). BM = 32 with BN = 256 models about the same
 # (71) and is slower causal at 4k (more masked keys); STAGES = 3 changes nothing here (K and
-# V are same-core values on the cube, no ring in L1). Not measured on an NPU.
+# V are same-core values on the cube, no ring in L1). With S's 3-slot ring (kernel.py: the cube
+# two steps ahead, cross-agent-pipeline rule 8) 68 -> 81, bound by the cube's FIXP and flags.
+# Not measured on an NPU.
 # The windowed d128 kernel's masks take UB past the memory model's bound at BM = 64 (198 KB
 # estimated; the compiler places 191 KB of 192): it keeps 64 rows a step.
 ASCEND = Schedule(BM=64, BN=128, STAGES=2, persistent=True, causal_group=1)
