@@ -52,11 +52,12 @@ def padded(head_dim: int) -> bool:
 
 
 def block_sizes(backend, head_dim: int = 128, causal: bool = False, max_seq: int = 0,
-                sm_scale: float | None = None) -> dict:
+                sm_scale: float | None = None, window: bool = False) -> dict:
     """The constexprs (BM, BN, STAGES, PERSISTENT, Q_STAGES, REPLICAS, SCALE_POSITIVE) the ops
     launch with: the committed schedule table (kernels/flash_attn/schedule.py) for this backend,
-    head_dim and sequence length, and the sign of the scale (None: 1/sqrt(head_dim))."""
-    return dict(schedule.lookup(backend, head_dim, causal, max_seq).forward_constexprs(),
+    head_dim and sequence length (``window``: a sliding-window launch), and the sign of the
+    scale (None: 1/sqrt(head_dim))."""
+    return dict(schedule.lookup(backend, head_dim, causal, max_seq, window=window).forward_constexprs(),
                 **scale_constexprs(sm_scale))
 
 
@@ -253,7 +254,7 @@ def launched_schedule(backend, head_dim: int, causal: bool, max_seq: int,
     from xsync.backends import get
 
     backend = get(backend)
-    plan = schedule.lookup(backend, head_dim, causal, max_seq)
+    plan = schedule.lookup(backend, head_dim, causal, max_seq, window=window)
     mask = _mask_kind(causal, window)
     while plan.fallback is not None and _SPILLED.get((backend, head_dim, mask, dtype, plan)):
         plan = plan.fallback

@@ -45,6 +45,9 @@ class Schedule:
     # backward only: dQ reduce-added (fp32) by the dK/dV kernel (backward.py, FUSED_DQ) instead
     # of the separate dQ kernel; xsync.options(attn_fused_dq=...) overrides it (grad.py)
     fused_dq: bool = False
+    # what a sliding-window launch (WINDOW=1: kernel.py's window masks, more live tiles) takes
+    # instead, where this schedule's windowed kernel does not fit the memories (None: the same)
+    windowed: Schedule | None = None
 
     @property
     def tile_rows(self) -> int:
@@ -83,8 +86,20 @@ CPU = Schedule(BM=16, BN=32, STAGES=2, persistent=False)
 # so the tests still walk several blocks and the masked boundary blocks.
 CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
 # one program per AI core; causal tiles by work, pair by pair (not measured on an NPU: tiles.py
-# checks the deal's balance for each shape and takes one group where it is poor)
-ASCEND = Schedule(BM=32, BN=128, STAGES=2, persistent=True, causal_group=1)
+# checks the deal's balance for each shape and takes one group where it is poor).
+# 128 query rows a step (BM = 64 per replica), as the native kernels: the cube's flags, K/V
+# loads and the recurrence's fixed costs are paid per step, so twice the rows a step halve
+# them per FLOP. Modelled on the 910B2 (benchmarks/results/flash_attn_ascend_cost.md, d128
+# s16k non-causal) 49 -> 68 TFLOP/s; the HIVM compiler places UB 182 KB of 192, L1 320 KB of
+# 512, L0C 64 KB of 128 (d128; d64: UB 141 KB). BM = 32 with BN = 256 models about the same
+# (71) and is slower causal at 4k (more masked keys); STAGES = 3 changes nothing here (K and
+# V are same-core values on the cube, no ring in L1). With S's 3-slot ring (kernel.py: the cube
+# two steps ahead, cross-agent-pipeline rule 8) 68 -> 81, bound by the cube's FIXP and flags.
+# Not measured on an NPU.
+# The windowed d128 kernel's masks take UB past the memory model's bound at BM = 64 (198 KB
+# estimated; the compiler places 191 KB of 192): it keeps 64 rows a step.
+ASCEND = Schedule(BM=64, BN=128, STAGES=2, persistent=True, causal_group=1)
+ASCEND_D128 = replace(ASCEND, windowed=replace(ASCEND, BM=32))
 HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 ASCEND_D256 = Schedule(BM=32, BN=64, STAGES=2, persistent=True, causal_group=1)
 
@@ -163,7 +178,8 @@ TABLE: tuple[Row, ...] = (
     # ring in L1 and the S/P tiles in UB, so both replicas' 256-wide O and PV tiles fit the
     # 192 KB unified buffer (xsync/backends/ascend/memory.py checks it)
     Row("ascend", 256, None, None, ASCEND_D256),
-    Row("ascend", None, None, None, ASCEND),
+    Row("ascend", 64, None, None, ASCEND),
+    Row("ascend", None, None, None, ASCEND_D128),
     Row("cpu", None, None, 256, CPU),
     Row("cpu", None, None, None, CPU_LONG),
 )
@@ -205,9 +221,9 @@ def target(backend) -> str:
 
 
 def lookup(backend: str, head_dim: int, causal: bool, max_seq: int,
-           table: tuple[Row, ...] | None = None) -> Schedule:
+           table: tuple[Row, ...] | None = None, window: bool = False) -> Schedule:
     """The first row of ``table`` (the forward's TABLE by default, read at the call, or
-    BACKWARD_TABLE) that fits."""
+    BACKWARD_TABLE) that fits; ``window``: a sliding-window launch's (``Schedule.windowed``)."""
     want = target(backend)
     # a padded head dim (96) runs the rows of its tile width (128): the same tiles and memory
     width = 1 << max(0, head_dim - 1).bit_length()
@@ -220,5 +236,5 @@ def lookup(backend: str, head_dim: int, causal: bool, max_seq: int,
             continue
         if row.max_seq is not None and max_seq > row.max_seq:
             continue
-        return row.schedule
+        return row.schedule.windowed if window and row.schedule.windowed else row.schedule
     raise LookupError(f"no attention schedule for backend {str(backend)!r}")

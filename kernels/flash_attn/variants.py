@@ -46,7 +46,7 @@ EDITS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     # computes S, the softmax and PV (no register hand-offs to write)
     "accumulate_form": ("one role; PV written as `o_acc = mma(p, v, o_acc * alpha)`", (
         ("    softmax = xs.role(\"softmax\", kind=\"vector\", replicas=REPLICAS)\n", ""),
-        ("    s_out = xs.pipe(mma, softmax, stages=2, s=xs.tile([BM, BN], xs.float32))\n"
+        ("    s_out = xs.pipe(mma, softmax, stages=3 - WINDOW, s=xs.tile([BM, BN], xs.float32))\n"
          "    p_in = xs.pipe(softmax, mma, stages=2, p=xs.tile([BM, BN], q.dtype))\n"
          "    pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D + D_PAD], xs.float32))\n", ""),
         ("                    k_in.release()\n                    so = s_out.acquire()\n"

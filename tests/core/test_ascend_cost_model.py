@@ -103,7 +103,7 @@ def test_reads_a_lowered_kernel(lowered_forward):
     assert t["bytes"]["cube_mte2"] == 2 * keys * d * 2 + rows * keys * 2   # K, V, P
     assert t["flops"] == 4 * rows * keys * d                                # QKᵀ and PV
     dsn = cost_lowered.design_from_lowered(low, "xsync", rows, keys, d)
-    assert dsn.lookahead == 1                       # the cross-agent-pipeline pass applied
+    assert dsn.lookahead == 2                       # the cross-agent-pipeline pass, 3-slot s_out
     assert 6 <= dsn.ops_per_score <= 10             # scale-sub, exp2, cast, max, sum + PV update
     # the formula design with the lowering's parameters gives the same estimate
     formula = replace(dsn, traffic=None, flops_per_step=None, vec_elems_per_step=None,
@@ -117,7 +117,7 @@ def test_a_different_specialization_reads_differently(lowered_forward):
     from xsync.kernels.flash_attn.kernel import attention_fwd
 
     cx, low = lowered_forward
-    cx2 = dict(cx, BM=16)
+    cx2 = dict(cx, BM=cx["BM"] // 2)
     low2 = attention_fwd.lower("ascend", cx2, attention_fwd.specialization()[1])
     t1, t2 = cost_lowered.traffic(low), cost_lowered.traffic(low2)
     assert t2["flops"] == t1["flops"] / 2
@@ -130,3 +130,47 @@ def test_the_triton_tutorials_published_ratio_is_reported():
     (r,) = cp.relative_residuals()
     assert r["design"] == cp.TRITON and r["measured_ratio"] > 1
     assert 0.5 < r["est_ratio"] < 2
+
+
+def _step_loop_flags(source: str, header: str) -> int:
+    """Flag operations (sets and waits) in the innermost loop holding flags of one core's part
+    of a rendered Ascend source (``header``: that part's banner)."""
+    lines = source.splitlines()
+    start = next(i for i, ln in enumerate(lines) if "# ======== " + header in ln)
+    end = next((i for i in range(start + 1, len(lines)) if "# ======== " in lines[i]), len(lines))
+    part = lines[start:end]
+    indent = [len(ln) - len(ln.lstrip()) for ln in part]
+    best = (-1, 0)
+    for i, ln in enumerate(part):
+        if not ln.lstrip().startswith("for ") or "static_range" in ln:
+            continue
+        body = []
+        for j in range(i + 1, len(part)):
+            if part[j].strip() and indent[j] <= indent[i]:
+                break
+            body.append(part[j])
+        flags = sum("tl.sync_block_" in b and "sync_block_all" not in b for b in body)
+        if flags and indent[i] > best[0]:
+            best = (indent[i], flags)
+    return best[1]
+
+
+@pytest.mark.parametrize("which", ["forward", "dkdv", "dq"])
+def test_flag_ops_per_step_are_the_rendered_ones(which):
+    """The cube waits once and sets once per cross-core pipe a step, however many replica rings
+    the pipe has (lockstep, replicas.py); each vector core the same."""
+    from xsync.backends.ascend import render_source
+    from xsync.kernels.flash_attn import grad, ops
+    from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq
+    from xsync.kernels.flash_attn.kernel import attention_fwd
+
+    kern, sizes = {"forward": (attention_fwd, ops.block_sizes("ascend")),
+                   "dkdv": (attention_bwd_dkdv, grad.block_sizes("ascend")),
+                   "dq": (attention_bwd_dq, grad.block_sizes("ascend"))}[which]
+    cx, dtypes = kern.specialization()
+    cx.update(sizes, D=128, CAUSAL=0)
+    low = kern.lower("ascend", cx, dtypes)
+    src = render_source(low.kernel, low.placement, low.allocation)
+    t = cost_lowered.traffic(low)
+    assert t["cube_flag_ops"] == _step_loop_flags(src, "cube core (AIC)")
+    assert t["vec_flag_ops"] == _step_loop_flags(src, "vector cores (AIV)")

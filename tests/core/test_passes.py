@@ -18,14 +18,23 @@ def sync_order(kernel, roles):
     return out
 
 
-def test_attention_on_ascend_issues_s_one_step_ahead():
+def test_attention_on_ascend_issues_s_two_steps_ahead():
     low = attention_fwd.lower("ascend")
     text = low.passes.text()
     assert "cross-agent-pipeline: applied" in text and "'s_out'" in text and "'p_in'" in text
+    assert "issued 2 iterations ahead" in text          # rule 8: s_out has 3 stages
     cube = sync_order(low.kernel, ("load", "mma"))
-    # prologue hand-off, then in the loop: the next S before this iteration's P
+    # two prologue hand-offs, then in the loop: the S two ahead before this iteration's P
     first_p = cube.index("p_in.wait")
-    assert cube[:first_p].count("s_out.commit") == 2
+    assert cube[:first_p].count("s_out.commit") == 3
+
+
+def test_the_windowed_attention_keeps_one_step_ahead():
+    """WINDOW=1 declares s_out with two stages (kernel.py): its free lo and hi would take the
+    verifier past its bound at two steps ahead."""
+    cx, dtypes = attention_fwd.specialization()
+    low = attention_fwd.lower("ascend", dict(cx, WINDOW=1, BM=32), dtypes)
+    assert "issued one iteration ahead" in low.passes.text()
     assert low.report is not None        # verified after the pass
 
 
@@ -53,8 +62,8 @@ def test_a_bug_planted_in_the_pass_is_rejected(monkeypatch):
     slot nobody commits. Verification runs after the passes and refuses it."""
     real = cross_agent_pipeline._rewrite
 
-    def buggy(loop, agent, stage_a_ids):
-        _prologue, rewritten = real(loop, agent, stage_a_ids)
+    def buggy(loop, agent, stage_a_ids, depth=1):
+        _prologue, rewritten = real(loop, agent, stage_a_ids, depth)
         return [rewritten]
     monkeypatch.setattr(cross_agent_pipeline, "_rewrite", buggy)
     with pytest.raises(xs.ProtocolError) as err:
@@ -65,8 +74,8 @@ def test_a_bug_planted_in_the_pass_is_rejected(monkeypatch):
 def test_a_dropped_release_planted_in_the_pass_is_rejected(monkeypatch):
     real = cross_agent_pipeline._rewrite
 
-    def buggy(loop, agent, stage_a_ids):
-        prologue, rewritten = real(loop, agent, stage_a_ids)
+    def buggy(loop, agent, stage_a_ids, depth=1):
+        prologue, rewritten = real(loop, agent, stage_a_ids, depth)
 
         def drop(stmts):
             out = []

@@ -203,7 +203,7 @@ def test_window_kernels_are_proven_everywhere(backend, form):
     opts = {"ascend_form": form} if form else {}
     for d in (64, 128):
         dims = ops.dim_constexprs(d)
-        cases = [(attention_fwd, dict(ops.block_sizes(backend, d), **dims)),
+        cases = [(attention_fwd, dict(ops.block_sizes(backend, d, window=True), **dims)),
                  (attention_bwd_dkdv, dict(grad.block_sizes(backend, d), **dims)),
                  (attention_bwd_dkdv, dict(grad.fused_block_sizes(backend, d), **dims)),
                  (attention_bwd_dq, dict(grad.block_sizes(backend, d), **dims))]

@@ -118,7 +118,7 @@ def _attention_cases(backend: str) -> list[Case]:
     # the sliding-window specializations (WINDOW=1: kernels/flash_attn/window.py)
     for d in (64, 128):
         win = {**ops.dim_constexprs(d), "CAUSAL": 0, "WINDOW": 1}
-        out.append(Case(f"fwd-window-d{d}", attention_fwd, {**cx0, **ops.block_sizes(backend, d), **win}))
+        out.append(Case(f"fwd-window-d{d}", attention_fwd, {**cx0, **ops.block_sizes(backend, d, window=True), **win}))
         for k in (attention_bwd_dkdv, attention_bwd_dq):
             cx = {**k.specialization()[0], **grad.block_sizes(backend, d), **win}
             out.append(Case(f"bwd-{k.fn.__name__}-window-d{d}", k, cx))

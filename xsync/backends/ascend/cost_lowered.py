@@ -11,6 +11,7 @@ The step loop is the innermost loop of each agent holding its work. Statements u
 from __future__ import annotations
 
 import math
+import re
 
 from xsync.backends.ascend import memory
 from xsync.backends.ascend.cost import Design
@@ -124,7 +125,10 @@ def traffic(low) -> dict:
         else:
             out["vec_mte3"] += nbytes / 2
             out["cube_mte2"] += nbytes
-        cube_flags += 2 * ring.rings               # a wait and a set per ring per step
+        # a wait and a set per pipe per step on each side: the cube runs its replicas in
+        # lockstep (replicas.py), waiting once before and setting once after all of them, so
+        # the replica rings of an N -> N pipe share one flag pair
+        cube_flags += 2
         vec_flags += 2
         slots.append(ring.slots)
     for pipe in k.pipes:                           # same-core slots the cube loads (K, V tiles)
@@ -145,6 +149,20 @@ def traffic(low) -> dict:
             "ws_bytes": alloc.workspace_bytes}
 
 
+_AHEAD = re.compile(r"cross-agent-pipeline: applied .*?pipe '(\w+)' is issued (one|\d+) iterations? ahead")
+
+
+def _lookahead(text: str, alloc) -> int:
+    """Steps the cube's hand-off runs ahead (the cross-agent-pipeline pass's log), as many as
+    its ring has GM slots beyond the one being read."""
+    m = _AHEAD.search(text)
+    if not m:
+        return 0
+    depth = 1 if m.group(2) == "one" else int(m.group(2))
+    slots = next((r.slots for r in alloc.workspace if r.pipe == m.group(1)), 1)
+    return max(0, min(depth, slots - 1))
+
+
 def design_from_lowered(low, name: str, rows: int, keys: int, d: int, note: str = "") -> Design:
     """The design of a lowered attention-like kernel: ``rows`` query rows (or keys, for dK/dV)
     per program tile, ``keys`` per step, head dim ``d``."""
@@ -152,7 +170,7 @@ def design_from_lowered(low, name: str, rows: int, keys: int, d: int, note: str 
     half = rows / 2
     elems = sum(t["vec_elems"].values())
     text = low.passes.text() if low.passes else ""
-    lookahead = 1 if "cross-agent-pipeline: applied" in text and t["slots"] >= 2 else 0
+    lookahead = _lookahead(text, low.allocation)
     b = t["bytes"]
     flops_plain = 4 * rows * keys * d
     return Design(

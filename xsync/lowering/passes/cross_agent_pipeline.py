@@ -31,6 +31,9 @@ Applicability, for a ``for`` loop L and an agent A (numbered as in the log):
    iteration's values, which only travel through pipes).
 6. stage_a reads no name that unannotated statements of L's body define.
 7. The rewritten protocol verifies (checked by ``Kernel.lower`` right after the passes).
+8. Depth: stage_a runs one iteration ahead per stage of P beyond the first, at most two (a
+   3-stage P: the prologue issues the first two iterations' stage_a, the loop stage_a(i + 2 step)
+   before stage_b(i)); P's stages are the slots those hand-offs occupy.
 """
 from __future__ import annotations
 
@@ -92,11 +95,13 @@ def _try_loop(kernel, placement, loop: ir.For, log):
                 log.note(NAME, False, where, plan)
             continue
         stage_a, p, q = plan
+        depth = _depth(p)
+        ahead = "one iteration" if depth == 1 else f"{depth} iterations"
         log.note(NAME, True, where,
-                 f"the hand-off on pipe '{p.name}' is issued one iteration ahead of the wait on "
+                 f"the hand-off on pipe '{p.name}' is issued {ahead} ahead of the wait on "
                  f"'{q.name}' ({len(stage_a)} statement(s) rotated; '{p.name}' has {p.stages} "
                  f"stage(s))")
-        return _rewrite(loop, agent, stage_a)
+        return _rewrite(loop, agent, stage_a, depth)
     return None
 
 
@@ -189,11 +194,24 @@ def _crossing_in(kernel, placement, name, roles) -> bool:
     return isinstance(obj, ir.Pipe) and placement.crosses(obj) and obj.dst in roles
 
 
-def _rewrite(loop: ir.For, agent, stage_a_ids) -> list:
-    """[prologue If, rewritten loop]."""
+MAX_DEPTH = 2
+
+
+def _depth(p) -> int:
+    """Iterations stage_a runs ahead (rule 8): one per stage of P beyond the first, at most
+    MAX_DEPTH (P's stages are the slots the hand-offs issued ahead occupy)."""
+    return max(1, min(MAX_DEPTH, p.stages - 1))
+
+
+def _rewrite(loop: ir.For, agent, stage_a_ids, depth: int = 1) -> list:
+    """[prologue Ifs (one per iteration issued ahead), rewritten loop]."""
     roles = set(agent.roles)
     step = loop.step
-    ahead = ir.BinOp("+", ir.Name(loop.var), step)
+
+    def plus(base, j):
+        return base if j == 0 else ir.BinOp("+", base, step if j == 1 else ir.BinOp("*", ir.Const(j), step))
+
+    ahead = plus(ir.Name(loop.var), depth)
 
     def stage_blocks(subst):
         out = []
@@ -204,8 +222,8 @@ def _rewrite(loop: ir.For, agent, stage_a_ids) -> list:
                     out.append(ir.RoleBlock(s.role, part, s.loc))
         return tuple(out)
 
-    prologue = ir.If(ir.Compare("<", loop.start, loop.stop), stage_blocks({loop.var: loop.start}), (),
-                     loop.loc)
+    prologue = [ir.If(ir.Compare("<", plus(loop.start, j), loop.stop),
+                      stage_blocks({loop.var: plus(loop.start, j)}), (), loop.loc) for j in range(depth)]
     guard = ir.If(ir.Compare("<", ahead, loop.stop), stage_blocks({loop.var: ahead}), (), loop.loc)
     rest = []
     for s in loop.body:
@@ -215,4 +233,4 @@ def _rewrite(loop: ir.For, agent, stage_a_ids) -> list:
                 rest.append(ir.RoleBlock(s.role, part, s.loc))
         else:
             rest.append(s)
-    return [prologue, dataclasses.replace(loop, body=(guard,) + tuple(rest))]
+    return prologue + [dataclasses.replace(loop, body=(guard,) + tuple(rest))]
