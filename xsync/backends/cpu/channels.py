@@ -196,15 +196,67 @@ class BarrierRT:
                 + ", ".join(m for m, n in self.arrivals.items() if n < mine))
 
 
+class MulticastRing(PipeChannel):
+    """One program's ring of a multicast pipe's channel in a cluster (``xs.cluster``): its own
+    slots, which its producer fills with its copy of the tile every program receives, counted
+    against the rings of every program: a slot is free for this producer once every program's
+    consumers released it, and full for this program's consumers once every program's
+    producer committed it (as TMA multicast with cluster-scope mbarriers)."""
+
+    def __init__(self, name, stages, producer, consumers):
+        super().__init__(name, stages, producer, consumers)
+        self.peers: list[MulticastRing] = [self]      # the channel's rings, one per program
+
+    def can_acquire(self) -> bool:
+        return all(self.acquired - r.released[c] < self.stages for r in self.peers for c in r.consumers)
+
+    def why_acquire(self, labels) -> str:
+        ring, low = min(((r, c) for r in self.peers for c in r.consumers), key=lambda rc: rc[0].released[rc[1]])
+        return (f"acquire on multicast pipe '{self.name}': all {self.stages} slot(s) in use ({self.acquired} "
+                f"acquired, {ring.released[low]} released by {labels(low)})")
+
+    def can_wait(self, c) -> bool:
+        return self.waited[c] < min(r.committed for r in self.peers)
+
+    def why_wait(self, c, labels) -> str:
+        low = min(self.peers, key=lambda r: r.committed)
+        return (f"wait on multicast pipe '{self.name}': slot {self.waited[c]} not committed "
+                f"({low.committed} committed by {labels(low.producer)})")
+
+
+def _multicast_rings(skel, link, ch) -> list[MulticastRing]:
+    """A multicast channel's rings, one per program of the cluster."""
+    rings = []
+    for p in range(skel.cluster):
+        prods = [e for e in ch.producers if skel.program_of(e.instance) == p]
+        if len(prods) != 1:
+            raise NotImplementedError(
+                f"pipe '{link.obj}': a multicast pipe from {len(prods)} producer replicas per program "
+                f"({link.pairing}) does not run on the CPU emulator")
+        rings.append(MulticastRing(link.obj, link.capacity, prods[0],
+                                   [e for e in ch.consumers if skel.program_of(e.instance) == p]))
+    for r in rings:
+        r.peers = rings
+    return rings
+
+
 class Program:
-    """The sync objects of one program, built from the skeleton."""
+    """The sync objects of one program (or of the programs of a cluster that share a multicast
+    pipe: ``xsync.lowering.cluster_protocol``), built from the skeleton."""
 
     def __init__(self, skel, labels):
         self.skel, self.labels = skel, labels
         self.channels: dict[tuple, object] = {}    # (object, endpoint) -> channel
         self.pipes, self.events, self.barriers = [], [], {}
+        multicast = getattr(skel, "multicast", ())
         for link in skel.links:
             for ch in link.channels:
+                if link.obj in multicast:
+                    for ring in _multicast_rings(skel, link, ch):
+                        self.pipes.append(ring)
+                        for e in (ring.producer,) + ring.consumers:
+                            self.channels[(link.obj, e)] = ring
+                    continue
                 if link.gather_pipe:
                     rt = GatherChannel(link.obj, link.capacity, ch.producers, ch.consumers[0])
                     self.pipes += rt.rings
@@ -220,8 +272,12 @@ class Program:
                     self.events.append(rt)
                 for e in ch.producers + ch.consumers:
                     self.channels[(link.obj, e)] = rt
+        self._barrier_of: dict[tuple, BarrierRT] = {}   # (barrier, instance) -> its meetings
         for b in skel.barriers:
-            self.barriers[b.obj] = BarrierRT(b.obj, [labels[m] for m in b.members])
+            rt = BarrierRT(b.obj, [labels[m] for m in b.members])
+            self.barriers[(b.obj, b.members)] = rt
+            for m in b.members:
+                self._barrier_of[(b.obj, m)] = rt
         self.adds: dict[int, list] = {}            # agent instance -> its queued ordered adds
 
     def queue_add(self, instance: int, add: tuple) -> None:
@@ -236,6 +292,10 @@ class Program:
             for tensor, offsets, value, bounds in self.adds[instance]:
                 store_add(tensor, offsets, value, bounds)
         self.adds.clear()
+
+    def barrier(self, obj: str, instance: int) -> BarrierRT:
+        """The meetings of barrier ``obj`` that ``instance`` takes part in."""
+        return self._barrier_of[(obj, instance)]
 
     def label(self, ep) -> str:
         return self.skel.endpoint_label(ep)

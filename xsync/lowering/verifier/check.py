@@ -73,6 +73,7 @@ from dataclasses import dataclass, field, replace
 
 from xsync.errors import ProtocolError, VerifierLimitError, XSyncError
 from xsync.lowering import ir
+from xsync.lowering.cluster_protocol import expand
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
 from xsync.lowering.verifier.candidates import Scalars
@@ -228,7 +229,8 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
     """Raise a ProtocolError (DeadlockError, LeftoverError, SlotOrderError,
     PhaseAliasingError, FlagOverflowError) for the worst bug at the smallest scalar values
     that show it; return a report otherwise."""
-    skel = skeleton or derive(kernel, placement)
+    # a cluster with a multicast pipe: its programs checked together (cluster_protocol)
+    skel = expand(kernel, skeleton or derive(kernel, placement))
     candidates = episode_loops(skel)
     general = None
     # A persistent tile loop (tile_loops) is checked iteration by iteration first: the
