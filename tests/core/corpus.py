@@ -1740,21 +1740,32 @@ def cluster_copy_pipeline(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
 
 @xs.kernel(example=EX)
 def cluster4_copy_pipeline(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the same over 4 programs, the program's own tile in a pipe of its own (per program), and a
+    # barrier of each program's roles after the loop (per program too)
     xs.cluster(4)
     load = xs.role("load", kind="copy")
     work = xs.role("work", kind="vector")
-    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True),
-                   own=xs.tile([BLOCK, BLOCK], xs.float32))
+    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    mine = xs.pipe(load, work, stages=STAGES, own=xs.tile([BLOCK, BLOCK], xs.float32))
+    team = xs.barrier(load, work)
     for j in range(n):
         with load:
             s = ring.acquire()
             s.shared = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
-            s.own = xs.load(x, [(j + xs.cluster_rank()) * BLOCK, 0], [BLOCK, BLOCK])
             ring.commit()
+            o = mine.acquire()
+            o.own = xs.load(x, [(j + xs.cluster_rank()) * BLOCK, 0], [BLOCK, BLOCK])
+            mine.commit()
         with work:
             got = ring.wait()
-            xs.store(y, [(xs.program_id(0) * n + j) * BLOCK, 0], got.shared + got.own)
+            own = mine.wait()
+            xs.store(y, [(xs.program_id(0) * n + j) * BLOCK, 0], got.shared + own.own)
+            mine.release()
             ring.release()
+    with load:
+        team.sync()
+    with work:
+        team.sync()
 
 
 @xs.kernel(example=EX)
