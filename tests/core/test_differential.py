@@ -76,3 +76,42 @@ def test_small_protocols_cross_check_every_interleaving():
             checked += 1
             searched += report.cross_checked
     assert checked > 60 and searched > 300, (checked, searched)
+
+
+def test_cluster_verdicts_agree_with_the_emulator():
+    """The corpus's cluster kernels (xs.cluster with a multicast pipe): the CPU verdict against
+    the emulator running whole clusters, 1 and 2 clusters, every n up to 8: a proven kernel runs
+    clean everywhere, a rejected one stalls or leaves something over at its counterexample's n."""
+    import re
+
+    import torch
+
+    import xsync as xs
+    from tests.core import corpus as C
+    from xsync.errors import LeftoverError, ProtocolError, StallError
+
+    names = [n for n in dir(C) if n.startswith("cluster") and n != "cluster_gemm"
+             and n != "cluster_multicast_offsets_depend_on_rank"]
+    assert len(names) >= 4, names
+    for name in names:
+        kernel = getattr(C, name)
+        try:
+            kernel.lower("cpu")
+            verdict, at = "ok", None
+        except ProtocolError as err:
+            verdict, at = "rejected", int(re.search(r"with n = (\d+)", str(err)).group(1))
+        size = kernel.lower("cpu", check=False).kernel.cluster
+        failed = set()
+        for n in range(0, 9):
+            for clusters in (1, 2):
+                programs = clusters * size
+                x, y = torch.randn((n + 8) * 16, 16), torch.zeros(programs * (n + 1) * 16 + 64, 16)
+                try:
+                    with xs.options(verify=False, cpu_mode="cooperative"):
+                        kernel[(programs,)](x, y, n, BLOCK=16, STAGES=2, backend="cpu")
+                except (StallError, LeftoverError):
+                    failed.add(n)
+        if verdict == "ok":
+            assert not failed, f"{name} is proven but the emulator fails at n in {sorted(failed)}"
+        else:
+            assert at in failed, f"{name} is rejected at n = {at}, which the emulator runs clean ({sorted(failed)})"
