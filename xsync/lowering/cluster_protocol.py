@@ -198,6 +198,14 @@ def program_expr(e, p: int, n: int):
 
 
 # ---------------------------------------------------------------- messages
+def cluster_scalar(skel, key: str) -> str:
+    """How a message names a free scalar: in a cluster's skeleton the free program id and
+    count are the cluster's (each copy adds its rank)."""
+    if isinstance(skel, ClusterSkeleton):
+        return {"xs.program_id(0)": "xs.cluster_id()", "xs.num_programs(0)": "xs.num_clusters()"}.get(key, key)
+    return key
+
+
 def cluster_blame(run, state, stuck) -> str:
     """For a deadlock of a cluster's programs: which program keeps a multicast slot from which
     (``program 1 of the cluster never releases slot 0 of multicast pipe 'ring'; program 0's

@@ -63,8 +63,11 @@ def _pid(skel, inst, pid: tuple) -> tuple:
     return (pid[0] + inst.program,) + pid[1:] if isinstance(skel, ClusterSkeleton) else pid
 
 
-def _scalar_note(k, args) -> str:
+def _scalar_note(k, args, skel=None, pid=()) -> str:
     shown = [f"{p.name} = {args[p.name]}" for p in k.params if p.kind is ParamKind.SCALAR and p.name in args]
+    if isinstance(skel, ClusterSkeleton):     # the programs of one cluster run together
+        shown.append(f"cluster {pid[0] // skel.cluster} (programs {pid[0]}..{pid[0] + skel.cluster - 1} "
+                     f"of axis 0)")
     return ("with " + ", ".join(shown) + "\n") if shown else ""
 
 
@@ -103,12 +106,12 @@ def _run_coop(compiled, pid, grid, args, deadline, progress=(0, 1), skel=None):
             status = {ag.label: ("done" if ag.label in done else
                                  (sched.status[ag.label][0](),) + sched.status[ag.label][1:])
                       for ag, _ in live}
-            raise stall_error(k.name, k.file, status, _scalar_note(k, args), _verdict(compiled))
+            raise stall_error(k.name, k.file, status, _scalar_note(k, args, skel, pid), _verdict(compiled))
         if deadline.passed():
             raise _coop_overtime(compiled, pid, live, done, sched, None, None, progress)
     left = program.leftovers()
     if left:
-        raise leftover_error(k.name, k.file, left, _scalar_note(k, args), _verdict(compiled))
+        raise leftover_error(k.name, k.file, left, _scalar_note(k, args, skel, pid), _verdict(compiled))
     program.flush_adds()
 
 
@@ -132,7 +135,7 @@ def _coop_overtime(compiled, pid, live, done, sched, running, over, progress) ->
 def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1), skel=None):
     k, placement, skel = compiled.kernel, compiled.placement, skel or compiled.skeleton
     labels = [inst.label for inst in skel.instances]
-    scalars, verdict = _scalar_note(k, args), _verdict(compiled)
+    scalars, verdict = _scalar_note(k, args, skel, pid), _verdict(compiled)
     program = Program(skel, labels)
     trace = active_trace()
     if trace is None:
