@@ -198,6 +198,21 @@ def program_expr(e, p: int, n: int):
 
 
 # ---------------------------------------------------------------- messages
+def cluster_loop_text(skel, forms) -> str:
+    """A loop's bounds as one program of a cluster evaluates them (``range(0, (n + 1), 1)`` in
+    program 1 of ``range(n + xs.cluster_rank())``), from the verifier's symbolic ``(start, stop,
+    step)``; "" outside a cluster's skeleton (the source text names the loop there)."""
+    from xsync.lowering.verifier.forms import to_python
+
+    if not isinstance(skel, ClusterSkeleton) or not (isinstance(forms, tuple) and len(forms) == 3):
+        return ""
+    try:
+        parts = [to_python(f, lambda a: cluster_scalar(skel, getattr(a, "key", None) or a.name)) for f in forms]
+    except (TypeError, AttributeError):
+        return ""
+    return f"range({', '.join(parts)})"
+
+
 def cluster_scalar(skel, key: str) -> str:
     """How a message names a free scalar: in a cluster's skeleton the free program id and
     count are the cluster's (each copy adds its rank)."""

@@ -4,7 +4,7 @@ interleaving that leads there, where each agent stands and why), the fix each na
 from __future__ import annotations
 
 from xsync.errors import DeadlockError, LeftoverError, SlotOrderError, XSyncError
-from xsync.lowering.cluster_protocol import CLUSTER_FIX, cluster_blame, cluster_scalar
+from xsync.lowering.cluster_protocol import CLUSTER_FIX, cluster_blame, cluster_loop_text, cluster_scalar
 from xsync.lowering.ir import Verb
 from xsync.lowering.verifier.candidates import Scalars
 from xsync.lowering.verifier.counterexample import Counterexample
@@ -54,7 +54,7 @@ def scalar_note(run) -> str:
         if o.kind == "trip" and v is not None:
             t = v[0] if isinstance(v, tuple) else v
             facts = run.sc.loops.get(o.loop_line)
-            key = facts.key if facts else "?"
+            key = cluster_loop_text(run.skel, o.form) or (facts.key if facts else "?")
             loops.append((o.loop_line, f"loop at line {o.loop_line} `{key}` runs {t} time(s)"))
     for key, kind in sorted(run.sc.opaque.items()):
         v = run.assignment.get(key)
