@@ -1852,3 +1852,36 @@ def cluster_gemm(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.co
                 tiles.release()
         with mma:
             xs.store(c, [off_m, off_n], acc)
+
+
+@xs.kernel(example=GEMM)
+def cluster_rows_past_the_end(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                              STAGES: xs.constexpr):
+    # the cluster GEMM skipping the K loop for rows past M: where M is not a multiple of 2 * BM,
+    # program 1's rows of the last row block lie past the end while program 0's do not, so
+    # program 1 takes none of the B tiles program 0 waits for (multicast: the whole cluster hangs)
+    xs.cluster(2)
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES, a=xs.tile([BM, BK], a.dtype),
+                    b=xs.tile([BK, BN], b.dtype, multicast=True))
+    blocks_n = xs.cdiv(N, BN)
+    for tile in xs.tile_range(xs.cdiv(M, 2 * BM) * blocks_n):
+        off_m = ((tile // blocks_n) * 2 + xs.cluster_rank()) * BM
+        off_n = (tile % blocks_n) * BN
+        with mma:
+            acc = xs.zeros([BM, BN], xs.float32)
+        if off_m < M:
+            for k in range(0, K, BK):
+                with load:
+                    slot = tiles.acquire()  # BUG cpu
+                    slot.a = xs.load(a, [off_m, k], [BM, BK])
+                    slot.b = xs.load(b, [k, off_n], [BK, BN])
+                    tiles.commit()
+                with mma:
+                    ab = tiles.wait()  # BUG nvidia ascend
+                    acc = xs.mma(ab.a, ab.b, acc)
+                    acc = xs.mma_wait(acc, pending=0)
+                    tiles.release()
+        with mma:
+            xs.store(c, [off_m, off_n], acc)

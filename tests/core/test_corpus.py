@@ -188,6 +188,9 @@ EXPECT = {
     "cluster_trips_depend_on_rank": same(
         DeadlockError, r"program 0 of the cluster never commits slot \d+ of multicast pipe 'ring'",
         r"program 1's 'work' waits for it", r"no branch or trip count on xs.cluster_rank\(\)"),
+    "cluster_rows_past_the_end": same(
+        DeadlockError, r"M = 607", r"program 1 of the cluster never (releases|commits) slot \d+ of multicast pipe 'tiles'",
+        r"\(program 0 of the cluster\)"),
     "cluster_multicast_offsets_depend_on_rank": same(
         KernelSourceError, r"field 'shared' of pipe 'ring' is multicast, but its load's offsets depend on "
                            r"xs.cluster_rank\(\)"),
@@ -439,3 +442,16 @@ def test_broken_clusters_stall_on_the_emulator(name, needles, mode):
     assert info.value.loc.file.endswith("corpus.py") and info.value.loc.line == marker_line(getattr(C, name), "cpu"), msg
     for needle in needles:
         assert re.search(needle, msg), f"{needle!r} not in:\n{msg}"
+
+
+def test_cluster_rows_past_the_end_stalls_on_the_emulator():
+    """The verifier's counterexample (M = 607: program 1's last rows lie past M) hangs the
+    cluster on the emulator with the verifier off, the stall naming both programs."""
+    M, N, K = 607, 32, 32
+    a, b, c = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16(), torch.zeros(M + 64, N)
+    with xs.options(verify=False, cpu_mode="cooperative"):
+        with pytest.raises(StallError) as info:
+            C.cluster_rows_past_the_end[(2,)](a, b, c, M, N, K, BM=32, BN=32, BK=16, STAGES=2, backend="cpu")
+    msg = str(info.value)
+    assert re.search(r"program 0 of the cluster\)\s+line \d+ [^\n]*multicast pipe 'tiles'", msg), msg
+    assert re.search(r"(load|mma) \(program 1 of the cluster\)\s+finished", msg), msg

@@ -123,24 +123,60 @@ def expand(kernel: ir.KernelIR, skel: Skeleton) -> Skeleton:
 
 
 # ---------------------------------------------------------------- one program's copy
-def _copy(nodes, p: int, n: int, size: int) -> tuple:
+def _copy(nodes, p: int, n: int, size: int, names: dict | None = None) -> tuple:
+    """Program ``p``'s copy of one instance's program. A value whose definition reads the
+    program (its rank, directly or through another such value) gets a name of its own in copies
+    p > 0 (``off_m@program1``): the verifier must not take one value for both programs (a tile's
+    coordinates are free values of the tile-by-tile check, one per name)."""
+    names = {} if names is None else names      # renamed in this copy: name -> its name here
     out = []
     for node in nodes:
         if isinstance(node, Act):
             ep = node.endpoint
             out.append(dataclasses.replace(node, endpoint=Endpoint(ep.role, ep.replica, p * size + ep.instance)))
         elif isinstance(node, Let):
-            out.append(dataclasses.replace(node, value=program_expr(node.value, p, n)))
+            value = _renamed(program_expr(node.value, p, n), names)
+            if p and value != program_expr(node.value, 0, n):
+                names.update({t: f"{t}@program{p}" for t in node.targets})
+            else:
+                for t in node.targets:
+                    names.pop(t, None)
+            out.append(dataclasses.replace(node, targets=tuple(names.get(t, t) for t in node.targets), value=value))
         elif isinstance(node, Loop):
-            out.append(dataclasses.replace(node, start=program_expr(node.start, p, n),
-                                           stop=program_expr(node.stop, p, n), step=program_expr(node.step, p, n),
-                                           body=_copy(node.body, p, n, size)))
+            here = lambda e: _renamed(program_expr(e, p, n), names)  # noqa: E731
+            start, stop, step = here(node.start), here(node.stop), here(node.step)
+            out.append(dataclasses.replace(node, start=start, stop=stop, step=step,
+                                           body=_copy(node.body, p, n, size, names)))
         elif isinstance(node, Branch):
-            out.append(dataclasses.replace(node, cond=program_expr(node.cond, p, n), body=_copy(node.body, p, n, size),
-                                           orelse=_copy(node.orelse, p, n, size)))
+            cond = _renamed(program_expr(node.cond, p, n), names)
+            out.append(dataclasses.replace(node, cond=cond, body=_copy(node.body, p, n, size, names),
+                                           orelse=_copy(node.orelse, p, n, size, names)))
         else:
             out.append(node)
     return tuple(out)
+
+
+def _renamed(e, names: dict):
+    """``e`` reading the names of this copy."""
+    if not names:
+        return e
+    if isinstance(e, ir.Name):
+        return ir.Name(names[e.id]) if e.id in names else e
+    if not dataclasses.is_dataclass(e) or isinstance(e, ir.Const):
+        return e
+    changes = {}
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, tuple):
+            new = tuple(_renamed(x, names) if dataclasses.is_dataclass(x) else x for x in v)
+            new = new if any(a is not b for a, b in zip(new, v)) else v
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            new = _renamed(v, names)
+        else:
+            new = v
+        if new is not v:
+            changes[f.name] = new
+    return dataclasses.replace(e, **changes) if changes else e
 
 
 def _is_call(e, op) -> bool:
