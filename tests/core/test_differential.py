@@ -128,6 +128,8 @@ def {name}(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
     work = xs.role("work", kind="vector")
     ring = xs.pipe(load, work, stages={stages}, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
     mine = xs.pipe(load, work, stages={stages}, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    first = xs.cluster_id() * {size}
+    row = first + xs.cluster_rank()
     for j in range({ring_trips}):
         with load:
             if {commit}:
@@ -163,6 +165,10 @@ _CLUSTER_MUTATIONS = {
     "one_cluster_skips_a_slot": (dict(commit="xs.cluster_id() != 1 or j != 2",
                                       wait="xs.cluster_id() != 1 or j != 2"), True),
     "trips_by_cluster": (dict(ring_trips="n + xs.cluster_id()"), True),
+    # a named value read by conditions: the program's row (differs inside the cluster), the
+    # cluster's first row (the same for all its programs)
+    "named_rank_guard": (dict(commit="row != n", wait="row != n"), False),
+    "named_cluster_guard": (dict(commit="first != n", wait="first != n"), True),
 }
 
 
