@@ -249,12 +249,18 @@ def cluster_loop_text(skel, forms) -> str:
     return f"range({', '.join(parts)})"
 
 
+def cluster_text(skel, text: str) -> str:
+    """``text`` (a loop's bounds, a scalar's name) with the free program id and count named as
+    the cluster's, in a cluster's skeleton."""
+    if isinstance(skel, ClusterSkeleton):
+        return text.replace("xs.program_id(0)", "xs.cluster_id()").replace("xs.num_programs(0)", "xs.num_clusters()")
+    return text
+
+
 def cluster_scalar(skel, key: str) -> str:
     """How a message names a free scalar: in a cluster's skeleton the free program id and
     count are the cluster's (each copy adds its rank)."""
-    if isinstance(skel, ClusterSkeleton):
-        return {"xs.program_id(0)": "xs.cluster_id()", "xs.num_programs(0)": "xs.num_clusters()"}.get(key, key)
-    return key
+    return cluster_text(skel, key)
 
 
 def cluster_blame(run, state, stuck) -> str:
