@@ -144,10 +144,10 @@ class GatherChannel:
     replica, waited and released together. The k-th wait needs the k-th commit of every ring
     and returns slot k of each, in replica order; the rings share the consumer's counts."""
 
-    def __init__(self, name, stages, producers, consumer):
+    def __init__(self, name, stages, producers, consumer, ring=PipeChannel):
         self.name, self.stages = name, stages
         self.consumers = (consumer,)
-        self.rings = [PipeChannel(name, stages, p, (consumer,)) for p in producers]
+        self.rings = [ring(name, stages, p, (consumer,)) for p in producers]
         self.waited, self.released = self.rings[0].waited, self.rings[0].released
         self.wait_sites = self.rings[0].wait_sites
         for r in self.rings[1:]:
@@ -224,20 +224,24 @@ class MulticastRing(PipeChannel):
                 f"({low.committed} committed by {labels(low.producer)})")
 
 
-def _multicast_rings(skel, link, ch) -> list[MulticastRing]:
-    """A multicast channel's rings, one per program of the cluster."""
-    rings = []
+def _multicast_channel(skel, link, ch) -> tuple[list[MulticastRing], dict]:
+    """A multicast channel's rings (one per program of the cluster; of a gather pipe one per
+    producer replica of each program) and the channel each endpoint uses."""
+    rings, uses = [], {}
     for p in range(skel.cluster):
         prods = [e for e in ch.producers if skel.program_of(e.instance) == p]
-        if len(prods) != 1:
-            raise NotImplementedError(
-                f"pipe '{link.obj}': a multicast pipe from {len(prods)} producer replicas per program "
-                f"({link.pairing}) does not run on the CPU emulator")
-        rings.append(MulticastRing(link.obj, link.capacity, prods[0],
-                                   [e for e in ch.consumers if skel.program_of(e.instance) == p]))
+        cons = [e for e in ch.consumers if skel.program_of(e.instance) == p]
+        if link.gather_pipe:
+            gather = GatherChannel(link.obj, link.capacity, prods, cons[0], ring=MulticastRing)
+            rings += gather.rings
+            uses[cons[0]] = gather
+            uses.update(zip(prods, gather.rings))
+        else:
+            rings.append(MulticastRing(link.obj, link.capacity, prods[0], cons))
+            uses.update({e: rings[-1] for e in prods + cons})
     for r in rings:
         r.peers = rings
-    return rings
+    return rings, uses
 
 
 class Program:
@@ -252,10 +256,9 @@ class Program:
         for link in skel.links:
             for ch in link.channels:
                 if link.obj in multicast:
-                    for ring in _multicast_rings(skel, link, ch):
-                        self.pipes.append(ring)
-                        for e in (ring.producer,) + ring.consumers:
-                            self.channels[(link.obj, e)] = ring
+                    rings, uses = _multicast_channel(skel, link, ch)
+                    self.pipes += rings
+                    self.channels.update({(link.obj, e): rt for e, rt in uses.items()})
                     continue
                 if link.gather_pipe:
                     rt = GatherChannel(link.obj, link.capacity, ch.producers, ch.consumers[0])
