@@ -12,7 +12,8 @@ barrier stays inside its program. :func:`expand` builds that as a :class:`Cluste
 * in copy ``p``, ``xs.program_id(0)`` is ``n * C + p`` and ``xs.num_programs(0)`` is ``n * P``,
   with ``C`` and ``P`` the free values ``xs.program_id(0)`` / ``xs.num_programs(0)`` of the
   skeleton (shared by the copies): so ``xs.cluster_rank()`` (spelled ``program_id(0) % n``) is
-  ``p``, ``xs.cluster_id()`` is ``C`` and ``xs.num_clusters()`` is ``P`` in every copy;
+  ``p``, ``xs.cluster_id()`` is ``C`` and ``xs.num_clusters()`` is ``P`` in every copy; a value
+  computed from the rank is a name of its own in each copy p > 0 (``off_m@program1``);
 * a non-multicast link gets its channels once per program; a multicast link one channel per
   channel of the single-program link, joining that channel's producers and consumers of every
   program (the verifier's rule, "the k-th acquire needs release k - capacity of every consumer
