@@ -1713,3 +1713,175 @@ def pairing_gather_pipe_replica_short(x, y, n, BLOCK: xs.constexpr, STAGES: xs.c
             got = ring.wait()  # BUG
             xs.store(y, [i * BLOCK, 0], got[0].s + got[1].s)
             ring.release()
+
+
+# ====================================================================== cluster
+# xs.cluster(n) with a multicast field (issue 39): the programs of a cluster share every slot of
+# a multicast pipe, so each program's producer waits for every program's releases. Program p
+# writes rows (p * n + j) * BLOCK of y: the shared tile x[j] plus its own x[j + rank].
+@xs.kernel(example=EX)
+def cluster_copy_pipeline(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    xs.cluster(2)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True),
+                   own=xs.tile([BLOCK, BLOCK], xs.float32))
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            s.shared = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+            s.own = xs.load(x, [(j + xs.cluster_rank()) * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [(xs.program_id(0) * n + j) * BLOCK, 0], got.shared + got.own)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def cluster4_copy_pipeline(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the same over 4 programs, the program's own tile in a pipe of its own (per program), and a
+    # barrier of each program's roles after the loop (per program too)
+    xs.cluster(4)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    mine = xs.pipe(load, work, stages=STAGES, own=xs.tile([BLOCK, BLOCK], xs.float32))
+    team = xs.barrier(load, work)
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            s.shared = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+            o = mine.acquire()
+            o.own = xs.load(x, [(j + xs.cluster_rank()) * BLOCK, 0], [BLOCK, BLOCK])
+            mine.commit()
+        with work:
+            got = ring.wait()
+            own = mine.wait()
+            xs.store(y, [(xs.program_id(0) * n + j) * BLOCK, 0], got.shared + own.own)
+            mine.release()
+            ring.release()
+    with load:
+        team.sync()
+    with work:
+        team.sync()
+
+
+@xs.kernel(example=EX)
+def cluster_rank1_never_releases(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # program 1 of the cluster keeps every slot: program 0's producer waits for its releases
+    xs.cluster(2)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    for j in range(n):
+        with load:
+            s = ring.acquire()  # BUG
+            s.shared = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [(xs.program_id(0) * n + j) * BLOCK, 0], got.shared)
+            if xs.cluster_rank() == 0:
+                ring.release()
+
+
+@xs.kernel(example=EX)
+def cluster_trips_depend_on_rank(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # program 1 runs one step more: its wait needs a commit of program 0, which has finished
+    # (the multicast load reads the cluster's own rows: offsets from `j` would differ by program)
+    xs.cluster(2)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    for j in range(n + xs.cluster_rank()):
+        with load:
+            s = ring.acquire()
+            s.shared = xs.load(x, [xs.cluster_id() * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()  # BUG
+            xs.store(y, [(xs.program_id(0) * n + j) * BLOCK, 0], got.shared)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def cluster_multicast_offsets_depend_on_rank(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    xs.cluster(2)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            s.shared = xs.load(x, [(j + xs.cluster_rank()) * BLOCK, 0], [BLOCK, BLOCK])  # BUG
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [(xs.program_id(0) * n + j) * BLOCK, 0], got.shared)
+            ring.release()
+
+
+@xs.kernel(example=GEMM)
+def cluster_gemm(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                 STAGES: xs.constexpr):
+    # persistent GEMM over clusters of 2 programs: a cluster's tile is 2 * BM x BN, program r
+    # computes its rows r * BM..; A is its own, the B tile (the same for both) is multicast
+    xs.cluster(2)
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES, a=xs.tile([BM, BK], a.dtype),
+                    b=xs.tile([BK, BN], b.dtype, multicast=True))
+    blocks_n = xs.cdiv(N, BN)
+    for tile in xs.tile_range(xs.cdiv(M, 2 * BM) * blocks_n):
+        off_m = ((tile // blocks_n) * 2 + xs.cluster_rank()) * BM
+        off_n = (tile % blocks_n) * BN
+        with mma:
+            acc = xs.zeros([BM, BN], xs.float32)
+        for k in range(0, K, BK):
+            with load:
+                slot = tiles.acquire()
+                slot.a = xs.load(a, [off_m, k], [BM, BK])
+                slot.b = xs.load(b, [k, off_n], [BK, BN])
+                tiles.commit()
+            with mma:
+                ab = tiles.wait()
+                acc = xs.mma(ab.a, ab.b, acc)
+                acc = xs.mma_wait(acc, pending=0)
+                tiles.release()
+        with mma:
+            xs.store(c, [off_m, off_n], acc)
+
+
+@xs.kernel(example=GEMM)
+def cluster_rows_past_the_end(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                              STAGES: xs.constexpr):
+    # the cluster GEMM skipping the K loop for rows past M: where M is not a multiple of 2 * BM,
+    # program 1's rows of the last row block lie past the end while program 0's do not, so
+    # program 1 takes none of the B tiles program 0 waits for (multicast: the whole cluster hangs)
+    xs.cluster(2)
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES, a=xs.tile([BM, BK], a.dtype),
+                    b=xs.tile([BK, BN], b.dtype, multicast=True))
+    blocks_n = xs.cdiv(N, BN)
+    for tile in xs.tile_range(xs.cdiv(M, 2 * BM) * blocks_n):
+        off_m = ((tile // blocks_n) * 2 + xs.cluster_rank()) * BM
+        off_n = (tile % blocks_n) * BN
+        with mma:
+            acc = xs.zeros([BM, BN], xs.float32)
+        if off_m < M:
+            for k in range(0, K, BK):
+                with load:
+                    slot = tiles.acquire()  # BUG cpu
+                    slot.a = xs.load(a, [off_m, k], [BM, BK])
+                    slot.b = xs.load(b, [k, off_n], [BK, BN])
+                    tiles.commit()
+                with mma:
+                    ab = tiles.wait()  # BUG nvidia ascend
+                    acc = xs.mma(ab.a, ab.b, acc)
+                    acc = xs.mma_wait(acc, pending=0)
+                    tiles.release()
+        with mma:
+            xs.store(c, [off_m, off_n], acc)

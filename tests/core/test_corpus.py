@@ -13,9 +13,9 @@ import torch
 
 import xsync as xs
 from tests.core import corpus as C
-from xsync.errors import (CounterLimitError, DeadlockError, FlagOverflowError, KernelSourceError, LeftoverError,
-                          PhaseAliasingError, ProtocolError, SlotOrderError, StallError, VerifierLimitError,
-                          XSyncError)
+from xsync.errors import (CounterLimitError, DeadlockError, FlagOverflowError, KernelSourceError, LaunchError,
+                          LeftoverError, PhaseAliasingError, ProtocolError, SlotOrderError, StallError,
+                          VerifierLimitError, XSyncError)
 from xsync.compiler import Kernel
 
 BACKENDS = ("cpu", "nvidia", "ascend")
@@ -180,6 +180,20 @@ EXPECT = {
         same(DeadlockError, r"'work' holds 2 slot\(s\) of pipe 'ring'",
              r"raise stages to at least 6 \(now 4: interleave=2 gives each replica pair 2 of them\)"),
         ascend=(DeadlockError, (ONE_VECTOR_CORE, r"lockstep"))),
+    # clusters with a multicast pipe (issue 39): the programs of a cluster checked together
+    "cluster_rank1_never_releases": same(
+        DeadlockError, r"program 1 of the cluster never releases slot \d+ of multicast pipe 'ring'",
+        r"program 0's 'load' waits for it", r"work \(program 1 of the cluster\)",
+        r"pipe 'ring' is multicast in a cluster of 2 programs"),
+    "cluster_trips_depend_on_rank": same(
+        DeadlockError, r"program 0 of the cluster never commits slot \d+ of multicast pipe 'ring'",
+        r"program 1's 'work' waits for it", r"no branch or trip count on xs.cluster_rank\(\)"),
+    "cluster_rows_past_the_end": same(
+        DeadlockError, r"M = 607", r"program 1 of the cluster never (releases|commits) slot \d+ of multicast pipe 'tiles'",
+        r"\(program 0 of the cluster\)"),
+    "cluster_multicast_offsets_depend_on_rank": same(
+        KernelSourceError, r"field 'shared' of pipe 'ring' is multicast, but its load's offsets depend on "
+                           r"xs.cluster_rank\(\)"),
 }
 
 
@@ -355,10 +369,89 @@ def test_emulator_reports_what_the_verifier_would(name, n, cls, needles, mode):
 @pytest.mark.parametrize("name", [n for n in KERNELS if not EXPECT.get(n, {}).get("cpu")
                                   and n not in ("correct_named_bound_with_prologue",
                                                 "correct_sequence_lengths", "correct_persistent_tiles",
-                                                "episode_tiles_grow", "bounded_carried_count")])
+                                                "episode_tiles_grow", "bounded_carried_count")
+                                  and not n.startswith("cluster")])
 def test_accepted_kernels_run_clean_on_the_emulator(name):
     kernel = getattr(C, name)
     params = [p for p in inspect.signature(kernel.fn).parameters if p not in ("x", "y", "BLOCK", "STAGES")]
     for n in (0, 1, 3, 9):
         x, y = _args(n)
         kernel[(1,)](x, y, *([n] * len(params)), BLOCK=16, STAGES=2, backend="cpu")
+
+
+# ---------------------------------------------------------------- clusters on the emulator
+CLUSTERS = {"cluster_copy_pipeline": 2, "cluster4_copy_pipeline": 4}
+
+
+def _cluster_expected(x, n, programs, cluster):
+    out = torch.zeros(programs * n * 16 + 64, 16)
+    for p in range(programs):
+        for j in range(n):
+            r = p % cluster
+            out[(p * n + j) * 16:(p * n + j + 1) * 16] = x[j * 16:(j + 1) * 16] + x[(j + r) * 16:(j + r + 1) * 16]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["threads", "cooperative"])
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+def test_cluster_kernels_compute_on_the_emulator(name, mode):
+    """The programs of each cluster run together, a multicast slot shared by all of them; each
+    program still gets its own copy of the tile and its own per-program pipe."""
+    kernel, cluster = getattr(C, name), CLUSTERS[name]
+    for n, clusters in ((0, 1), (1, 1), (5, 2), (3, 3)):
+        programs = cluster * clusters
+        x, y = torch.randn((n + 8) * 16, 16), torch.zeros(programs * n * 16 + 64, 16)
+        with xs.options(cpu_mode=mode):
+            kernel[(programs,)](x, y, n, BLOCK=16, STAGES=2, backend="cpu")
+        assert torch.equal(y, _cluster_expected(x, n, programs, cluster)), (n, programs)
+
+
+@pytest.mark.parametrize("programs", [2, 4, 6])
+def test_cluster_gemm_computes_on_the_emulator(programs):
+    torch.manual_seed(0)
+    M, N, K = 4 * 32, 3 * 32, 5 * 16
+    a, b, c = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16(), torch.zeros(M, N)
+    C.cluster_gemm[(programs,)](a, b, c, M, N, K, BM=32, BN=32, BK=16, STAGES=2, backend="cpu")
+    torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-2, rtol=1e-2)
+    with pytest.raises(LaunchError, match="multiple of 2"):
+        C.cluster_gemm[(3,)](a, b, c, M, N, K, BM=32, BN=32, BK=16, STAGES=2, backend="cpu")
+
+
+# (kernel, regexes of the stall report: who waits on what, naming the program)
+CLUSTER_STALLS = [
+    ("cluster_rank1_never_releases",
+     (r"load \(program 0 of the cluster\)\s+line \d+ \(j=2\): acquire on multicast pipe 'ring': all 2 "
+      r"slot\(s\) in use \(2 acquired, 0 released by work \(program 1 of the cluster\)\)",)),
+    ("cluster_trips_depend_on_rank",
+     (r"work \(program 1 of the cluster\)\s+line \d+ \(j=5\): wait on multicast pipe 'ring': slot 5 "
+      r"not committed \(5 committed by load \(program 0 of the cluster\)\)",
+      r"load \(program 0 of the cluster\)\s+finished")),
+]
+
+
+@pytest.mark.parametrize("mode", ["threads", "cooperative"])
+@pytest.mark.parametrize("name,needles", CLUSTER_STALLS, ids=[c[0] for c in CLUSTER_STALLS])
+def test_broken_clusters_stall_on_the_emulator(name, needles, mode):
+    """With the verifier off, a cluster whose program skips a multicast release, or runs more
+    steps than its peers, stalls (as the hardware would hang) and the report names the program."""
+    x, y = torch.randn(16 * 16, 16), torch.zeros(4 * 5 * 16 + 64, 16)
+    with xs.options(verify=False, cpu_mode=mode):
+        with pytest.raises(StallError) as info:
+            getattr(C, name)[(4,)](x, y, 5, BLOCK=16, STAGES=2, backend="cpu")
+    msg = str(info.value)
+    assert info.value.loc.file.endswith("corpus.py") and info.value.loc.line == marker_line(getattr(C, name), "cpu"), msg
+    for needle in needles:
+        assert re.search(needle, msg), f"{needle!r} not in:\n{msg}"
+
+
+def test_cluster_rows_past_the_end_stalls_on_the_emulator():
+    """The verifier's counterexample (M = 607: program 1's last rows lie past M) hangs the
+    cluster on the emulator with the verifier off, the stall naming both programs."""
+    M, N, K = 607, 32, 32
+    a, b, c = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16(), torch.zeros(M + 64, N)
+    with xs.options(verify=False, cpu_mode="cooperative"):
+        with pytest.raises(StallError) as info:
+            C.cluster_rows_past_the_end[(2,)](a, b, c, M, N, K, BM=32, BN=32, BK=16, STAGES=2, backend="cpu")
+    msg = str(info.value)
+    assert re.search(r"program 0 of the cluster\)\s+line \d+ [^\n]*multicast pipe 'tiles'", msg), msg
+    assert re.search(r"(load|mma) \(program 1 of the cluster\)\s+finished", msg), msg

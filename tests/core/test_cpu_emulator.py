@@ -156,3 +156,44 @@ def test_emulator_reports_leftovers_with_role_object_line_and_iteration(monkeypa
     assert "(i=2)" in msg and "ring" in err.objects
     with pytest.raises(xs.LeftoverError, match="event 'done': signal 2 of load was never waited"):
         bk.signal_never_waited[(1,)](x, y, 1, BLOCK=16, STAGES=1, backend="cpu")
+
+
+# ---------------------------------------------------------------- clusters (issue 39)
+@xs.kernel(example=dict(x=xs.float32, y=xs.float32, BLOCK=16, STAGES=2))
+def _cluster_gather(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # a multicast N -> 1 pipe: each program's two load replicas fill a ring each; the sum of a
+    # program waits for every replica of every program; program 1 skips a release at i == 2
+    xs.cluster(2)
+    load = xs.role("load", kind="copy", replicas=2)
+    red = xs.role("sum", kind="vector")
+    ring = xs.pipe(load, red, stages=STAGES, s=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    for i in range(n):
+        with load:
+            o = ring.acquire()
+            o.s = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with red:
+            got = ring.wait()
+            xs.store(y, [(xs.program_id(0) * n + i) * BLOCK, 0], got[0].s + got[1].s)
+            if xs.cluster_rank() == 0 or i != 2:
+                ring.release()
+
+
+@pytest.mark.parametrize("mode", ["threads", "cooperative"])
+def test_cluster_gather_pipe_runs_per_program_rings(mode):
+    """A multicast gather pipe on the emulator: every program reads its own rings (the same
+    tile from each replica), and a release one program skips is reported for that program
+    where the verifier reports it."""
+    with pytest.raises(xs.LeftoverError, match=r"waited by sum \(program 1 of the cluster\) never released"):
+        _cluster_gather.lower("cpu")
+    x = torch.randn(16 * 16, 16)
+    for n in (0, 1, 2):
+        y = torch.zeros(4 * 2 * 16 + 16, 16)
+        with xs.options(verify=False, cpu_mode=mode):
+            _cluster_gather[(4,)](x, y, n, BLOCK=16, STAGES=2, backend="cpu")
+        for p in range(4):
+            for i in range(n):
+                assert torch.equal(y[(p * n + i) * 16:(p * n + i + 1) * 16], 2 * x[i * 16:(i + 1) * 16])
+    with xs.options(verify=False, cpu_mode=mode):
+        with pytest.raises(xs.LeftoverError, match=r"waited by sum \(program 1 of the cluster\) was never released"):
+            _cluster_gather[(2,)](x, torch.zeros(16 * 16, 16), 3, BLOCK=16, STAGES=2, backend="cpu")

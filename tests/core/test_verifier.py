@@ -277,3 +277,62 @@ def test_assignments_where_a_bound_has_no_value_are_skipped_and_said(backend):
     with pytest.raises(VerifierLimitError, match="cannot be evaluated for any value") as info:
         _divides_by_zero_always.lower(backend, check=True)
     assert "xs.maximum" in info.value.fix
+
+
+# ---------------------------------------------------------------- clusters (issue 39)
+def test_cluster_skeleton_copies_programs_and_joins_multicast_pipes():
+    """A cluster with a multicast pipe is checked as its programs together
+    (xsync/lowering/cluster_protocol.py): instances per program, named by it; a multicast pipe
+    one channel joining every program, the other pipes and the barriers per program; each copy
+    reads its own rank; a kernel without a multicast pipe keeps its one-program skeleton."""
+    from tests.core import corpus as C
+    from xsync.backends import place
+    from xsync.lowering import ir
+    from xsync.lowering.cluster_protocol import ClusterSkeleton, expand, program_expr
+    from xsync.lowering.frontend import parse_kernel
+    from xsync.lowering.protocol import Branch, Loop, derive
+
+    k = C.cluster4_copy_pipeline
+    kir = parse_kernel(k.fn, *k.specialization())
+    base = derive(kir, place(kir, "nvidia"))
+    skel = expand(kir, base)
+    assert isinstance(skel, ClusterSkeleton) and skel.cluster == 4 and skel.multicast == ("ring",)
+    assert len(skel.instances) == 4 * len(base.instances)
+    assert skel.instances[len(base.instances)].label == "producer (program 1 of the cluster)"
+    ring, mine = skel.link("ring"), skel.link("mine")
+    assert len(ring.channels) == 1 and len(ring.channels[0].producers) == 4 and len(ring.channels[0].consumers) == 4
+    assert len(mine.channels) == 4 and all(len(ch.producers) == 1 for ch in mine.channels)
+    assert len(skel.barriers) == 4 and len({b.members for b in skel.barriers}) == 4
+    assert skel.membership("team", skel.barriers[2].members[0]) is skel.barriers[2]
+    assert skel.who(ring.channels[0].consumers[3]) == "work (consumer) (program 3 of the cluster)"
+    # cluster_rank() (program_id(0) % 4) is the copy's rank; program_id(0) is 4 * C + rank
+    pid = ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),))
+    assert program_expr(ir.Compare("==", ir.BinOp("%", pid, ir.Const(4)), ir.Const(0)), 2, 4) == ir.Const(False)
+    assert program_expr(ir.BinOp("//", pid, ir.Const(4)), 3, 4) == pid
+    assert program_expr(pid, 3, 4) == ir.BinOp("+", ir.BinOp("*", ir.Const(4), pid), ir.Const(3))
+    # one program's loops and branches keep their shape in every copy
+    shape = lambda prog: [type(n) for n in prog if isinstance(n, (Loop, Branch))]  # noqa: E731
+    assert all(shape(p) == shape(base.programs[i % len(base.programs)]) for i, p in enumerate(skel.programs))
+    # no multicast pipe (or no cluster): the programs are independent, the skeleton stays
+    plain = parse_kernel(C.late_skip_release_every_8th_fixed.fn, *C.late_skip_release_every_8th_fixed.specialization())
+    one = derive(plain, place(plain, "cpu"))
+    assert expand(plain, one) is one
+
+
+def test_cluster_verdicts_cross_check_every_interleaving():
+    """Joining a multicast pipe's channels across programs keeps the system confluent: the
+    exhaustive search over interleavings ends where the greedy run does, on every placement."""
+    from tests.core import corpus as C
+    from xsync.backends import place
+    from xsync.lowering.frontend import parse_kernel
+    from xsync.lowering.verify import verify
+
+    for name, ok in (("cluster_copy_pipeline", True), ("cluster_gemm", True), ("cluster_rank1_never_releases", False)):
+        k = getattr(C, name)
+        for backend in ("cpu", "nvidia", "ascend"):
+            kir = parse_kernel(k.fn, *k.specialization())
+            if ok:
+                assert verify(kir, place(kir, backend), exhaustive=True).cross_checked > 0
+            else:
+                with pytest.raises(DeadlockError, match="program 1 of the cluster never releases"):
+                    verify(kir, place(kir, backend), exhaustive=True)

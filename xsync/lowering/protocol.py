@@ -354,6 +354,10 @@ class Skeleton:
     def barrier(self, name: str) -> BarrierMembership:
         return next(b for b in self.barriers if b.obj == name)
 
+    def membership(self, obj: str, instance: int) -> BarrierMembership:
+        """The members ``instance`` meets at barrier ``obj`` (a cluster: those of its program)."""
+        return next(b for b in self.barriers if b.obj == obj and instance in b.members)
+
     def endpoints_of(self, role: str) -> tuple[Endpoint, ...]:
         return tuple(e for e in self.endpoints if e.role == role)
 

@@ -150,9 +150,11 @@ def from_recording(tr, kernel_ir, placement, constexprs: dict) -> Timeline:
     starts = [op.t_start for prog in tr.programs for op in prog.ops]
     t0 = min(starts) if starts else 0
     us = lambda ns: (ns - t0) / 1000.0  # noqa: E731
+    from xsync.lowering.cluster_protocol import expand
     from xsync.lowering.protocol import derive
 
-    by_label = {inst.label: inst for inst in derive(kernel_ir, placement).instances}
+    # a cluster with a multicast pipe runs its programs together (lanes per program)
+    by_label = {inst.label: inst for inst in expand(kernel_ir, derive(kernel_ir, placement)).instances}
     info = []
     for lb in lanes:
         inst = by_label.get(lb)

@@ -148,7 +148,7 @@ class Agent:
             ch.waits[e] += 1
 
     def sync(self, barrier, line=0, at=None):
-        b, mon = self.program.barriers[barrier], self.monitor
+        b, mon = self.program.barrier(barrier, self.instance), self.monitor
         with mon.cond:
             b.arrivals[self.label] += 1
             b.sites[self.label].add(line, at)
@@ -157,7 +157,7 @@ class Agent:
             mon.block_until(self.label, lambda: b.met(mine), lambda: b.why(mine), line, at)
 
     def arrive(self, barrier, line=0, at=None):
-        b, mon = self.program.barriers[barrier], self.monitor
+        b, mon = self.program.barrier(barrier, self.instance), self.monitor
         with mon.cond:
             b.arrivals[self.label] += 1
             b.sites[self.label].add(line, at)
@@ -248,7 +248,7 @@ class CoopAgent(Agent):
         self.sched.moves += 1
 
     def sync(self, barrier, line=0, at=None):
-        b = self.program.barriers[barrier]
+        b = self.program.barrier(barrier, self.instance)
         b.arrivals[self.label] += 1
         b.sites[self.label].add(line, at)
         self.sched.moves += 1
@@ -257,7 +257,7 @@ class CoopAgent(Agent):
             yield from self._block(lambda: b.met(mine), lambda: b.why(mine), line, at)
 
     def arrive(self, barrier, line=0, at=None):
-        b = self.program.barriers[barrier]
+        b = self.program.barrier(barrier, self.instance)
         b.arrivals[self.label] += 1
         b.sites[self.label].add(line, at)
         self.sched.moves += 1

@@ -144,10 +144,10 @@ class GatherChannel:
     replica, waited and released together. The k-th wait needs the k-th commit of every ring
     and returns slot k of each, in replica order; the rings share the consumer's counts."""
 
-    def __init__(self, name, stages, producers, consumer):
+    def __init__(self, name, stages, producers, consumer, ring=PipeChannel):
         self.name, self.stages = name, stages
         self.consumers = (consumer,)
-        self.rings = [PipeChannel(name, stages, p, (consumer,)) for p in producers]
+        self.rings = [ring(name, stages, p, (consumer,)) for p in producers]
         self.waited, self.released = self.rings[0].waited, self.rings[0].released
         self.wait_sites = self.rings[0].wait_sites
         for r in self.rings[1:]:
@@ -196,15 +196,70 @@ class BarrierRT:
                 + ", ".join(m for m, n in self.arrivals.items() if n < mine))
 
 
+class MulticastRing(PipeChannel):
+    """One program's ring of a multicast pipe's channel in a cluster (``xs.cluster``): its own
+    slots, which its producer fills with its copy of the tile every program receives, counted
+    against the rings of every program: a slot is free for this producer once every program's
+    consumers released it, and full for this program's consumers once every program's
+    producer committed it (as TMA multicast with cluster-scope mbarriers)."""
+
+    def __init__(self, name, stages, producer, consumers):
+        super().__init__(name, stages, producer, consumers)
+        self.peers: list[MulticastRing] = [self]      # the channel's rings, one per program
+
+    def can_acquire(self) -> bool:
+        return all(self.acquired - r.released[c] < self.stages for r in self.peers for c in r.consumers)
+
+    def why_acquire(self, labels) -> str:
+        ring, low = min(((r, c) for r in self.peers for c in r.consumers), key=lambda rc: rc[0].released[rc[1]])
+        return (f"acquire on multicast pipe '{self.name}': all {self.stages} slot(s) in use ({self.acquired} "
+                f"acquired, {ring.released[low]} released by {labels(low)})")
+
+    def can_wait(self, c) -> bool:
+        return self.waited[c] < min(r.committed for r in self.peers)
+
+    def why_wait(self, c, labels) -> str:
+        low = min(self.peers, key=lambda r: r.committed)
+        return (f"wait on multicast pipe '{self.name}': slot {self.waited[c]} not committed "
+                f"({low.committed} committed by {labels(low.producer)})")
+
+
+def _multicast_channel(skel, link, ch) -> tuple[list[MulticastRing], dict]:
+    """A multicast channel's rings (one per program of the cluster; of a gather pipe one per
+    producer replica of each program) and the channel each endpoint uses."""
+    rings, uses = [], {}
+    for p in range(skel.cluster):
+        prods = [e for e in ch.producers if skel.program_of(e.instance) == p]
+        cons = [e for e in ch.consumers if skel.program_of(e.instance) == p]
+        if link.gather_pipe:
+            gather = GatherChannel(link.obj, link.capacity, prods, cons[0], ring=MulticastRing)
+            rings += gather.rings
+            uses[cons[0]] = gather
+            uses.update(zip(prods, gather.rings))
+        else:
+            rings.append(MulticastRing(link.obj, link.capacity, prods[0], cons))
+            uses.update({e: rings[-1] for e in prods + cons})
+    for r in rings:
+        r.peers = rings
+    return rings, uses
+
+
 class Program:
-    """The sync objects of one program, built from the skeleton."""
+    """The sync objects of one program (or of the programs of a cluster that share a multicast
+    pipe: ``xsync.lowering.cluster_protocol``), built from the skeleton."""
 
     def __init__(self, skel, labels):
         self.skel, self.labels = skel, labels
         self.channels: dict[tuple, object] = {}    # (object, endpoint) -> channel
         self.pipes, self.events, self.barriers = [], [], {}
+        multicast = getattr(skel, "multicast", ())
         for link in skel.links:
             for ch in link.channels:
+                if link.obj in multicast:
+                    rings, uses = _multicast_channel(skel, link, ch)
+                    self.pipes += rings
+                    self.channels.update({(link.obj, e): rt for e, rt in uses.items()})
+                    continue
                 if link.gather_pipe:
                     rt = GatherChannel(link.obj, link.capacity, ch.producers, ch.consumers[0])
                     self.pipes += rt.rings
@@ -220,8 +275,12 @@ class Program:
                     self.events.append(rt)
                 for e in ch.producers + ch.consumers:
                     self.channels[(link.obj, e)] = rt
+        self._barrier_of: dict[tuple, BarrierRT] = {}   # (barrier, instance) -> its meetings
         for b in skel.barriers:
-            self.barriers[b.obj] = BarrierRT(b.obj, [labels[m] for m in b.members])
+            rt = BarrierRT(b.obj, [labels[m] for m in b.members])
+            self.barriers[(b.obj, b.members)] = rt
+            for m in b.members:
+                self._barrier_of[(b.obj, m)] = rt
         self.adds: dict[int, list] = {}            # agent instance -> its queued ordered adds
 
     def queue_add(self, instance: int, add: tuple) -> None:
@@ -236,6 +295,10 @@ class Program:
             for tensor, offsets, value, bounds in self.adds[instance]:
                 store_add(tensor, offsets, value, bounds)
         self.adds.clear()
+
+    def barrier(self, obj: str, instance: int) -> BarrierRT:
+        """The meetings of barrier ``obj`` that ``instance`` takes part in."""
+        return self._barrier_of[(obj, instance)]
 
     def label(self, ep) -> str:
         return self.skel.endpoint_label(ep)

@@ -4,7 +4,10 @@ Every agent instance of a program runs the agent function the CPU renderer gener
 sync objects are built from the protocol's skeleton (``xsync.lowering.protocol``): each
 pipe and event is a set of channels (1 -> N broadcast, N -> N paired, N -> 1 gather),
 each barrier a count over its member instances -- the same objects the verifier reasons
-about, never re-derived here.
+about, never re-derived here. The programs of a cluster that share a multicast pipe
+(``xs.cluster`` with ``xs.tile(..., multicast=True)``) run together, as the instances of the
+cluster's skeleton (``xsync.lowering.cluster_protocol``): each program's producer fills its own
+copy of a multicast slot, which is free (full) only once every program released (committed) it.
 
 Two schedulers run the same semantics (``XSYNC_CPU_MODE``):
 

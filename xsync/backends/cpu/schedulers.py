@@ -14,6 +14,7 @@ from xsync.backends.cpu.watchdog import Deadline, Overtime, position, timeout_er
 from xsync.backends.cpu.recording import (ProgramTrace, RecordingAgent, RecordingMonitor, active_trace,
                                           link_pairs, object_infos)
 from xsync.errors import LaunchError
+from xsync.lowering.cluster_protocol import ClusterSkeleton, expand
 from xsync.lowering.ir import ParamKind
 from xsync.lowering.verifier.check import run_time_verdict
 
@@ -45,15 +46,28 @@ def run_grid(compiled, grid: tuple[int, ...], args: dict, join_timeout: float):
 
     run = _run_coop if getattr(compiled, "mode", "threads") == "cooperative" else _run_program
     deadline = Deadline(join_timeout)
-    total = math.prod(grid)
-    for done, pid in enumerate(itertools.product(*(range(g) for g in grid))):
+    # the programs of a cluster that share a multicast pipe run together, as one program of
+    # the cluster's skeleton (xsync.lowering.cluster_protocol); ``pid`` is then its program 0's
+    skel = expand(compiled.kernel, compiled.skeleton)
+    step = skel.cluster if isinstance(skel, ClusterSkeleton) else 1
+    ranges = [range(0, grid[0], step)] + [range(g) for g in grid[1:]]
+    total = math.prod(len(r) for r in ranges)
+    for done, pid in enumerate(itertools.product(*ranges)):
         if deadline.passed():
             raise timeout_error(compiled, tuple(pid), deadline, {}, done, total)
-        run(compiled, tuple(pid), grid, args, deadline, (done, total))
+        run(compiled, tuple(pid), grid, args, deadline, (done, total), skel)
 
 
-def _scalar_note(k, args) -> str:
+def _pid(skel, inst, pid: tuple) -> tuple:
+    """The program id of ``inst``: in a cluster's skeleton, program p of the cluster at ``pid``."""
+    return (pid[0] + inst.program,) + pid[1:] if isinstance(skel, ClusterSkeleton) else pid
+
+
+def _scalar_note(k, args, skel=None, pid=()) -> str:
     shown = [f"{p.name} = {args[p.name]}" for p in k.params if p.kind is ParamKind.SCALAR and p.name in args]
+    if isinstance(skel, ClusterSkeleton):     # the programs of one cluster run together
+        shown.append(f"cluster {pid[0] // skel.cluster} (programs {pid[0]}..{pid[0] + skel.cluster - 1} "
+                     f"of axis 0)")
     return ("with " + ", ".join(shown) + "\n") if shown else ""
 
 
@@ -62,15 +76,15 @@ def _verdict(compiled) -> str | None:
     return run_time_verdict(getattr(compiled, "lowered", None))
 
 
-def _run_coop(compiled, pid, grid, args, deadline, progress=(0, 1)):
-    k, skel = compiled.kernel, compiled.skeleton
+def _run_coop(compiled, pid, grid, args, deadline, progress=(0, 1), skel=None):
+    k, skel = compiled.kernel, skel or compiled.skeleton
     labels = [inst.label for inst in skel.instances]
     program = Program(skel, labels)
     sched = CoopScheduler()
     sched.deadline = deadline      # CoopAgent.tick checks it at every loop iteration
     live = []
     for inst in skel.instances:
-        ag = CoopAgent(inst.label, inst.replica, pid, grid, program, None, inst.index, k.file,
+        ag = CoopAgent(inst.label, inst.replica, _pid(skel, inst, pid), grid, program, None, inst.index, k.file,
                        k.name, scheduler=sched)
         live.append((ag, compiled.agent_functions[inst.agent](ag, **args)))
     done: set = set()
@@ -92,12 +106,12 @@ def _run_coop(compiled, pid, grid, args, deadline, progress=(0, 1)):
             status = {ag.label: ("done" if ag.label in done else
                                  (sched.status[ag.label][0](),) + sched.status[ag.label][1:])
                       for ag, _ in live}
-            raise stall_error(k.name, k.file, status, _scalar_note(k, args), _verdict(compiled))
+            raise stall_error(k.name, k.file, status, _scalar_note(k, args, skel, pid), _verdict(compiled))
         if deadline.passed():
             raise _coop_overtime(compiled, pid, live, done, sched, None, None, progress)
     left = program.leftovers()
     if left:
-        raise leftover_error(k.name, k.file, left, _scalar_note(k, args), _verdict(compiled))
+        raise leftover_error(k.name, k.file, left, _scalar_note(k, args, skel, pid), _verdict(compiled))
     program.flush_adds()
 
 
@@ -118,10 +132,10 @@ def _coop_overtime(compiled, pid, live, done, sched, running, over, progress) ->
     return timeout_error(compiled, pid, sched.deadline, where, *progress)
 
 
-def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1)):
-    k, placement, skel = compiled.kernel, compiled.placement, compiled.skeleton
+def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1), skel=None):
+    k, placement, skel = compiled.kernel, compiled.placement, skel or compiled.skeleton
     labels = [inst.label for inst in skel.instances]
-    scalars, verdict = _scalar_note(k, args), _verdict(compiled)
+    scalars, verdict = _scalar_note(k, args, skel, pid), _verdict(compiled)
     program = Program(skel, labels)
     trace = active_trace()
     if trace is None:
@@ -142,9 +156,10 @@ def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1)):
     for inst in skel.instances:
         fn = compiled.agent_functions[inst.agent]
         if trace is None:
-            ag = Agent(inst.label, inst.replica, pid, grid, program, mon, inst.index, k.file, k.name)
+            ag = Agent(inst.label, inst.replica, _pid(skel, inst, pid), grid, program, mon, inst.index,
+                       k.file, k.name)
         else:
-            ag = RecordingAgent(inst.label, inst.replica, pid, grid, program, mon, inst.index,
+            ag = RecordingAgent(inst.label, inst.replica, _pid(skel, inst, pid), grid, program, mon, inst.index,
                                  k.file, k.name, trace=trace, program_index=len(trace.programs) - 1)
 
         def body(fn=fn, ag=ag):

@@ -73,6 +73,7 @@ from dataclasses import dataclass, field, replace
 
 from xsync.errors import ProtocolError, VerifierLimitError, XSyncError
 from xsync.lowering import ir
+from xsync.lowering.cluster_protocol import cluster_text, expand
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import Skeleton, derive
 from xsync.lowering.verifier.candidates import Scalars
@@ -228,7 +229,8 @@ def verify(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | None 
     """Raise a ProtocolError (DeadlockError, LeftoverError, SlotOrderError,
     PhaseAliasingError, FlagOverflowError) for the worst bug at the smallest scalar values
     that show it; return a report otherwise."""
-    skel = skeleton or derive(kernel, placement)
+    # a cluster with a multicast pipe: its programs checked together (cluster_protocol)
+    skel = expand(kernel, skeleton or derive(kernel, placement))
     candidates = episode_loops(skel)
     general = None
     # A persistent tile loop (tile_loops) is checked iteration by iteration first: the
@@ -316,9 +318,9 @@ def _check(kernel, placement, skel, sc: Scalars, exhaustive: bool, one_copy: boo
         err = falsify(kernel, placement, skel, sc.episodes_wanted, bounds, periods, exhaustive)
         if err is not None:
             raise err
-    shown = tuple(scalar_name(n, sc) for n in names)
+    shown = tuple(cluster_text(skel, scalar_name(n, sc)) for n in names)
     runtime = {o.loop_line for o in sc.observations if o.kind == "trip" and free_scalars(o.form)}
-    loops = tuple((ln, sc.loops[ln].key, bounds[ln], periods[ln]) for ln in sorted(bounds)
+    loops = tuple((ln, cluster_text(skel, sc.loops[ln].key), bounds[ln], periods[ln]) for ln in sorted(bounds)
                   if ln in runtime)
     return VerifyReport(placement.backend, len(found), steps, shown, loops, complete,
                         tuple(unproven), sum(r[2].cross_checked for r in results),

@@ -4,6 +4,7 @@ interleaving that leads there, where each agent stands and why), the fix each na
 from __future__ import annotations
 
 from xsync.errors import DeadlockError, LeftoverError, SlotOrderError, XSyncError
+from xsync.lowering.cluster_protocol import CLUSTER_FIX, cluster_blame, cluster_loop_text, cluster_scalar
 from xsync.lowering.ir import Verb
 from xsync.lowering.verifier.candidates import Scalars
 from xsync.lowering.verifier.counterexample import Counterexample
@@ -53,7 +54,7 @@ def scalar_note(run) -> str:
         if o.kind == "trip" and v is not None:
             t = v[0] if isinstance(v, tuple) else v
             facts = run.sc.loops.get(o.loop_line)
-            key = facts.key if facts else "?"
+            key = cluster_loop_text(run.skel, o.form) or (facts.key if facts else "?")
             loops.append((o.loop_line, f"loop at line {o.loop_line} `{key}` runs {t} time(s)"))
     for key, kind in sorted(run.sc.opaque.items()):
         v = run.assignment.get(key)
@@ -73,7 +74,7 @@ def used_scalars(run) -> list[tuple[str, object]]:
         if k in keys or k.startswith("xs.program_id") or k.startswith("xs.num_programs"):
             if k in run.sc.opaque:
                 continue
-            out.append((k, v))
+            out.append((cluster_scalar(run.skel, k), v))
     return out
 
 
@@ -108,7 +109,7 @@ def why_blocked(run, i, state) -> str:
         return f"wait on event '{a.obj}': signal {waited + 1} not sent yet ({sent})"
     if a.meeting:
         mine = run.count((i, MEETING, a.obj), state)
-        late = [j for j in run.bars[a.obj].members
+        late = [j for j in run.skel.membership(a.obj, i).members
                 if j != i and run.count((j, MEETING, a.obj), state) < mine]
         verb = a.verb      # sync, or arrive (which does not wait)
         return (f"{verb} on barrier '{a.obj}' (meeting {mine}): waiting for "
@@ -163,6 +164,9 @@ def deadlock_error(run, final) -> DeadlockError:
     state = run.greedy([0] * len(run.ids), path=path)
     stuck = [i for i in range(len(run.ids)) if state[i] < run.lens[i]]
     culprit, fix, objects = diagnose(run, state, stuck)
+    blame = cluster_blame(run, state, stuck)    # a multicast slot between programs of a cluster
+    if blame:
+        fix = f"{blame}: {CLUSTER_FIX}; {fix}"
     a = run.progs[culprit][state[culprit]].action
     roles = sorted({run.progs[i][state[i]].action.endpoint.role for i in stuck})
     objs = sorted({run.progs[i][state[i]].action.obj for i in stuck} | set(objects))
@@ -170,7 +174,7 @@ def deadlock_error(run, final) -> DeadlockError:
         f"deadlock on the {run.skel.backend} placement: "
         f"{', '.join(instance_label(run, i) for i in stuck)} wait(s) forever",
         loc=a.loc, objects=tuple(roles + objs), fix=fix,
-        details=(scalar_note(run, ) + placement_notes(run, roles + objs)
+        details=(scalar_note(run, ) + (f"cluster: {blame}\n" if blame else "") + placement_notes(run, roles + objs)
                  + f"shortest interleaving ({len(path)} steps):\n" + format_path(run, path)
                  + "then:\n" + positions_text(run, state)))
     err.counterexample = Counterexample.of(run, state, path, lambda i: why_blocked(run, i, state),

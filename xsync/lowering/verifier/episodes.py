@@ -33,8 +33,9 @@ def episode_loops(skel: Skeleton) -> dict[int, str]:
 
     1. L is a top-level statement of every instance's program (every agent runs it, under
        no condition),
-    2. its bounds read no value derived from ``xs.replica_id()`` (every instance runs the
-       same number of iterations),
+    2. its bounds read no value derived from ``xs.replica_id()`` and are the same expressions in
+       every instance (every instance runs the same number of iterations; the copies of a
+       cluster's programs read their rank, ``xsync.lowering.cluster_protocol``),
     3. every sync object used in L is used only in L, and
     4. no value assigned in L's body is read by a bound or condition before the body assigns
        it again (nothing the protocol depends on is carried from one iteration to the next).
@@ -67,6 +68,8 @@ def episode_loops(skel: Skeleton) -> dict[int, str]:
         loops = [t[line] for t in tops]
         if any(replica_derived(prog, loop) for prog, loop in zip(programs, loops)):
             continue
+        if len({(lp.start, lp.stop, lp.step) for lp in loops}) > 1:
+            continue    # bounds that differ by instance (a cluster's copies: `range(n + xs.cluster_rank())`)
         if inside_objs[line] & outside or not inside_objs[line]:
             continue
         others = {ln for ln in common if ln != line}

@@ -72,7 +72,6 @@ class Tables:
     def __init__(self, skel: Skeleton, sc: Scalars):
         self.sc = sc
         links = {x.obj: x for x in skel.links}
-        bars = {b.obj: b for b in skel.barriers}
         keys: dict[tuple, int] = {}
         self.key_inst: list[int] = []
 
@@ -104,7 +103,7 @@ class Tables:
                 tpl = tuple((kid((q, Verb.SIGNAL, a.obj), q.instance), q.instance, 1, 0)
                             for q in links[a.obj].channel_of(a.endpoint).producers)
             elif a.meeting and a.waits:
-                tpl = tuple((kid((j, MEETING, a.obj), j), j, 0, 0) for j in bars[a.obj].members if j != inst)
+                tpl = tuple((kid((j, MEETING, a.obj), j), j, 0, 0) for j in skel.membership(a.obj, inst).members if j != inst)
             self.tpl.append(tpl)
             held = None
             if a.verb in (Verb.ACQUIRE, Verb.COMMIT):
