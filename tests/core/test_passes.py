@@ -134,3 +134,14 @@ def test_the_verifier_reads_a_rotated_guard_from_the_trip_count():
     assert not iterations_ahead(ir.Compare("<=", ir.BinOp("+", i, ir.Const(64)), n), i, n, ir.Const(64))
     assert not iterations_ahead(ir.Compare("<", ir.BinOp("+", i, ir.Const(64)), Atom("m", "int")), i, n,
                                 ir.Const(64))
+
+
+def test_a_rewrite_proven_only_up_to_bounds_is_not_kept():
+    """Rule 7: the windowed fused dK/dV on Ascend (32-row steps: dQ's share fits L0C) rotated is
+    proven only up to the verifier's bounds, as written for every value: lowering keeps the
+    kernel as written, and the log says why."""
+    cx, dtypes = attention_bwd_dkdv.specialization()
+    cx.update(grad.fused_block_sizes("ascend", 128), CAUSAL=0, WINDOW=1)
+    low = attention_bwd_dkdv.lower("ascend", cx, dtypes)
+    assert low.report.proven and "not kept" in low.passes.text()
+    assert "cross-agent-pipeline: applied" not in low.passes.text()

@@ -30,7 +30,10 @@ Applicability, for a ``for`` loop L and an agent A (numbered as in the log):
    before stage_b(i)), and stage_a writes no name stage_b reads (stage_b(i) must see its own
    iteration's values, which only travel through pipes), except as rule 9 allows.
 6. stage_a reads no name that unannotated statements of L's body define.
-7. The rewritten protocol verifies (checked by ``Kernel.lower`` right after the passes).
+7. The rewritten protocol verifies (checked by ``Kernel.lower`` right after the passes). Where
+   it is proven only up to the verifier's bounds and the kernel as written for every value
+   (the windowed fused dK/dV on Ascend), lowering keeps the kernel as written; the log says
+   "not kept".
 8. Depth: stage_a runs one iteration ahead per stage of P beyond the first, at most two (a
    3-stage P: the prologue issues the first two iterations' stage_a, the loop stage_a(i + 2 step)
    before stage_b(i)); P's stages are the slots those hand-offs occupy.
