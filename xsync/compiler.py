@@ -23,6 +23,7 @@ that is not proven is not lowered, compiled or launched: where it is verified
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import inspect
 import operator
@@ -208,9 +209,21 @@ class Kernel:
         reduce_add.check(kernel, placement)
         log = PassLog()
         # The verifier checks what the passes emit, not what the user wrote.
+        written = kernel
         kernel = passes.run(kernel, placement, log, options)
         skeleton = derive(kernel, placement)
         report = verify(kernel, placement, skeleton) if check else None
+        if report is not None and not report.proven and kernel is not written:
+            # a rewrite the verifier proves only up to its bounds is not kept where the kernel
+            # as written is proven (cross-agent-pipeline rule 7): a proof beats a schedule
+            plain = derive(written, placement)
+            first = verify(written, placement, plain)
+            if first.proven:
+                log = PassLog([n if not n.applied else dataclasses.replace(
+                    n, applied=False, why=f"{n.why}; not kept: the rewritten protocol is proven only "
+                                          f"up to the verifier's bounds, the kernel as written for every value")
+                    for n in log.notes])
+                kernel, skeleton, report = written, plain, first
         if report is not None and not report.proven:
             if accept is None:
                 raise not_proven_error(kernel, report)

@@ -74,10 +74,14 @@ def fused_dq(backend: str, head_dim: int = 128, causal: bool = False, max_seq: i
 def fused_block_sizes(backend: str, head_dim: int = 128, causal: bool = False,
                       max_seq: int = 0) -> dict:
     """The dK/dV kernel's constexprs with FUSED_DQ=1: the schedule's, with at least 64 query rows
-    a step on Hopper (dQ's share is a [BN, D] wgmma result: M >= 64)."""
+    a step on Hopper (dQ's share is a [BN, D] wgmma result: M >= 64), at most 32 on Ascend (16
+    at d256): the cube holds each replica's [BN, D] fp32 share in L0C beside its dK and dV
+    accumulators (xsync/backends/ascend/memory.py rule 7: 112 KB of 128 at d128)."""
     blocks = block_sizes(backend, head_dim, causal, max_seq)
     if schedule.target(backend) == "nvidia":
         blocks["BN"] = max(blocks["BN"], 64)
+    elif schedule.target(backend) == "ascend":
+        blocks["BN"] = min(blocks["BN"], 32 if ops.tile_dim(head_dim) <= 128 else 16)
     return dict(blocks, FUSED_DQ=1)
 
 

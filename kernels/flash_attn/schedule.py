@@ -202,6 +202,10 @@ BACKWARD_TABLE: tuple[Row, ...] = (
     # d256: 16 rows a replica -- at 32, dK/dV's four 32 x 256 fp32 accumulators (two replicas)
     # and the S/dP products need 160 KB of the cube's 128 KB L0C (HIVM's plan-memory)
     Row("ascend", 256, None, None, Schedule(BM=16, BN=64, STAGES=2, persistent=True)),
+    # 64 keys (dK/dV) or rows (dQ) a program: at BM = 64 the cube's two replicas' accumulators
+    # and products need 256 KB (dK/dV) or 192 KB (dQ) of L0C (memory.py rule 7, as the HIVM
+    # compiler reports); the cube runs a step ahead (cross-agent-pipeline rule 9): modelled
+    # backward 25 -> 44 TFLOP/s at d128 s16k (benchmarks/results/flash_attn_ascend_cost.md)
     Row("ascend", None, None, None, Schedule(BM=32, BN=128, STAGES=2, persistent=True)),
     # the CPU fuses dQ into the dK/dV kernel (one pass over the score tiles instead of two;
     # tests/core/test_backward_fused_dq.py checks it against float64). Hopper keeps the dQ

@@ -15,6 +15,7 @@ import memory_cases as mc
 from test_ascend_hivm import specializations
 from xsync.backends.ascend import hivm, memory
 from xsync.errors import AllocationError
+from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq
 from xsync.kernels.gemm import gemm
 from xsync.kernels.gemm_softmax import gemm_softmax
 from xsync.lowering.placement import Unit
@@ -32,6 +33,11 @@ SAMPLE = [  # (kernel, constexprs): fits and overflows on both sides of the boun
     # the cube: L1 full without multi-buffering (fits), then over (cbuf overflow), L0C over
     (gemm, dict(BM=128, BN=128, BK=1024)), (gemm, dict(BM=256, BN=128, BK=1024)),
     (gemm, dict(BM=256, BN=256, BK=256)),
+    # the cube runs the replicas of dK/dV's and dQ's mma in lockstep, each with its own
+    # accumulators and products (rule 7): 128 keys or rows a program fit, 256 overflow L0C
+    (attention_bwd_dkdv, dict(BM=32, BN=128, D=128, CAUSAL=0)),
+    (attention_bwd_dkdv, dict(BM=64, BN=128, D=128, CAUSAL=0)),
+    (attention_bwd_dq, dict(BM=64, BN=128, D=128, CAUSAL=0)),
 ]
 SIZES = [(16, 512), (16, 1024), (16, 1536), (16, 2048), (8, 4096), (16, 4096), (32, 1024), (1, 8192)]
 CORPUS = [(k, dict(BM=bm, BN=bn)) for k in (mc.rmsnorm, mc.softmax, mc.chain, mc.column_loop)

@@ -47,6 +47,10 @@ def assert_close(name, got, want, floor):
     (2, 1, 80, 40, 64, True, torch.bfloat16),      # MQA; rows that see no key
     (4, 2, 40, 50, 96, True, torch.bfloat16),      # d96: 128-wide tiles, zero columns
     (2, 1, 40, 50, 256, False, torch.bfloat16),    # d256: 16 rows a replica (schedule.py)
+    # several steps a tile: the cube's rotated loops (prologue, steps ahead, the last step;
+    # the later stage's Q/dO or K loaded again, cross-agent-pipeline rule 9)
+    (2, 1, 300, 280, 64, True, torch.bfloat16),
+    (1, 1, 270, 390, 128, False, torch.float16),
 ])
 def test_attention_backward_dense(hq, hk, sq, sk, d, causal, dtype):
     torch.manual_seed(sq + sk)

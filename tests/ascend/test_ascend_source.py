@@ -7,6 +7,8 @@ import os
 import ascend_cases as cases
 import pytest
 
+from xsync.kernels.flash_attn import grad
+from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq
 from xsync.kernels.gemm import gemm
 from xsync.kernels.gemm_softmax import gemm_softmax
 from test_ascend_hivm import RELEASE_FORM_REFUSED, all_kernels
@@ -18,8 +20,17 @@ GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 
 
 def source(kernel, form):
-    lw = kernel.lower("ascend")
+    lw = kernel.lower("ascend", *specialization(kernel))
     return compile_kernel(lw.kernel, lw.placement, lw.allocation, form=form).source
+
+
+def specialization(kernel):
+    """The example's; the attention backward's at the Ascend schedule's tiles (the example's,
+    Hopper's, overflow the cube's L0C: xsync/backends/ascend/memory.py rule 7)."""
+    cx, dtypes = kernel.specialization()
+    if kernel in (attention_bwd_dkdv, attention_bwd_dq):
+        cx.update(grad.block_sizes("ascend", 128))
+    return cx, dtypes
 
 
 def normalized(kernel, form):

@@ -67,6 +67,86 @@ def carried_into_the_hand_off(a, b, out, n, BM: xs.constexpr, BN: xs.constexpr):
         xs.store(out, [0, 0], acc)
 
 
+@xs.kernel(example=EX)
+def tile_read_by_both_stages(a, b, out, n, BM: xs.constexpr, BN: xs.constexpr):
+    """The cube's loader hands it a tile of ``a`` (a same-core pipe) that both the hand-off's
+    product and the answer's product read, as the attention backward's Q: rotatable, the
+    later product loading the tile again (cross-agent-pipeline rule 9)."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    vec = xs.role("vec", kind="vector")
+    a_in = xs.pipe(load, mma, stages=2, a=xs.tile([BM, BN], a.dtype))
+    fwd = xs.pipe(mma, vec, stages=2, s=xs.tile([BM, BM], xs.float32))
+    back = xs.pipe(vec, mma, stages=2, p=xs.tile([BM, BM], a.dtype))
+    for i in range(0, n, 1):
+        with load:
+            x = a_in.acquire()
+            x.a = xs.load(a, [i * BM, 0], [BM, BN])
+            a_in.commit()
+        with mma:
+            at = a_in.wait()
+            s = xs.mma(at.a, xs.trans(at.a))
+            s = xs.mma_wait(s, pending=0)
+            f = fwd.acquire()
+            f.s = s
+            fwd.commit()
+        with vec:
+            g = fwd.wait()
+            y = xs.exp2(g.s)
+            fwd.release()
+            h = back.acquire()
+            h.p = y.to(a.dtype)
+            back.commit()
+        with mma:
+            r = back.wait()
+            z = xs.mma(r.p, at.a)
+            z = xs.mma_wait(z, pending=0)
+            back.release()
+            a_in.release()
+            xs.store(out, [i * BM, 0], z)
+
+
+@xs.kernel(example=EX)
+def tile_from_a_running_value(a, b, out, n, BM: xs.constexpr, BN: xs.constexpr):
+    """As above, but the tile is loaded at a row the loop advances: the later stage could not
+    load it again (rule 9 refuses)."""
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    vec = xs.role("vec", kind="vector")
+    a_in = xs.pipe(load, mma, stages=2, a=xs.tile([BM, BN], a.dtype))
+    fwd = xs.pipe(mma, vec, stages=2, s=xs.tile([BM, BM], xs.float32))
+    back = xs.pipe(vec, mma, stages=2, p=xs.tile([BM, BM], a.dtype))
+    with load:
+        row = 0
+    for i in range(0, n, 1):
+        with load:
+            row = row + BM
+            x = a_in.acquire()
+            x.a = xs.load(a, [row - BM, 0], [BM, BN])
+            a_in.commit()
+        with mma:
+            at = a_in.wait()
+            s = xs.mma(at.a, xs.trans(at.a))
+            s = xs.mma_wait(s, pending=0)
+            f = fwd.acquire()
+            f.s = s
+            fwd.commit()
+        with vec:
+            g = fwd.wait()
+            y = xs.exp2(g.s)
+            fwd.release()
+            h = back.acquire()
+            h.p = y.to(a.dtype)
+            back.commit()
+        with mma:
+            r = back.wait()
+            z = xs.mma(r.p, at.a)
+            z = xs.mma_wait(z, pending=0)
+            back.release()
+            a_in.release()
+            xs.store(out, [i * BM, 0], z)
+
+
 # ---------------------------------------------------------------- merge-pipes (Hopper)
 EX_AB = dict(a=xs.bfloat16, b=xs.bfloat16, out=xs.float32, BM=64, BN=64, STAGES=3)
 

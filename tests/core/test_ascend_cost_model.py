@@ -113,6 +113,24 @@ def test_reads_a_lowered_kernel(lowered_forward):
     assert math.isclose(a, b, rel_tol=0.01)
 
 
+def test_reads_the_pipelined_backward():
+    """dK/dV on the Ascend schedule: the cube one step ahead (cross-agent-pipeline rule 9), the
+    step's Q and dO loaded for Sᵀ/dPᵀ and again, per replica, for dK/dV (rule 9's loads)."""
+    from xsync.kernels.flash_attn import schedule
+    from xsync.kernels.flash_attn.backward import attention_bwd_dkdv
+
+    sch = schedule.lookup("ascend", 128, False, 0, schedule.BACKWARD_TABLE)
+    cx, dtypes = attention_bwd_dkdv.specialization()
+    cx.update(sch.constexprs(), D=128, CAUSAL=0)
+    low = attention_bwd_dkdv.lower("ascend", cx, dtypes)
+    bm, bn, d = cx["BM"], cx["BN"], 128
+    t = cost_lowered.traffic(low)
+    tile = bn * d * 2                                   # one bf16 Q or dO tile of the step
+    pds = 2 * (2 * bm * bn * 2)                         # Pᵀ and dSᵀ of both replicas
+    assert t["bytes"]["cube_mte2"] == 2 * tile + 2 * 2 * tile + pds
+    assert cost_lowered.design_from_lowered(low, "dkdv", 2 * bm, bn, d).lookahead == 1
+
+
 def test_a_different_specialization_reads_differently(lowered_forward):
     from xsync.kernels.flash_attn.kernel import attention_fwd
 

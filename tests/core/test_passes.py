@@ -4,9 +4,12 @@ import pytest
 
 import pass_kernels as pk
 import xsync as xs
+from xsync.kernels.flash_attn import grad
+from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq
 from xsync.kernels.flash_attn.kernel import attention_fwd
 from xsync.lowering import ir
 from xsync.lowering.passes import cross_agent_pipeline
+from xsync.lowering.verifier.forms import Atom, LoopVar, iterations_ahead
 
 
 def sync_order(kernel, roles):
@@ -94,3 +97,51 @@ def test_a_dropped_release_planted_in_the_pass_is_rejected(monkeypatch):
     with pytest.raises(xs.ProtocolError) as err:
         pk.round_trip.lower("ascend")
     assert "back" in str(err.value)
+
+
+def test_a_tile_both_stages_read_is_loaded_again_by_the_later_stage():
+    """Rule 9: the rotated stage's same-core slot (the attention backward's Q) reaches the later
+    stage as its own load, not as the slot the next iteration overwrites."""
+    low = pk.tile_read_by_both_stages.lower("ascend")
+    assert "applied" in low.passes.text() and "loaded again for the later stage: 'at.a'" in low.passes.text()
+    assert low.report.complete                          # verified after the pass
+    loop = next(s for s in ir.walk(low.kernel.body) if isinstance(s, ir.For))
+    again = [s for s in ir.walk(loop.body) if isinstance(s, ir.Assign) and s.targets == ("xs_at_a_again",)]
+    assert len(again) == 1 and again[0].value.op is ir.TileOp.LOAD
+    later = [s for s in ir.walk(loop.body) if isinstance(s, ir.Assign) and s.targets == ("z",)
+             and isinstance(s.value, ir.Call) and s.value.op is ir.TileOp.MMA]
+    assert later and later[0].value.args[1] == ir.Name("xs_at_a_again")
+
+
+def test_a_tile_from_a_running_value_keeps_the_schedule():
+    note = pk.tile_from_a_running_value.lower("ascend").passes.text()
+    assert "not applied" in note and "rule 9" in note and "['row']" in note
+
+
+@pytest.mark.parametrize("kernel,what", [(attention_bwd_dkdv, "'qt.do', 'qt.q'"), (attention_bwd_dq, "'kt.k'")])
+def test_the_attention_backward_on_ascend_runs_the_cube_a_step_ahead(kernel, what):
+    cx, dtypes = kernel.specialization()
+    low = kernel.lower("ascend", dict(cx, **grad.block_sizes("ascend", 128)), dtypes)
+    assert "issued one iteration ahead" in low.passes.text() and what in low.passes.text()
+    assert low.report.proven          # (a relaxed value proves too: verifier.relaxation)
+
+
+def test_the_verifier_reads_a_rotated_guard_from_the_trip_count():
+    """``i + j * step < stop`` at iteration k holds iff k + j < trips: no value of its own."""
+    i, n = LoopVar("i", 1), Atom("n", "int")
+    assert iterations_ahead(ir.Compare("<", ir.BinOp("+", i, ir.Const(128)), n), i, n, ir.Const(64))
+    assert not iterations_ahead(ir.Compare("<", ir.BinOp("+", i, ir.Const(100)), n), i, n, ir.Const(64))
+    assert not iterations_ahead(ir.Compare("<=", ir.BinOp("+", i, ir.Const(64)), n), i, n, ir.Const(64))
+    assert not iterations_ahead(ir.Compare("<", ir.BinOp("+", i, ir.Const(64)), Atom("m", "int")), i, n,
+                                ir.Const(64))
+
+
+def test_a_rewrite_proven_only_up_to_bounds_is_not_kept():
+    """Rule 7: the windowed fused dK/dV on Ascend (32-row steps: dQ's share fits L0C) rotated is
+    proven only up to the verifier's bounds, as written for every value: lowering keeps the
+    kernel as written, and the log says why."""
+    cx, dtypes = attention_bwd_dkdv.specialization()
+    cx.update(grad.fused_block_sizes("ascend", 128), CAUSAL=0, WINDOW=1)
+    low = attention_bwd_dkdv.lower("ascend", cx, dtypes)
+    assert low.report.proven and "not kept" in low.passes.text()
+    assert "cross-agent-pipeline: applied" not in low.passes.text()

@@ -1,7 +1,7 @@
 """Read a cost-model :class:`~xsync.backends.ascend.cost.Design` from an xsync kernel lowered
 for Ascend: its allocation (GM workspace rings: bytes, slots, replica rings), its pipes (the
-same-core slots the cube loads each step), the schedule passes (is the cube's next product
-issued before it waits?) and the statements of its step loop (mmad FLOPs and operand bytes on
+same-core slots the cube loads each step, and tiles it loads outside any pipe), the schedule
+passes (is the cube's next product issued before it waits?) and the statements of its step loop (mmad FLOPs and operand bytes on
 the cube, elementwise operations on a vector core), walked as the memory model walks them
 (xsync.backends.ascend.memory).
 
@@ -29,6 +29,8 @@ class _Counter(memory._Walker):
         self.flops: dict[int, float] = {}
         self.operands: dict[int, float] = {}
         self.elems: dict[int, dict[int, float]] = {}   # depth -> last dim -> elements
+        self.loaded: dict[int, float] = {}   # depth -> bytes of tiles loaded into a plain value
+        self.acquired: dict[str, int] = {}   # pipe -> the deepest loop its slots are acquired in
 
     def _static(self, cond):
         """The value of an ``if`` on a constexpr (the frontend keeps them), else None."""
@@ -42,6 +44,15 @@ class _Counter(memory._Walker):
         if isinstance(s, ir.If) and self._static(s.cond) is not None:
             self.block(s.body if self._static(s.cond) else s.orelse, loops, inside)
             return
+        if isinstance(s, ir.SyncOp) and s.verb is ir.Verb.ACQUIRE:
+            self.acquired[s.obj] = max(self.acquired.get(s.obj, 0), len(loops))
+        if inside and isinstance(s, ir.Assign) and isinstance(s.value, ir.Call) \
+                and s.value.op is ir.TileOp.LOAD and not self._skipped(loops):
+            # a tile loaded outside any pipe (cross-agent-pipeline rule 9 loads one again)
+            args = s.value.args
+            dtype = self.tensors.get(args[0].id) if isinstance(args[0], ir.Name) else None
+            nbytes = math.prod(self.shape(args[2])) * (dtype.bytes if dtype else 4)
+            self.loaded[len(loops)] = self.loaded.get(len(loops), 0) + nbytes
         if isinstance(s, ir.If) and loops:
             self.ifs.append(len(loops))
             try:
@@ -131,15 +142,16 @@ def traffic(low) -> dict:
         cube_flags += 2
         vec_flags += 2
         slots.append(ring.slots)
-    for pipe in k.pipes:                           # same-core slots the cube loads (K, V tiles)
-        src, dst = pl.agent_of(pipe.src), pl.agent_of(pipe.dst)
-        if src is dst and dst.unit is Unit.CUBE and "q" not in {f.name for f in pipe.fields}:
-            out["cube_mte2"] += _slot_bytes(pipe, consts)
     (cube, serial), (vec, _) = _walk(low, Unit.CUBE), _walk(low, Unit.VECTOR)
+    deepest = max(cube.flops) if cube and cube.flops else None
+    for pipe in k.pipes:       # same-core slots the cube loads every step (K, V; dK/dV's Q, dO)
+        src, dst = pl.agent_of(pipe.src), pl.agent_of(pipe.dst)
+        if src is dst and dst.unit is Unit.CUBE and cube and cube.acquired.get(pipe.name) == deepest:
+            out["cube_mte2"] += _slot_bytes(pipe, consts)
     flops = operands = 0.0
-    if cube and cube.flops:
-        deepest = max(cube.flops)
+    if deepest is not None:
         flops, operands = cube.flops[deepest] * serial, cube.operands[deepest] * serial
+        out["cube_mte2"] += cube.loaded.get(deepest, 0) * serial
     out["cube_mte1"] = operands * 2
     vec_elems: dict[int, float] = {}
     if vec and vec.elems:

@@ -36,7 +36,11 @@ Rules (a tile is a value with a shape; scalars cost nothing):
    estimate counts one copy: multi-buffering never turns a fit into an overflow.
 7. **Cube.** Results of ``xs.mma`` and the accumulators passed to it (and ``xs.zeros`` /
    ``xs.full`` that become accumulators) live in L0C; every other tile of the cube's roles
-   (loaded operands, slots of same-core pipes) lives in L1, counted once (6).
+   (loaded operands, slots of same-core pipes) lives in L1, counted once (6). A role whose
+   replicas the cube runs in lockstep (``Agent.serial``) holds each named tile once per
+   replica (the renderer unrolls them: ``dk_acc_r0``, ``dk_acc_r1``); dK/dV at BM = 64, d128
+   needs its four 32 KB accumulators and four 32 KB Sᵀ/dPᵀ products at once: 256 KB of L0C,
+   as plan-memory reports.
 8. **Replicas and sub-block binding.** A vector agent with replicas runs them in lockstep in
    one device function. Without a cube (an ``aiv`` kernel) that function holds every
    replica's named tiles (x replicas); a statement's temporaries die before the next
@@ -237,6 +241,8 @@ class _Walker:
         self.cube = agent.unit is Unit.CUBE
         self.mix = any(a.unit is Unit.CUBE for a in placement.agents)
         self._loop_ids = 0
+        self.role: str | None = None                # the role block being walked
+        self.copies: dict[str, int] = {}            # name -> replicas holding their own (rule 7)
 
     # ------------------------------------------------------------ statements
     def block(self, body, loops, inside=False):
@@ -245,7 +251,11 @@ class _Walker:
 
     def stmt(self, s, loops, inside):
         if isinstance(s, ir.RoleBlock):
-            self.block(s.body, loops, s.role in self.mine)
+            outer, self.role = self.role, s.role
+            try:
+                self.block(s.body, loops, s.role in self.mine)
+            finally:
+                self.role = outer
         elif isinstance(s, ir.For):
             self._loop_ids += 1
             lid = self._loop_ids
@@ -294,6 +304,8 @@ class _Walker:
             memory = Memory.L0C
         size = v.bytes * v.copies
         self.sizes[name] = (max(old[0], size), memory)
+        if self.cube and self.role in self.agent.serial:
+            self.copies[name] = self.kernel.role(self.role).replicas
         step.defines.add(name)
         self.defined_at.setdefault(name, step.loc)
         if v.select:
@@ -533,7 +545,9 @@ class _Walker:
         names_share = (self.agent.replicas if not self.mix else BINDING_SHARE) if not self.cube else 1
         temps_share = (1 if not self.mix else BINDING_SHARE) if not self.cube else 1
         for mem in memories:
-            named = [Tile(n, b, self.defined_at.get(n)) for n, (b, m) in self.sizes.items() if m == mem]
+            named = [Tile(n if self.copies.get(n, 1) == 1 else f"{n} x {self.copies[n]} replicas",
+                          b * self.copies.get(n, 1), self.defined_at.get(n))
+                     for n, (b, m) in self.sizes.items() if m == mem]
             temps, work = [], []
             for step in self.steps:
                 booked = self.credit_reuse(step, [t for m, t in step.temps if m == mem], live, mem)

@@ -28,19 +28,33 @@ Applicability, for a ``for`` loop L and an agent A (numbered as in the log):
 4. stage_a waits on no pipe or event from another agent other than P's own acquire.
 5. No flow between the stages: stage_b writes no name stage_a reads (stage_a(i+1) now runs
    before stage_b(i)), and stage_a writes no name stage_b reads (stage_b(i) must see its own
-   iteration's values, which only travel through pipes).
+   iteration's values, which only travel through pipes), except as rule 9 allows.
 6. stage_a reads no name that unannotated statements of L's body define.
-7. The rewritten protocol verifies (checked by ``Kernel.lower`` right after the passes).
+7. The rewritten protocol verifies (checked by ``Kernel.lower`` right after the passes). Where
+   it is proven only up to the verifier's bounds and the kernel as written for every value
+   (the windowed fused dK/dV on Ascend), lowering keeps the kernel as written; the log says
+   "not kept".
 8. Depth: stage_a runs one iteration ahead per stage of P beyond the first, at most two (a
    3-stage P: the prologue issues the first two iterations' stage_a, the loop stage_a(i + 2 step)
    before stage_b(i)); P's stages are the slots those hand-offs occupy.
+9. Same-agent slots read by both stages (the attention backward's Q and dO tiles: S^T = K Q^T
+   in stage_a, dK += dS^T Q in stage_b): a slot stage_a waits on from a pipe that stays on A
+   may be read by stage_b through its fields, each written once by stage_a from the loop
+   counter and names the loop does not assign, out of tensors the kernel never stores to.
+   stage_b(i) then computes each such field again (``xs_<slot>_<field>_again``, issued before
+   stage_b's first wait) instead of reading the slot, which stage_a(i + 1) has overwritten
+   where the renderer keeps the payload in one value per pipe (Ascend's same-core pipes).
+   Not a copy carried across the iteration: a tile carried in the loop is copied L1 to L1 by
+   the HIVM compiler, which it refuses ("Unsupported copy from cbuf to cbuf"). The verifier
+   reads the rotated guard ``i + j step < stop`` from the loop's trip count
+   (``verifier.forms.iterations_ahead``), so it adds no scalar values to try.
 """
 from __future__ import annotations
 
 import dataclasses
 
 from xsync.lowering import ir
-from xsync.lowering.passes.dataflow import assigned, substitute
+from xsync.lowering.passes.dataflow import assigned, fresh_name, names_in, replace_expr, stmt_exprs, substitute
 from xsync.lowering.placement import Placement
 from xsync.lowering.protocol import NotConstant, evaluate
 from xsync.lowering.slicing import reads
@@ -94,14 +108,18 @@ def _try_loop(kernel, placement, loop: ir.For, log):
             if plan:
                 log.note(NAME, False, where, plan)
             continue
-        stage_a, p, q = plan
+        stage_a, p, q, carried = plan
         depth = _depth(p)
         ahead = "one iteration" if depth == 1 else f"{depth} iterations"
+        again = "" if not carried else "; loaded again for the later stage: " + ", ".join(
+            f"'{slot}.{f}'" for slot, f in sorted(carried))
         log.note(NAME, True, where,
                  f"the hand-off on pipe '{p.name}' is issued {ahead} ahead of the wait on "
                  f"'{q.name}' ({len(stage_a)} statement(s) rotated; '{p.name}' has {p.stages} "
-                 f"stage(s))")
-        return _rewrite(loop, agent, stage_a, depth)
+                 f"stage(s){again})")
+        if not carried:
+            return _rewrite(loop, agent, stage_a, depth)
+        return _rewrite(loop, agent, stage_a, depth, _named(kernel, carried))
     return None
 
 
@@ -173,15 +191,75 @@ def _plan(kernel, placement, loop, agent, blocks):
     b_writes = set().union(*(assigned(items[k][1]) for k in stage_b)) if stage_b else set()
     if b_writes & a_reads:
         return f"rule 5: the later stage writes {sorted(b_writes & a_reads)}, which the rotated stage reads"
-    if a_writes & b_reads:
-        return f"rule 5: the rotated stage writes {sorted(a_writes & b_reads)}, which the later stage reads"
+    # rule 9: slot fields of same-agent pipes the later stage reads are computed again there
+    carried = _carried(kernel, placement, loop, [items[k] for k in stage_a], [items[k][1] for k in stage_b],
+                       a_writes & b_reads)
+    if isinstance(carried, str):
+        return carried
     # rule 6
     replicated = set().union(*(assigned(s) for s in loop.body if not isinstance(s, ir.RoleBlock))) \
         if loop.body else set()
     if a_reads & replicated:
         return f"rule 6: the rotated stage reads {sorted(a_reads & replicated)}, defined in the loop body"
     ids = {id(items[k][1]) for k in stage_a}
-    return ids, p, q
+    return ids, p, q, carried
+
+
+def _carried(kernel, placement, loop, stage_a, stage_b, flow):
+    """Rule 9: {(slot, field): (consumer role, value)} for every slot field the later stage
+    reads from a slot of a same-agent pipe the rotated stage waited on, ``value`` being what
+    the rotated stage wrote into it; or the rule-5 refusal where a name of ``flow`` is
+    anything else, or where the value cannot be computed again in the later stage."""
+    waits, writes = {}, {}
+    for role, st in stage_a:
+        for x in ir.walk([st]):
+            if isinstance(x, ir.SyncOp) and x.verb is ir.Verb.WAIT and x.target:
+                obj = kernel.sync_object(x.obj)
+                if isinstance(obj, ir.Pipe) and not placement.crosses(obj):
+                    waits[x.target] = (role, obj)
+            elif isinstance(x, ir.SlotWrite):
+                writes.setdefault((x.pipe, x.field), []).append(x.value)
+    other = sorted(flow - set(waits))
+    if other:
+        return f"rule 5: the rotated stage writes {other}, which the later stage reads"
+    # the values are computed again in the later stage: from the loop counter and names the
+    # loop does not assign, from tensors no statement of the kernel stores to
+    fixed = set().union(*(assigned(s) for s in loop.body)) - {loop.var}
+    stored = {x.tensor for x in kernel.all_statements() if isinstance(x, ir.Store)}
+    out = {}
+    for st in stage_b:
+        for x in ir.walk([st]):
+            for e in stmt_exprs(x):
+                if not (isinstance(e, ir.Attr) and isinstance(e.value, ir.Name) and e.value.id in flow):
+                    continue
+                role, pipe = waits[e.value.id]
+                values = writes.get((pipe.name, e.attr), [])
+                if e.part is not None or len(values) != 1:
+                    return (f"rule 9: '{e.value.id}.{e.attr}' (pipe '{pipe.name}') is not written once "
+                            f"by the rotated stage")
+                names = ir.expr_names(values[0])
+                if kernel.role(pipe.src).replicas != kernel.role(pipe.dst).replicas and any(
+                        isinstance(c, ir.Call) and c.op is ir.TileOp.REPLICA_ID for c in ir.subexprs(values[0])):
+                    return f"rule 9: '{e.value.id}.{e.attr}' reads the replica id of '{pipe.src}'"
+                if names & fixed or names & stored:
+                    return (f"rule 9: '{e.value.id}.{e.attr}' reads {sorted(names & (fixed | stored))}, "
+                            f"changed in the loop or the kernel")
+                out[(e.value.id, e.attr)] = (role, values[0])
+    left = reads(_substituted(stage_b, {k: ir.Name("") for k in out})) & flow
+    if left:
+        return f"rule 5: the later stage reads the slot {sorted(left)} other than by its fields"
+    return out
+
+
+def _substituted(stmts, fields: dict) -> list:
+    """``stmts`` with each slot field read ``slot.f`` (``fields``: (slot, f) -> expr) replaced
+    by its expression."""
+    out = []
+    for s in stmts:
+        for (slot, f), new in fields.items():
+            s = replace_expr(s, ir.Attr(ir.Name(slot), f), new)
+        out.append(s)
+    return out
 
 
 def _crossing_out(kernel, placement, name, roles) -> bool:
@@ -203,8 +281,16 @@ def _depth(p) -> int:
     return max(1, min(MAX_DEPTH, p.stages - 1))
 
 
-def _rewrite(loop: ir.For, agent, stage_a_ids, depth: int = 1) -> list:
-    """[prologue Ifs (one per iteration issued ahead), rewritten loop]."""
+def _named(kernel, carried: dict) -> dict:
+    """Rule 9: (slot, field) -> (role, a fresh name, value) for the later stage's slot fields."""
+    taken = names_in(kernel)
+    return {(slot, f): (role, fresh_name(f"xs_{slot}_{f}_again", taken), value)
+            for (slot, f), (role, value) in sorted(carried.items())}
+
+
+def _rewrite(loop: ir.For, agent, stage_a_ids, depth: int = 1, again: dict | None = None) -> list:
+    """[prologue Ifs (one per iteration issued ahead), rewritten loop]; ``again`` (rule 9): the
+    slot fields the later stage reads, computed again there under names of their own."""
     roles = set(agent.roles)
     step = loop.step
 
@@ -225,10 +311,15 @@ def _rewrite(loop: ir.For, agent, stage_a_ids, depth: int = 1) -> list:
     prologue = [ir.If(ir.Compare("<", plus(loop.start, j), loop.stop),
                       stage_blocks({loop.var: plus(loop.start, j)}), (), loop.loc) for j in range(depth)]
     guard = ir.If(ir.Compare("<", ahead, loop.stop), stage_blocks({loop.var: ahead}), (), loop.loc)
-    rest = []
+    # rule 9: issued before the later stage's first wait, so the loads overlap it
+    later, by_role = {}, {}
+    for key, (role, name, value) in (again or {}).items():
+        later[key] = ir.Name(name)
+        by_role.setdefault(role, []).append(ir.Assign((name,), value, loop.loc))
+    rest = [ir.RoleBlock(role, tuple(v), loop.loc) for role, v in by_role.items()]
     for s in loop.body:
         if isinstance(s, ir.RoleBlock) and s.role in roles:
-            part = tuple(x for x in s.body if id(x) not in stage_a_ids)
+            part = tuple(_substituted([x], later)[0] for x in s.body if id(x) not in stage_a_ids)
             if part:
                 rest.append(ir.RoleBlock(s.role, part, s.loc))
         else:

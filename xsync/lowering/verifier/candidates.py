@@ -52,8 +52,8 @@ from xsync.lowering.verifier.episodes import (EpisodeSweep, acting_programs, as_
                                               reads_var)
 from xsync.lowering.verifier.forms import (DYN, Atom, CutVar, LoopVar, Named, Opaque, Select, cdiv,
                                            division_of, env_ref, form_nodes, form_size, free_scalars, has_node,
-                                           int_constants, is_dynamic, is_private, is_surjective, linear_in,
-                                           static_parts, substitute, to_python, trip)
+                                           int_constants, is_dynamic, is_private, is_surjective, iterations_ahead,
+                                           linear_in, static_parts, substitute, to_python, trip)
 from xsync.lowering.verifier.observations import Assignment, LoopFacts, Observation, ObsValues, magnitude, trip_of
 from xsync.lowering.verifier.unroll import (COMPILE_AFTER, XBranch, XLet, XLoop, compile_unroller, holds_actions,
                                             unroll_fast, unroll_steps)
@@ -316,7 +316,9 @@ class Scalars:
                 if any(has_node(f, lambda x: isinstance(x, Opaque)) for f in forms):
                     pass   # an opaque trip count: enumerated on its own
                 elif not any(is_dynamic(f) for f in forms):
-                    uses = reads_var(n.body, n.var)
+                    body_env = {**env, **dict.fromkeys(assigned_names(n.body), DYN), n.var: LoopVar(n.var, n.loc.line)}
+                    uses = reads_var(n.body, n.var, lambda c: iterations_ahead(
+                        self.sym(c, body_env), body_env[n.var], forms[1], forms[2]))
                     self.observations[Observation("trip", forms, guard, n.loc.line, uses)] = None
                 else:
                     self._dynamic_form(forms, guard, loops)
@@ -355,7 +357,9 @@ class Scalars:
                         a, b = then_env.get(t, DYN), else_env.get(t, DYN)
                         env[t] = a if a == b else (DYN if DYN in (a, b) else Select(form, a, b))
                 else:
-                    self._dynamic_form(form, guard, loops)
+                    if not any(iterations_ahead(form, LoopVar(lp.var, lp.loc.line), self.sym(lp.stop, env),
+                                                self.sym(lp.step, env)) for lp in loops):
+                        self._dynamic_form(form, guard, loops)
                     self._static_pass(n.body, env, guard, loops)
                     self._static_pass(n.orelse, env, guard, loops)
 

@@ -220,15 +220,18 @@ def assigned_names(nodes) -> set:
     return out
 
 
-def reads_var(nodes, var) -> bool:
+def reads_var(nodes, var, ahead=None) -> bool:
+    """Whether ``nodes`` read the counter ``var``; a branch whose condition ``ahead(cond)``
+    holds (``forms.iterations_ahead``: its truth follows from the trip count) does not count."""
     for n in nodes:
         if isinstance(n, Let) and var in ir.expr_names(n.value):
             return True
         if isinstance(n, Loop):
-            if any(var in ir.expr_names(x) for x in (n.start, n.stop, n.step)) or reads_var(n.body, var):
+            if any(var in ir.expr_names(x) for x in (n.start, n.stop, n.step)) or reads_var(n.body, var, ahead):
                 return True
         if isinstance(n, Branch):
-            if var in ir.expr_names(n.cond) or reads_var(n.body, var) or reads_var(n.orelse, var):
+            if (var in ir.expr_names(n.cond) and not (ahead and ahead(n.cond))) \
+                    or reads_var(n.body, var, ahead) or reads_var(n.orelse, var, ahead):
                 return True
     return False
 

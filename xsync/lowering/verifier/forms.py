@@ -221,6 +221,22 @@ def static_parts(form) -> list:
     return out
 
 
+def iterations_ahead(form, counter: "LoopVar", stop, step) -> bool:
+    """Whether ``form`` is ``counter + j * step < stop`` (j >= 1) for a loop ``range(start,
+    stop, step)`` with a positive constant step: at iteration k it holds iff k + j is less than
+    the trip count (start + (k + j) * step < stop), which the loop observes already, so its
+    counter-free parts need no observation of their own (a rotated loop's guard: the
+    cross-agent-pipeline pass)."""
+    if not (isinstance(form, ir.Compare) and form.op == "<" and form.right == stop
+            and not has_node(stop, lambda x: x is DYN)
+            and isinstance(form.left, ir.BinOp) and form.left.op == "+" and form.left.left == counter):
+        return False
+    ahead = form.left.right
+    return isinstance(step, ir.Const) and isinstance(step.value, int) and step.value > 0 \
+        and isinstance(ahead, ir.Const) and isinstance(ahead.value, int) \
+        and ahead.value > 0 and ahead.value % step.value == 0
+
+
 def divides_by_scalar(form) -> bool:
     for n in form_nodes(form):
         if isinstance(n, ir.BinOp) and n.op in ("//", "%", "/") and not isinstance(n.right, ir.Const):
