@@ -193,13 +193,25 @@ def _many_to_one_cases() -> list[Case]:
          Case("m2o-pair_sum_gather", m.pair_sum_gather), Case("m2o-copy_gather_into_mma", m.copy_gather_into_mma)]
 
 
+def _example_constexprs(kernel, backend: str) -> dict | None:
+    """None (the kernel's example=), except the attention backward kernels on Ascend: there at
+    the Ascend schedule's tiles, since the example's (Hopper's) overflow the cube's L0C
+    (xsync/backends/ascend/memory.py rule 7) as they do in the HIVM compiler."""
+    from xsync.kernels.flash_attn import grad
+    from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq
+
+    if backend != "ascend" or kernel not in (attention_bwd_dkdv, attention_bwd_dq):
+        return None
+    return {**kernel.specialization()[0], **grad.block_sizes("ascend", 128)}
+
+
 def _portable_cases(backend: str, settings_variants: list[tuple[str, dict]]) -> list[Case]:
     from tests.core import corpus, holding_kernels
     from xsync.compiler import Kernel
     from xsync.kernels.flash_attn import attention_fwd, ops
 
     examples, gvars, avariants = _library()
-    base: list[Case] = [Case(f"example-{k.fn.__name__}", k) for k in examples]
+    base: list[Case] = [Case(f"example-{k.fn.__name__}", k, _example_constexprs(k, backend)) for k in examples]
     base += [Case(f"example-{n}", k) for n, k in gvars]
     base += _attention_cases(backend)
     base += _example_cases()
