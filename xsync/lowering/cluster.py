@@ -31,8 +31,10 @@ import dataclasses
 from xsync import api
 from xsync.errors import KernelSourceError
 from xsync.lowering import ir
+from xsync.lowering.passes import dataflow
 
 PROGRAM_DEPENDENT = (ir.TileOp.CLUSTER_RANK, ir.TileOp.PROGRAM_ID, ir.TileOp.REPLICA_ID)
+CLUSTER_OPS = (ir.TileOp.CLUSTER_RANK, ir.TileOp.CLUSTER_ID, ir.TileOp.NUM_CLUSTERS)
 
 
 def declare(fe, call: ast.Call, s, top: bool) -> None:
@@ -146,49 +148,18 @@ def lower(kernel: ir.KernelIR) -> ir.KernelIR:
     return _spelled(kernel)
 
 
-def _spell(e, n: int):
-    if isinstance(e, ir.Call) and e.op in (ir.TileOp.CLUSTER_RANK, ir.TileOp.CLUSTER_ID,
-                                           ir.TileOp.NUM_CLUSTERS):
-        if e.op is ir.TileOp.NUM_CLUSTERS:
-            whole = ir.Call(ir.TileOp.NUM_PROGRAMS, (ir.Const(0),))
-        else:
-            whole = ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),))
-        if n == 1:
-            return ir.Const(0) if e.op is ir.TileOp.CLUSTER_RANK else whole
-        return ir.BinOp("%" if e.op is ir.TileOp.CLUSTER_RANK else "//", whole, ir.Const(n))
-    if not dataclasses.is_dataclass(e) or isinstance(e, (ir.Const, ir.Name)):
-        return e
-    changes = {}
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
-        new = _spell_value(v, n)
-        if new is not v:
-            changes[f.name] = new
-    return dataclasses.replace(e, **changes) if changes else e
-
-
-def _spell_value(v, n: int):
-    if isinstance(v, tuple):
-        items = tuple(_spell_value(x, n) for x in v)
-        return items if any(a is not b for a, b in zip(items, v)) else v
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return _spell(v, n)
-    return v
-
-
 def _spelled(kernel: ir.KernelIR) -> ir.KernelIR:
-    uses = any(c.op in (ir.TileOp.CLUSTER_RANK, ir.TileOp.CLUSTER_ID, ir.TileOp.NUM_CLUSTERS)
-               for s in ir.walk(kernel.body) for e in _exprs(s) for c in ir.expr_calls(e))
-    if not uses:
+    """The cluster ops spelled in program_id / num_programs, which every backend renders."""
+    if not any(isinstance(e, ir.Call) and e.op in CLUSTER_OPS
+               for st in ir.walk(kernel.body) for e in dataflow.stmt_exprs(st)):
         return kernel
-    return dataclasses.replace(kernel, body=_spell_value(kernel.body, kernel.cluster))
-
-
-def _exprs(s) -> list:
-    return [getattr(s, f.name) for f in dataclasses.fields(s)
-            if isinstance(getattr(s, f.name), (ir.Const, ir.Name, ir.BinOp, ir.UnaryOp, ir.Compare,
-                                                ir.BoolOp, ir.Call, ir.Attr, ir.Cast, ir.Subscript,
-                                                ir.TupleExpr))
-            or isinstance(getattr(s, f.name), tuple) and getattr(s, f.name)
-            and not isinstance(getattr(s, f.name)[0], (str, ir.Assign, ir.SlotWrite, ir.Store, ir.SyncOp,
-                                                       ir.MmaWait, ir.For, ir.If, ir.RoleBlock))]
+    n = kernel.cluster
+    pid = ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),))
+    programs = ir.Call(ir.TileOp.NUM_PROGRAMS, (ir.Const(0),))
+    spelling = {ir.TileOp.CLUSTER_RANK: ir.Const(0) if n == 1 else ir.BinOp("%", pid, ir.Const(n)),
+                ir.TileOp.CLUSTER_ID: pid if n == 1 else ir.BinOp("//", pid, ir.Const(n)),
+                ir.TileOp.NUM_CLUSTERS: programs if n == 1 else ir.BinOp("//", programs, ir.Const(n))}
+    body = kernel.body
+    for op, spelled in spelling.items():
+        body = tuple(dataflow.replace_expr(st, ir.Call(op, ()), spelled) for st in body)
+    return dataclasses.replace(kernel, body=body)
