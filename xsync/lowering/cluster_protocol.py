@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from xsync.lowering import ir
 from xsync.lowering.ir import TileOp, Verb
+from xsync.lowering.passes.dataflow import substitute
 from xsync.lowering.protocol import (Act, BarrierMembership, Branch, Channel, Endpoint, Instance, Let, Link,
                                      Loop, Note, Skeleton)
 
@@ -159,25 +160,7 @@ def _copy(nodes, p: int, n: int, size: int, names: dict | None = None) -> tuple:
 
 def _renamed(e, names: dict):
     """``e`` reading the names of this copy."""
-    if not names:
-        return e
-    if isinstance(e, ir.Name):
-        return ir.Name(names[e.id]) if e.id in names else e
-    if not dataclasses.is_dataclass(e) or isinstance(e, ir.Const):
-        return e
-    changes = {}
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
-        if isinstance(v, tuple):
-            new = tuple(_renamed(x, names) if dataclasses.is_dataclass(x) else x for x in v)
-            new = new if any(a is not b for a, b in zip(new, v)) else v
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-            new = _renamed(v, names)
-        else:
-            new = v
-        if new is not v:
-            changes[f.name] = new
-    return dataclasses.replace(e, **changes) if changes else e
+    return substitute(e, {old: ir.Name(new) for old, new in names.items()}) if names else e
 
 
 def _is_call(e, op) -> bool:
@@ -244,7 +227,7 @@ def cluster_loop_text(skel, forms) -> str:
     if not isinstance(skel, ClusterSkeleton) or not (isinstance(forms, tuple) and len(forms) == 3):
         return ""
     try:
-        parts = [to_python(f, lambda a: cluster_scalar(skel, getattr(a, "key", None) or a.name)) for f in forms]
+        parts = [to_python(f, lambda a: cluster_text(skel, getattr(a, "key", None) or a.name)) for f in forms]
     except (TypeError, AttributeError):
         return ""
     return f"range({', '.join(parts)})"
@@ -256,12 +239,6 @@ def cluster_text(skel, text: str) -> str:
     if isinstance(skel, ClusterSkeleton):
         return text.replace("xs.program_id(0)", "xs.cluster_id()").replace("xs.num_programs(0)", "xs.num_clusters()")
     return text
-
-
-def cluster_scalar(skel, key: str) -> str:
-    """How a message names a free scalar: in a cluster's skeleton the free program id and
-    count are the cluster's (each copy adds its rank)."""
-    return cluster_text(skel, key)
 
 
 def cluster_blame(run, state, stuck) -> str:

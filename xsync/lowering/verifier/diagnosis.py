@@ -4,7 +4,7 @@ interleaving that leads there, where each agent stands and why), the fix each na
 from __future__ import annotations
 
 from xsync.errors import DeadlockError, LeftoverError, SlotOrderError, XSyncError
-from xsync.lowering.cluster_protocol import CLUSTER_FIX, cluster_blame, cluster_loop_text, cluster_scalar
+from xsync.lowering.cluster_protocol import CLUSTER_FIX, cluster_blame, cluster_loop_text, cluster_text
 from xsync.lowering.ir import Verb
 from xsync.lowering.verifier.candidates import Scalars
 from xsync.lowering.verifier.counterexample import Counterexample
@@ -74,7 +74,7 @@ def used_scalars(run) -> list[tuple[str, object]]:
         if k in keys or k.startswith("xs.program_id") or k.startswith("xs.num_programs"):
             if k in run.sc.opaque:
                 continue
-            out.append((cluster_scalar(run.skel, k), v))
+            out.append((cluster_text(run.skel, k), v))
     return out
 
 
