@@ -308,7 +308,7 @@ def test_flash_attention_scale_signs(scale, d, monkeypatch):
 TABLE_LENGTHS = (1000, 2000, 4100, 8300)
 
 
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_every_schedule_row_matches_torch(d, causal, monkeypatch):
     """Each row of the committed schedule table (kernels/flash_attn/schedule.py: tiles, stages,
@@ -320,7 +320,7 @@ def test_every_schedule_row_matches_torch(d, causal, monkeypatch):
     from xsync.kernels.flash_attn.ops import attention_impl
 
     rows = {id(r.schedule) for r in schedule.TABLE if r.backend == "nvidia"}
-    hit = {id(schedule.lookup("nvidia", dd, c, n)) for dd in (64, 128) for c in (False, True)
+    hit = {id(schedule.lookup("nvidia", dd, c, n)) for dd in (64, 128, 256) for c in (False, True)
            for n in TABLE_LENGTHS}
     assert rows <= hit, "a schedule row no length of TABLE_LENGTHS reaches: add one"
     monkeypatch.setenv("XSYNC_BACKEND", "nvidia")

@@ -70,7 +70,7 @@ GPU = gpu_reason()
 
 
 @pytest.mark.skipif(bool(GPU), reason=f"needs a Hopper GPU: {GPU}")
-@pytest.mark.parametrize("M,N,K", [(256, 192, 512), (130, 70, 200)])
+@pytest.mark.parametrize("M,N,K", [(256, 192, 512), (130, 72, 200)])   # 72: rows of 144 B, as TMA needs
 def test_split_k_gather_numerics_on_gpu(M, N, K):
     import torch
 
@@ -81,6 +81,23 @@ def test_split_k_gather_numerics_on_gpu(M, N, K):
     gemm_split_k_gather[(-(-M // 64), -(-N // 64))](a, b, c, M, N, K, BM=64, BN=64, BK=32, STAGES=2,
                                                     backend="nvidia")
     torch.testing.assert_close(c, a.double().mm(b.double()).float(), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.skipif(bool(GPU), reason=f"needs a Hopper GPU: {GPU}")
+def test_split_k_gather_refuses_rows_tma_cannot_read():
+    """N = 70 bf16 gives B rows of 140 B: refused before launch, naming `b` and the padding that
+    fixes it, with C untouched."""
+    import torch
+
+    from xsync.errors import LaunchError
+
+    a = torch.randn(130, 200, device="cuda").bfloat16()
+    b = torch.randn(200, 70, device="cuda").bfloat16()
+    c = torch.full((130, 70), 7.0, device="cuda")
+    with pytest.raises(LaunchError, match=r"`b`.*row stride 140 B") as err:
+        gemm_split_k_gather[(3, 2)](a, b, c, 130, 70, 200, BM=64, BN=64, BK=32, STAGES=2, backend="nvidia")
+    assert "multiple of 8 elements" in str(err.value)
+    assert (c == 7.0).all()
 
 
 @pytest.mark.skipif(bool(GPU), reason=f"needs a Hopper GPU: {GPU}")
