@@ -26,14 +26,13 @@ programs are independent.
 from __future__ import annotations
 
 import dataclasses
-import operator
 from dataclasses import dataclass
 
 from xsync.lowering import ir
 from xsync.lowering.ir import TileOp, Verb
-from xsync.lowering.passes.dataflow import substitute
+from xsync.lowering.passes.dataflow import map_expr, substitute
 from xsync.lowering.protocol import (Act, BarrierMembership, Branch, Channel, Endpoint, Instance, Let, Link,
-                                     Loop, Note, Skeleton)
+                                     Loop, Note, NotConstant, Skeleton, evaluate)
 
 
 def is_cluster(kernel: ir.KernelIR) -> bool:
@@ -167,54 +166,36 @@ def _is_call(e, op) -> bool:
     return isinstance(e, ir.Call) and e.op is op and e.args == (ir.Const(0),)
 
 
-_FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
-         "%": operator.mod, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-         "==": operator.eq, "!=": operator.ne}
-
-
 def program_expr(e, p: int, n: int):
     """``e`` as program ``p`` of a cluster of ``n`` evaluates it: ``program_id(0)`` is
     ``n * C + p`` and ``num_programs(0)`` ``n * P`` (C, P: the free ``program_id(0)`` and
     ``num_programs(0)`` of the copies); the frontend's spellings of the cluster ops
     (``program_id(0) % n``, ``// n``, ``num_programs(0) // n``) become ``p``, C and P."""
-    if isinstance(e, ir.BinOp) and isinstance(e.right, ir.Const) and e.right.value == n:
-        if e.op == "%" and _is_call(e.left, TileOp.PROGRAM_ID):
-            return ir.Const(p)
-        if e.op == "//" and (_is_call(e.left, TileOp.PROGRAM_ID) or _is_call(e.left, TileOp.NUM_PROGRAMS)):
-            return e.left
-    if _is_call(e, TileOp.PROGRAM_ID):
-        scaled = ir.BinOp("*", ir.Const(n), e)
-        return ir.BinOp("+", scaled, ir.Const(p)) if p else scaled
-    if _is_call(e, TileOp.NUM_PROGRAMS):
-        return ir.BinOp("*", ir.Const(n), e)
-    if not dataclasses.is_dataclass(e) or isinstance(e, (ir.Const, ir.Name)):
-        return e
-    changes = {}
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
-        if isinstance(v, tuple):
-            new = tuple(program_expr(x, p, n) if dataclasses.is_dataclass(x) else x for x in v)
-            new = new if any(a is not b for a, b in zip(new, v)) else v
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-            new = program_expr(v, p, n)
-        else:
-            new = v
-        if new is not v:
-            changes[f.name] = new
-    if not changes:
-        return e
-    out = dataclasses.replace(e, **changes)
-    if isinstance(out, ir.BinOp) and out.op in ("+", "-") and out.right == ir.Const(0):
-        return out.left          # `n + xs.cluster_rank()` in program 0
+    def spell(x):
+        if isinstance(x, ir.BinOp) and isinstance(x.right, ir.Const) and x.right.value == n:
+            if x.op == "%" and _is_call(x.left, TileOp.PROGRAM_ID):
+                return ir.Const(p)
+            if x.op == "//" and (_is_call(x.left, TileOp.PROGRAM_ID) or _is_call(x.left, TileOp.NUM_PROGRAMS)):
+                return x.left
+        if _is_call(x, TileOp.PROGRAM_ID):
+            scaled = ir.BinOp("*", ir.Const(n), x)
+            return ir.BinOp("+", scaled, ir.Const(p)) if p else scaled
+        if _is_call(x, TileOp.NUM_PROGRAMS):
+            return ir.BinOp("*", ir.Const(n), x)
+        return None
 
-    # a condition on the rank alone is a constant of the copy (`xs.cluster_rank() == 0`)
-    if isinstance(out, (ir.BinOp, ir.Compare)) and out.op in _FOLD and isinstance(out.left, ir.Const) \
-            and isinstance(out.right, ir.Const):
-        try:
-            return ir.Const(_FOLD[out.op](out.left.value, out.right.value))
-        except (ArithmeticError, TypeError):
-            return out
-    return out
+    def fold(x):
+        if isinstance(x, ir.BinOp) and x.op in ("+", "-") and x.right == ir.Const(0):
+            return x.left          # `n + xs.cluster_rank()` in program 0
+        # a condition on the rank alone is a constant of the copy (`xs.cluster_rank() == 0`)
+        if isinstance(x, (ir.BinOp, ir.Compare)) and isinstance(x.left, ir.Const) and isinstance(x.right, ir.Const):
+            try:
+                return ir.Const(evaluate(x, {}))
+            except (ArithmeticError, TypeError, KeyError, NotConstant):
+                return x
+        return x
+
+    return map_expr(e, spell, fold)
 
 
 # ---------------------------------------------------------------- messages

@@ -126,46 +126,43 @@ def map_blocks(stmts, fn, role=None) -> tuple:
 
 
 # ---------------------------------------------------------------- expressions
-def substitute(e, names: dict):
-    """``e`` with every ``ir.Name`` in ``names`` replaced by its expression."""
-    if isinstance(e, ir.Name):
-        return names.get(e.id, e)
-    if not dataclasses.is_dataclass(e) or isinstance(e, type):
+def map_expr(e, pre, post=None):
+    """``e`` rewritten top-down: where ``pre(x)`` returns an expression it replaces ``x`` (not
+    descended into); elsewhere the fields are rewritten, and a node rebuilt because one of them
+    changed passes through ``post`` if given. Unchanged subtrees keep their identity."""
+    hit = pre(e)
+    if hit is not None:
+        return hit
+    if not dataclasses.is_dataclass(e) or isinstance(e, (type, ir.SourceLoc)):
         return e
     changes = {}
     for f in dataclasses.fields(e):
         v = getattr(e, f.name)
         if isinstance(v, tuple):
-            nv = tuple(substitute(x, names) if not isinstance(x, tuple) else
-                       tuple(substitute(y, names) for y in x) for x in v)
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type) and not isinstance(v, ir.SourceLoc):
-            nv = substitute(v, names)
+            nv = tuple(tuple(map_expr(y, pre, post) for y in x) if isinstance(x, tuple) else
+                       map_expr(x, pre, post) for x in v)
+            nv = nv if any(a is not b or (isinstance(a, tuple) and any(c is not d for c, d in zip(a, b)))
+                           for a, b in zip(nv, v)) else v
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            nv = map_expr(v, pre, post)
         else:
             continue
-        if nv != v:
+        if nv is not v:
             changes[f.name] = nv
-    return dataclasses.replace(e, **changes) if changes else e
+    if not changes:
+        return e
+    out = dataclasses.replace(e, **changes)
+    return post(out) if post is not None else out
+
+
+def substitute(e, names: dict):
+    """``e`` with every ``ir.Name`` in ``names`` replaced by its expression."""
+    return map_expr(e, lambda x: names.get(x.id) if isinstance(x, ir.Name) else None)
 
 
 def replace_expr(e, old, new):
     """``e`` with every sub-expression equal to ``old`` replaced by ``new``."""
-    if e == old:
-        return new
-    if not dataclasses.is_dataclass(e) or isinstance(e, type) or isinstance(e, ir.SourceLoc):
-        return e
-    changes = {}
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
-        if isinstance(v, tuple):
-            nv = tuple(replace_expr(x, old, new) if not isinstance(x, tuple) else
-                       tuple(replace_expr(y, old, new) for y in x) for x in v)
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type) and not isinstance(v, ir.SourceLoc):
-            nv = replace_expr(v, old, new)
-        else:
-            continue
-        if nv != v:
-            changes[f.name] = nv
-    return dataclasses.replace(e, **changes) if changes else e
+    return map_expr(e, lambda x: new if x == old else None)
 
 
 def fresh_name(stem: str, taken: set[str]) -> str:
