@@ -4,6 +4,8 @@ own copy of a multicast field by TMA (the allocation table says so and why); clu
 cluster_id are spelled from the program id."""
 import re
 
+import pytest
+
 from tests.core import cluster_kernels as C
 from xsync.backends.nvidia import compile_ptx
 from xsync.kernels.gemm import gemm_cluster
@@ -22,3 +24,44 @@ def test_rank_rows_compiles():
     r = compile_ptx(C.rank_rows, dict(BLOCK=64, STAGES=2, CLUSTER=4))
     assert len(r.cubin) > 5_000
     assert "% 4" in r.source
+
+
+def _multicast_gluon() -> bool:
+    from xsync.backends.nvidia import gluon_compat
+    return gluon_compat.cluster_multicast()
+
+
+def test_cluster_multicast_feature_follows_triton():
+    """Triton 3.6/3.7 Gluon has no TMA multicast (the cluster kernels fall back to one program per
+    CTA, each loading its own copy); 3.8+ has it."""
+    import triton
+    major, minor = (int(x) for x in triton.__version__.split(".")[:2])
+    assert _multicast_gluon() == ((major, minor) >= (3, 8))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_multicast_reference_protocol_ptx(n):
+    """The protocol a multicast lowering spells (tests/nvidia/multicast_reference.py), compiled for
+    sm_90a: the lead CTA multicasts B to the cluster's CTAs, each CTA arms its own full barrier with
+    the bytes it receives (its A share + the whole B), the multicast slot's empty barrier lives on
+    the lead (count n) and every CTA's release reaches it as a cluster-scope remote arrive."""
+    if not _multicast_gluon():
+        pytest.skip("this Gluon has no TMA multicast (Triton >= 3.8)")
+    from tests.nvidia import multicast_reference
+
+    BM, BN, BK = 128, 128, 64
+    ptx = multicast_reference.compile_offline(n, BM, BN, BK).asm["ptx"]
+    code = "\n".join(l for l in ptx.splitlines() if not l.lstrip().startswith((".loc", ".file")))
+    assert f".reqnctapercluster {n}" in code
+    mc = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes"
+                    r"\.multicast::cluster .*, (%rs\d+);", code)
+    assert mc, "no multicast TMA"
+    assert re.search(rf"mov\.b16\s+{re.escape(mc[0])}, {(1 << n) - 1};", code)      # CTA mask: all n
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", code)    # A: each CTA its share
+    expect = re.findall(r"mbarrier\.arrive\.expect_tx\.shared::cta\.b64 _, \[%r\d+\], (\d+);", code)
+    assert expect == [str(BM * BK * 2 + BK * BN * 2)]                               # per CTA
+    assert re.search(r"mbarrier\.arrive\.shared::cluster\.b64", code)               # release -> lead
+    assert re.search(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], " + str(n) + ";", code)
+    assert "fence.mbarrier_init.release.cluster" in code
+    assert "skipWait" in code                                                       # lead-only wait
+    assert len(re.findall(r"wgmma\.mma_async", code)) >= 4
