@@ -27,8 +27,9 @@ Rules (the first that fails keeps the per-program fallback and is the allocation
 4. every such ``v`` is read only as the row offset of an ``xs.load`` of ``B`` rows into a
    non-multicast field, or of an ``xs.store`` without bounds;
 5. every tile is split by rows: each load into a non-multicast field has such a row offset, tiles
-   are made 2-D (``xs.zeros`` / ``xs.full``) or from fields and wgmma, nothing reduces or
-   transposes across rows, and every wgmma reads B from a multicast field and A from a split one.
+   are made 2-D (``xs.zeros`` / ``xs.full``) or from fields and wgmma, nothing reduces, transposes
+   or makes an index range, a multicast field is read only as a wgmma's B operand, and every
+   wgmma reads B from a multicast field and A from a split one.
 """
 from __future__ import annotations
 
@@ -192,6 +193,12 @@ def _check_uses(kernel, s, split, multicast, consts) -> str:
                 or s.reduce is not None:
             return f"rule 4: line {line}: the store to '{s.tensor}' is not at a per-rank row offset without bounds"
         allowed.append(s.offsets[0])
+    names = {f for _, f in multicast}
+    mc_reads = [e for e in dataflow.stmt_exprs(s) if _field(e) in names]
+    as_b = [e for e in dataflow.stmt_exprs(s) if isinstance(e, ir.Call) and e.op is ir.TileOp.MMA
+            and _field(e.args[1]) in names]
+    if len(mc_reads) > len(as_b):
+        return f"rule 5: line {line} reads a multicast field other than as a wgmma's B operand"
     for e in dataflow.stmt_exprs(s):
         if isinstance(e, ir.Call):
             if e.op in ROW_BREAKERS:
@@ -201,7 +208,6 @@ def _check_uses(kernel, s, split, multicast, consts) -> str:
             if e.op is ir.TileOp.LOAD and not isinstance(s, ir.SlotWrite):
                 return f"rule 5: line {line}: xs.load into registers"
             if e.op is ir.TileOp.MMA:
-                names = {f for _, f in multicast}
                 if not (_field(e.args[1]) in names and _field(e.args[0]) not in names):
                     return f"rule 5: line {line}: the wgmma's B operand is not a multicast field (or A is)"
     reads = [e for e in dataflow.stmt_exprs(s) if isinstance(e, ir.Name) and e.id in split]
