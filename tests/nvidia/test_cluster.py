@@ -98,3 +98,14 @@ def test_multicast_reference_protocol_ptx(n):
     assert "fence.mbarrier_init.release.cluster" in code
     assert "skipWait" in code                                                       # lead-only wait
     assert len(re.findall(r"wgmma\.mma_async", code)) >= 4
+
+
+def test_cluster_split_refuses_hang_debug_mode():
+    """The hang debug mode polls xs_bars by a shared-memory offset; a kernel spread over a cluster's
+    CTAs keeps per-CTA and lead-CTA barriers, which it does not poll: a clear error, not a wrong poll."""
+    if not _multicast_gluon():
+        pytest.skip("this Gluon has no TMA multicast (Triton >= 3.8)")
+    from xsync.errors import BackendError
+
+    with pytest.raises(BackendError, match="hang debug mode does not poll"):
+        compile_ptx(gemm_cluster, dict(BM=128, BN=128, BK=64, STAGES=4, CLUSTER=2), debug_hang=True)

@@ -648,6 +648,11 @@ def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocati
            options: RenderOptions | None = None):
     """The Gluon module of ``kernel``: its decisions planned (:func:`planning.plan`), then spelled."""
     if allocation.cta_split is not None:     # one program over the cluster's CTAs (cluster_ctas.py)
+        if options is not None and options.debug_hang:
+            raise BackendError("hang debug mode does not poll the barriers of a kernel spread over a "
+                               "cluster's CTAs (its mbarriers are per CTA and on the lead CTA)",
+                               loc=kernel.loc, fix="run it without XSYNC_DEBUG_HANG; a hang there shows "
+                                                   "in the CPU emulator and the verifier too")
         kernel = allocation.cta_split.kernel
     plan = planning.plan(kernel, placement, allocation, options)
     # the kernel's names spelled apart from the generator's (xsync/backends/spelling.py): a probe
