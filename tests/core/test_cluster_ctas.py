@@ -97,3 +97,43 @@ def test_table_rows():
     assert "count 2 (1 per CTA)" in rows[("tiles", "multicast empty barriers")].resource
     off = _decide(gemm_cluster, GEMM, gluon=False).rows(lw.kernel, lw.placement.target)
     assert [r.resource for r in off] == ["each program loads its own copy"]
+
+
+@pytest.mark.parametrize("cluster", [2, 4])
+def test_the_cluster_program_computes_what_the_cluster_computed(cluster):
+    """The rewrite's meaning, without a GPU: the cluster's program (tiles 2x taller, the rank offset
+    gone), run as an ordinary kernel on the CPU emulator with one program per cluster, gives the
+    GEMM that the cluster's programs give; the verifier proves its protocol as one program."""
+    import dataclasses
+
+    import torch
+
+    from xsync.backends import get
+    from xsync.backends.cpu import compile_kernel
+    from xsync.lowering.alloc import allocate
+    from xsync.lowering.frontend import parse_kernel
+    from xsync.lowering.protocol import derive
+    from xsync.lowering.verify import verify
+
+    cx = dict(BM=16, BN=16, BK=16, STAGES=2, CLUSTER=cluster)
+    consts, dtypes = gemm_cluster.specialization(cx, dict(a=xs.float32, b=xs.float32, c=xs.float32))
+    kernel = parse_kernel(gemm_cluster.fn, consts, dtypes)
+    split = cluster_ctas.plan(kernel, get("nvidia").place(kernel), is_tma_pipe, True).split
+    one = dataclasses.replace(split.kernel, cluster=1, pipes=tuple(
+        dataclasses.replace(p, fields=tuple(dataclasses.replace(f, multicast=False) for f in p.fields))
+        for p in split.kernel.pipes))
+    cpu = get("cpu")
+    placement = cpu.place(one)
+    skeleton = derive(one, placement)
+    assert verify(one, placement, skeleton).proven
+    compiled = compile_kernel(one, placement, allocate(one, placement, skeleton))
+
+    torch.manual_seed(0)
+    M, N, K = 2 * cluster * 16, 3 * 16, 4 * 16
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    want = a @ b
+    c_cluster, c_one = torch.zeros(M, N), torch.zeros(M, N)
+    gemm_cluster[(2 * cluster,)](a, b, c_cluster, M, N, K, **cx, backend="cpu")   # 2 clusters' programs
+    compiled.launch((2,), dict(a=a, b=b, c=c_one, M=M, N=N, K=K))                  # 2 cluster programs
+    torch.testing.assert_close(c_cluster, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(c_one, c_cluster, rtol=0, atol=0)
