@@ -97,6 +97,7 @@ def test_table_rows():
     assert "count 2 (1 per CTA)" in rows[("tiles", "multicast empty barriers")].resource
     off = _decide(gemm_cluster, GEMM, gluon=False).rows(lw.kernel, lw.placement.target)
     assert [r.resource for r in off] == ["each program loads its own copy"]
+    assert rows[("cluster", "Gluon program")].resource == "one program over the 2 CTAs (num_ctas=2)"
 
 
 @pytest.mark.parametrize("cluster", [2, 4])

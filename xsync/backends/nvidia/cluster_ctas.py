@@ -67,6 +67,11 @@ class Decision:
         from xsync.lowering.alloc import Row
 
         rows = []
+        if self.split is not None:
+            n = self.split.ctas
+            rows.append(Row("cluster", "Gluon program", f"one program over the {n} CTAs (num_ctas={n})",
+                            "launched one per cluster; the per-rank tiles are its CTA split by rows (CGA "
+                            "layouts)"))
         for p in kernel.pipes:
             for f in p.fields:
                 if not f.multicast:
