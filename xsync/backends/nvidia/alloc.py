@@ -231,7 +231,7 @@ def allocate(kernel, placement, skel, options=None) -> HopperAllocation:
         if decl.made_by:
             rule += f" (declared by the {decl.made_by} pass)"
         rows.append(Row(b.obj, "named barrier", f"bar id {bid}, {threads} threads", rule))
-    decision = cluster_ctas.plan(kernel, placement, is_tma_pipe, cluster_ctas.gluon_multicast())
+    decision = cluster_ctas.plan(kernel, placement, is_tma_pipe)
     return HopperAllocation("nvidia", tuple(rows), partitions=tuple(partitions),
                             mbarriers=tuple(groups), named_barriers=tuple(named), maxnreg=maxnreg,
                             smem_bytes=smem, cta_split=decision and decision.split,

@@ -109,7 +109,7 @@ def _rank_offset(e, rank):
     return None
 
 
-def gluon_multicast() -> bool:
+def gluon_has_multicast() -> bool:
     """Rule 1's fact, asked of the installed Triton (False where there is none)."""
     try:
         from xsync.backends.nvidia import gluon_compat
@@ -118,13 +118,14 @@ def gluon_multicast() -> bool:
     return gluon_compat.cluster_multicast()
 
 
-def plan(kernel: ir.KernelIR, placement, is_tma_pipe, gluon_multicast: bool) -> Decision | None:
-    """The decision for ``kernel`` (None: no cluster with a multicast pipe)."""
+def plan(kernel: ir.KernelIR, placement, is_tma_pipe, gluon_multicast: bool | None = None) -> Decision | None:
+    """The decision for ``kernel`` (None: no cluster with a multicast pipe). ``gluon_multicast``:
+    rule 1's fact (None: ask the installed Triton, only for a cluster kernel)."""
     n = kernel.cluster
     mpipes = [p for p in kernel.pipes if p.multicast and placement.crosses(p)]
     if n == 1 or not mpipes:
         return None
-    if not gluon_multicast:
+    if not (gluon_multicast if gluon_multicast is not None else gluon_has_multicast()):
         return Decision(None, "rule 1: this Triton's Gluon has no TMA multicast (Triton 3.8+ has it)")
     for p in kernel.pipes:
         if placement.crosses(p) and not is_tma_pipe(kernel, p):
