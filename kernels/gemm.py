@@ -187,8 +187,8 @@ def gemm_cluster(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.co
     """The persistent GEMM over clusters of CLUSTER programs stacked along M: a cluster takes
     an output tile of CLUSTER*BM x BN, program r its rows r*BM.., so the programs of a cluster
     need the same B tile at every K step. B is a multicast field: where the target has a
-    multicast copy, each program loads a share and every program receives the whole tile (and
-    a slot is free once every program of the cluster released it); elsewhere each program
+    multicast copy, one load reaches every program (Hopper: the lead CTA's TMA multicast; a
+    slot is free once every program of the cluster released it); elsewhere each program
     loads its own copy (the allocation table says which). Launch a multiple of CLUSTER
     programs (one cluster per CLUSTER SMs or AI cores)."""
     xs.cluster(CLUSTER)

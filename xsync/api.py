@@ -143,8 +143,8 @@ def tile(shape, dtype, multicast=False):
     ``multicast=True`` (a kernel with :func:`cluster`): every program of the cluster receives
     the same tile in its own slot. The producer writes it with ``slot.f = xs.load(t, offsets,
     shape)`` whose offsets must not depend on the program (``xs.cluster_rank()``,
-    ``xs.program_id``); on hardware with multicast each program loads a share and the copy
-    engine delivers the whole tile to all of them, so a slot is free for any program only once
+    ``xs.program_id``); on hardware with multicast the copy engine delivers one load to all of
+    them (Hopper: the lead CTA's TMA multicast), so a slot is free for any program only once
     every program of the cluster released it.
     """
 

@@ -1,24 +1,111 @@
 """Clusters on Hopper (tests/core/cluster_kernels.py, xsync.kernels.gemm.gemm_cluster), compiled
-offline for sm_90a: the programs of a cluster compile as independent programs, each loading its
-own copy of a multicast field by TMA (the allocation table says so and why); cluster_rank and
-cluster_id are spelled from the program id."""
+offline for sm_90a. Where the installed Gluon has TMA multicast (Triton >= 3.8) and the kernel's
+shape allows it (xsync/backends/nvidia/cluster_ctas.py), a cluster is one Gluon program over its
+CTAs; otherwise its programs compile as independent programs, each loading its own copy of a
+multicast field (the allocation table says which and why). No GPU here: the PTX is checked, the
+kernels are not run."""
 import re
+
+import pytest
 
 from tests.core import cluster_kernels as C
 from xsync.backends.nvidia import compile_ptx
 from xsync.kernels.gemm import gemm_cluster
 
 
+def _code(ptx: str) -> str:
+    return "\n".join(l for l in ptx.splitlines() if not l.lstrip().startswith((".loc", ".file")))
+
+
 def test_cluster_gemm_compiles():
-    r = compile_ptx(gemm_cluster, dict(BM=128, BN=128, BK=64, STAGES=4, CLUSTER=2))
+    """Triton >= 3.8: one Gluon program over the cluster's 2 CTAs (A split by rows, B multicast by
+    the lead CTA, per-CTA expect-tx, the multicast slot's empty barrier on the lead); 3.6: the
+    programs compile independently, each loading its own B."""
+    cx = dict(BM=128, BN=128, BK=64, STAGES=4, CLUSTER=2)
+    r = compile_ptx(gemm_cluster, cx)
     assert len(r.cubin) > 10_000
-    assert "% 2" in r.source and "// 2" in r.source      # rank and cluster from the program id
-    assert re.search(r"cp\.async\.bulk\.tensor\.2d", r.ptx) and re.search(r"wgmma\.mma_async", r.ptx)
+    code = _code(r.ptx)
+    assert re.search(r"wgmma\.mma_async", code)
     table = gemm_cluster.lower("nvidia").allocation.table()
-    assert "each program loads its own copy" in table and "Triton 3.6 has no TMA multicast" in table
+    if not _multicast_gluon():
+        assert "% 2" in r.source and "// 2" in r.source      # rank and cluster from the program id
+        assert re.search(r"cp\.async\.bulk\.tensor\.2d", code) and "multicast::cluster" not in code
+        assert "each program loads its own copy" in table and "rule 1: this Triton's Gluon has no TMA multicast" in table
+        assert r.render.num_ctas == 1
+        return
+    assert r.render.num_ctas == 2 and "% 2" not in r.source and "// 2" not in r.source
+    assert ".reqnctapercluster 2" in code
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes"
+                     r"\.multicast::cluster", code)
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", code)        # A: its own rows
+    per_cta = cx["BM"] * cx["BK"] * 2 + cx["BK"] * cx["BN"] * 2
+    assert re.findall(r"mbarrier\.arrive\.expect_tx\.shared::cta\.b64 _, \[%r\d+\], (\d+);", code) == [str(per_cta)]
+    assert re.search(r"mbarrier\.arrive\.shared::cluster\.b64", code)                     # release -> lead
+    assert re.search(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], 2;", code)            # lead: 1 per CTA
+    assert "fence.mbarrier_init.release.cluster" in code and "skipWait" in code
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in code                          # TMA store, per CTA
+    assert "TMA multicast to the 2 CTAs (lead CTA issues)" in table and "multicast empty barriers" in table
+    assert r.metadata.num_ctas == 2
 
 
 def test_rank_rows_compiles():
+    """cluster_rank as a value (rank_rows adds it to the tile): no CTA split (cluster_ctas rule 3)
+    under any Triton; each program loads its own copy."""
     r = compile_ptx(C.rank_rows, dict(BLOCK=64, STAGES=2, CLUSTER=4))
     assert len(r.cubin) > 5_000
-    assert "% 4" in r.source
+    assert "% 4" in r.source and r.render.num_ctas == 1
+    table = C.rank_rows.lower("nvidia", dict(BLOCK=64, STAGES=2, CLUSTER=4)).allocation.table()
+    assert "each program loads its own copy" in table
+    assert ("rule 3: line" in table) == _multicast_gluon()
+
+
+def _multicast_gluon() -> bool:
+    from xsync.backends.nvidia import gluon_compat
+    return gluon_compat.cluster_multicast()
+
+
+def test_cluster_multicast_feature_follows_triton():
+    """Triton 3.6/3.7 Gluon has no TMA multicast (the cluster kernels fall back to one program per
+    CTA, each loading its own copy); 3.8+ has it."""
+    import triton
+    major, minor = (int(x) for x in triton.__version__.split(".")[:2])
+    assert _multicast_gluon() == ((major, minor) >= (3, 8))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_multicast_reference_protocol_ptx(n):
+    """The protocol a multicast lowering spells (tests/nvidia/multicast_reference.py), compiled for
+    sm_90a: the lead CTA multicasts B to the cluster's CTAs, each CTA arms its own full barrier with
+    the bytes it receives (its A share + the whole B), the multicast slot's empty barrier lives on
+    the lead (count n) and every CTA's release reaches it as a cluster-scope remote arrive."""
+    if not _multicast_gluon():
+        pytest.skip("this Gluon has no TMA multicast (Triton >= 3.8)")
+    from tests.nvidia import multicast_reference
+
+    BM, BN, BK = 128, 128, 64
+    ptx = multicast_reference.compile_offline(n, BM, BN, BK).asm["ptx"]
+    code = "\n".join(l for l in ptx.splitlines() if not l.lstrip().startswith((".loc", ".file")))
+    assert f".reqnctapercluster {n}" in code
+    mc = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes"
+                    r"\.multicast::cluster .*, (%rs\d+);", code)
+    assert mc, "no multicast TMA"
+    assert re.search(rf"mov\.b16\s+{re.escape(mc[0])}, {(1 << n) - 1};", code)      # CTA mask: all n
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", code)    # A: each CTA its share
+    expect = re.findall(r"mbarrier\.arrive\.expect_tx\.shared::cta\.b64 _, \[%r\d+\], (\d+);", code)
+    assert expect == [str(BM * BK * 2 + BK * BN * 2)]                               # per CTA
+    assert re.search(r"mbarrier\.arrive\.shared::cluster\.b64", code)               # release -> lead
+    assert re.search(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], " + str(n) + ";", code)
+    assert "fence.mbarrier_init.release.cluster" in code
+    assert "skipWait" in code                                                       # lead-only wait
+    assert len(re.findall(r"wgmma\.mma_async", code)) >= 4
+
+
+def test_cluster_split_refuses_hang_debug_mode():
+    """The hang debug mode polls xs_bars by a shared-memory offset; a kernel spread over a cluster's
+    CTAs keeps per-CTA and lead-CTA barriers, which it does not poll: a clear error, not a wrong poll."""
+    if not _multicast_gluon():
+        pytest.skip("this Gluon has no TMA multicast (Triton >= 3.8)")
+    from xsync.errors import BackendError
+
+    with pytest.raises(BackendError, match="hang debug mode does not poll"):
+        compile_ptx(gemm_cluster, dict(BM=128, BN=128, BK=64, STAGES=4, CLUSTER=2), debug_hang=True)

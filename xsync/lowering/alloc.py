@@ -44,6 +44,9 @@ class Allocation:
     backend: str
     rows: tuple[Row, ...]
     skeleton: Skeleton | None = field(default=None, compare=False)
+    # the rows of a cluster's multicast fields where the target decides per kernel (None: the
+    # Target's multicast / multicast_missing text)
+    multicast_rows: tuple[Row, ...] | None = None
 
     def table(self) -> str:
         head = ("object", "what", "resource", "rule")
@@ -65,15 +68,19 @@ def allocate(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | Non
     skel = skeleton or derive(kernel, placement)
     alloc = placement.target.allocate(kernel, placement, skel, options)
     notes = tuple(Row(n.role, "placement", n.placement, n.text) for n in placement.notes)
-    return dataclasses.replace(alloc, skeleton=skel, rows=alloc.rows + notes + cluster_rows(kernel, placement.target))
+    return dataclasses.replace(alloc, skeleton=skel, rows=alloc.rows + notes + cluster_rows(kernel, placement.target,
+                                                                                         alloc.multicast_rows))
 
 
-def cluster_rows(kernel: ir.KernelIR, target) -> tuple[Row, ...]:
-    """What the target does with the kernel's cluster and its multicast fields."""
+def cluster_rows(kernel: ir.KernelIR, target, decided: tuple[Row, ...] | None = None) -> tuple[Row, ...]:
+    """What the target does with the kernel's cluster and its multicast fields (``decided``: the
+    target's own rows for them)."""
     if kernel.cluster == 1:
         return ()
     rows = [Row("cluster", "programs", f"{kernel.cluster} consecutive programs of axis 0",
                 "cluster_id = program_id(0) // n, cluster_rank = program_id(0) % n; tiles dealt to clusters")]
+    if decided is not None:
+        return tuple(rows) + decided
     for p in kernel.pipes:
         for f in p.fields:
             if f.multicast:

@@ -1,8 +1,8 @@
 """The protocol of a cluster kernel (``xs.cluster(n)`` with a multicast pipe): the skeleton of
 its ``n`` programs together, which the verifier checks and the CPU emulator runs.
 
-A multicast pipe's slot holds the same tile in every program of the cluster (on Hopper each
-program's producer loads a share and TMA multicast delivers it to all of them), so a slot is
+A multicast pipe's slot holds the same tile in every program of the cluster (on Hopper one
+TMA multicast of the lead CTA delivers it to all of them), so a slot is
 free for any program's producer only once every program's consumers released it, and a
 consumer's wait needs the commits of every program's producer. Every other pipe, event and
 barrier stays inside its program. :func:`expand` builds that as a :class:`ClusterSkeleton`:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from xsync.errors import AllocationError
 from xsync.lowering import holding, ir
+from xsync.backends.nvidia import cluster_ctas
 from xsync.lowering.alloc import Allocation, Row
 from xsync.lowering.placement import Unit
 
@@ -98,6 +99,8 @@ class HopperAllocation(Allocation):
     named_barriers: tuple[NamedBarrier, ...] = ()
     maxnreg: int | None = None                        # the launch option, when set
     smem_bytes: int = 0                               # the pipes' shared-memory rings
+    # a cluster kernel as one program over the cluster's CTAs, or why not (cluster_ctas.py)
+    cta_split: object = None
 
     @property
     def barrier_ids(self) -> tuple[tuple[str, int], ...]:
@@ -228,9 +231,11 @@ def allocate(kernel, placement, skel, options=None) -> HopperAllocation:
         if decl.made_by:
             rule += f" (declared by the {decl.made_by} pass)"
         rows.append(Row(b.obj, "named barrier", f"bar id {bid}, {threads} threads", rule))
+    decision = cluster_ctas.plan(kernel, placement, is_tma_pipe)
     return HopperAllocation("nvidia", tuple(rows), partitions=tuple(partitions),
                             mbarriers=tuple(groups), named_barriers=tuple(named), maxnreg=maxnreg,
-                            smem_bytes=smem)
+                            smem_bytes=smem, cta_split=decision and decision.split,
+                            multicast_rows=decision and decision.rows(kernel, placement.target))
 
 
 def _own_hint(kernel, why: str = "(merged, its hand-off needs no ring)") -> str:

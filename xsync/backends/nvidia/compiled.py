@@ -62,7 +62,8 @@ class CompiledNvidia:
             for arg in self.result.params:
                 layout = None
                 if arg.kind.descriptor:
-                    layout = nvmma_shared_layout(arg.source[1], self.result.descriptor_layouts[arg.name][2])
+                    layout = nvmma_shared_layout(arg.source[1], self.result.descriptor_layouts[arg.name][2],
+                                                 (self.result.descriptor_cga or {}).get(arg.name))
                 plan.append((arg, layout))
             self.__dict__["_plan"] = plan
         return plan
@@ -146,7 +147,17 @@ class CompiledNvidia:
         opts = {"num_warps": self.result.num_warps, "enable_fp_fusion": FP_FUSION}
         if self.allocation.maxnreg:
             opts["maxnreg"] = int(self.allocation.maxnreg)
+        if self.result.num_ctas > 1:
+            opts["num_ctas"] = self.result.num_ctas
         return opts
+
+    def cluster_grid(self, grid) -> tuple:
+        """The launch grid in Gluon programs: a kernel spread over a cluster's CTAs takes one
+        program per cluster (Triton launches num_ctas CTAs for each); xsync's grid counts the
+        cluster's programs (check_grid: a multiple of the cluster)."""
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        n = self.result.num_ctas
+        return grid if n == 1 else (grid[0] // n,) + grid[1:]
 
     def local_memory_bytes(self) -> int | None:
         """Local memory a thread of this kernel uses (ptxas spills), as the CUDA driver reports
@@ -161,7 +172,7 @@ class CompiledNvidia:
     # ------------------------------------------------------------ launch
     def launch(self, grid, args: dict, settings=None):
         """``settings`` (xsync.config.Settings): unused here (no run-time option on the GPU)."""
-        grid = tuple(grid) + (1,) * (3 - len(grid))
+        grid = self.cluster_grid(grid)
         if self.result.debug_hang:
             return self._launch_debug(grid, args)
         self.run_argv(grid, self.host_args(args))
@@ -202,7 +213,7 @@ class CompiledNvidia:
 
         if self.result.debug_hang:
             return None
-        grid = tuple(grid) + (1,) * (3 - len(grid))
+        grid = self.cluster_grid(grid)
         argv = self.host_args(args)
         device = driver.active.get_current_device()
         kernel = self.__dict__.get("_kernels", {}).get((device, specialization_key(argv)))

@@ -7,7 +7,17 @@ global memory (PTX ``cp.reduce.async.bulk.tensor ... .add``). Triton >= 3.9's Gl
 ``DESCRIPTOR_REDUCE_KIND.ADD``) but has no Gluon function for it, so this module defines one
 the same way 3.9 does (its ``_async_atomic_shared_to_global``). Like a TMA store it is waited
 with ``tma.store_wait``.
+
+``cluster_multicast()``: whether the installed Gluon spells a cluster's TMA multicast (Triton >=
+3.8: ``tma.async_load(..., multicast=True)``, ``mbarrier.expect/arrive(..., from_cta=)``,
+``gl.num_ctas()``). Gluon spreads ONE program over the cluster's CTAs there (CGA layouts), so an
+xsync cluster of n programs becomes one Gluon program launched with ``num_ctas=n``;
+tests/nvidia/multicast_reference.py is the protocol such a lowering spells, compiled offline.
 """
+import inspect
+
+from triton.experimental.gluon import language as _gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier as _mbarrier
 from triton.experimental.gluon.language.nvidia.hopper import tma
 
 tma_reduce_add = getattr(tma, "async_atomic_add", None)
@@ -22,3 +32,11 @@ if tma_reduce_add is None:
         coord = _semantic._convert_to_ir_values(coord, require_i64=False)
         _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle,
                                                   coord, src.handle)
+
+
+def cluster_multicast() -> bool:
+    """Whether this Gluon has TMA multicast into CTA-split programs (Triton >= 3.8); 3.6 and 3.7
+    have none of it, and xsync's cluster kernels run there as independent programs."""
+    load = getattr(tma, "async_load", None)
+    return (load is not None and "multicast" in inspect.signature(load).parameters
+            and "from_cta" in inspect.signature(_mbarrier.arrive).parameters and hasattr(_gl, "num_ctas"))

@@ -81,9 +81,12 @@ class ModuleLayouts:
     constants: tuple[LayoutConstant, ...]   # in order of first use
 
 
-def nvmma_shared_layout(shape, dtype: DType):
-    """The NVMMASharedLayout Gluon picks for a tile (TMA boxes and wgmma operands)."""
+def nvmma_shared_layout(shape, dtype: DType, cga=None):
+    """The NVMMASharedLayout Gluon picks for a tile (TMA boxes and wgmma operands); ``cga``: the
+    CGA bases of a tile spread over a cluster's CTAs (xsync/backends/nvidia/cluster_ctas.py)."""
     from triton.experimental.gluon import language as gl
+    if cga:
+        return gl.NVMMASharedLayout.get_default_for(list(shape), getattr(gl, dtype.name), cga_layout=cga)
     return gl.NVMMASharedLayout.get_default_for(list(shape), getattr(gl, dtype.name))
 
 
@@ -99,6 +102,11 @@ def nvmma_shared_repr(shape, dtype: DType) -> str:
                 f"rank=2, transposed=False, fp4_padded=False, cga_layout=[])")
 
 
+def smem_name(shape, dtype: DType, multicast: bool = False) -> str:
+    """The module constant of a shared-memory tile's layout (``_MC``: a multicast field's)."""
+    return f"SMEM_{dtype.name.upper()}_{shape[0]}x{shape[1]}" + ("_MC" if multicast else "")
+
+
 def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
@@ -112,6 +120,11 @@ class LayoutRules:
 
     recording = False               # the inference records requests; the renderer reads them
     dead = 0                        # > 0 inside an `if` whose constexpr test is false
+    split = None                    # cluster_ctas.CtaSplit: tiles spread over a cluster's CTAs
+
+    def cga(self, rank: int, split: bool = True) -> str:
+        """``, cga_layout=...`` of a layout in a kernel spread over CTAs ("" otherwise)."""
+        return f", cga_layout={self.split.bases(rank, split)}" if self.split is not None else ""
 
     # ------------------------------------------------------------ constants
     def cval(self, e, what, loc):
@@ -145,22 +158,28 @@ class LayoutRules:
             # [*, c] tile of a consumer warpgroup shares it (no layout conversions).
             return self.layout_const(
                 f"ACC_N{c}",
-                f"gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, {c}, 16])",
+                f"gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, {c}, 16]"
+                f"{self.cga(2)})",
                 f"wgmma accumulator layout: [*, {c}] tiles of a consumer warpgroup")
         w = self.warps
         return self.layout_const(
-            f"BLOCKED_{w}W", f"gl.BlockedLayout([1, 4], [4, 8], [{w}, 1], [1, 0])",
+            f"BLOCKED_{w}W", f"gl.BlockedLayout([1, 4], [4, 8], [{w}, 1], [1, 0]{self.cga(2)})",
             f"2-D register tiles in {w}-warp partitions")
 
     def layout1d(self) -> str:
         w = self.warps
-        return self.layout_const(f"ROW_{w}W", f"gl.BlockedLayout([1], [32], [{w}], [0])",
+        return self.layout_const(f"ROW_{w}W", f"gl.BlockedLayout([1], [32], [{w}], [0]{self.cga(1)})",
                                  f"1-D register tiles in {w}-warp partitions")
 
-    def smem_layout(self, shape, dtype) -> str:
-        name = f"SMEM_{dtype.name.upper()}_{shape[0]}x{shape[1]}"
-        return self.layout_const(name, nvmma_shared_repr(shape, dtype),
-                                 f"shared-memory tile [{shape[0]}, {shape[1]}] {dtype.name}")
+    def smem_layout(self, shape, dtype, multicast: bool = False) -> str:
+        mc = multicast and self.split is not None
+        name = smem_name(shape, dtype, mc)
+        ctor = nvmma_shared_repr(shape, dtype)
+        if self.split is not None:      # split by rows over the CTAs, or the same tile in every CTA
+            ctor = ctor.replace("cga_layout=[]", f"cga_layout={self.split.bases(2, not mc)}")
+        return self.layout_const(name, ctor, f"shared-memory tile [{shape[0]}, {shape[1]}] {dtype.name}"
+                                 + (", every CTA of the cluster (multicast)" if mc else
+                                    ", split by rows over the cluster's CTAs" if self.split else ""))
 
     def bshape(self, ts, want):
         tiles = [t for t in ts if t.kind is ValueKind.TILE]
@@ -313,7 +332,7 @@ class LayoutRules:
         spec = pipe.field(e.attr)
         if not self.placement.crosses(pipe):
             return self.env.get(f"{pipe.name}_{e.attr}", T(ValueKind.TILE, spec.shape, spec.dtype, None))
-        return T(ValueKind.SMEM, spec.shape, spec.dtype, self.smem_layout(spec.shape, spec.dtype))
+        return T(ValueKind.SMEM, spec.shape, spec.dtype, self.smem_layout(spec.shape, spec.dtype, spec.multicast))
 
     def smem_operand_type(self, e):
         """Type of a shared-memory mma operand, or None if it lives in registers."""
@@ -604,6 +623,7 @@ def infer(kernel: ir.KernelIR, placement, allocation, consts: dict, tensors: dic
     agents use (in order of first use), then the shared-memory rings of the entry function.
     ``bodies``: agent -> the statements to walk (default: ``agent_body``)."""
     inf = LayoutInference(kernel, placement, consts, tensors)
+    inf.split = allocation.cta_split
     agents = {}
     for agent in placement.agents:
         warps = allocation.partitions_of(agent.name)[0].warps
@@ -612,5 +632,5 @@ def infer(kernel: ir.KernelIR, placement, allocation, consts: dict, tensors: dic
     for p in kernel.pipes:
         if placement.crosses(p):
             for f in p.fields:
-                inf.smem_layout(f.shape, f.dtype)
+                inf.smem_layout(f.shape, f.dtype, f.multicast)
     return ModuleLayouts(MappingProxyType(agents), tuple(inf.layouts.values()))

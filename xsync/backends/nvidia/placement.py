@@ -38,10 +38,9 @@ TARGET = Target(
     reduce_add_dtypes=("float32", "float16", "bfloat16", "int32"),
     reduce_add="TMA bulk reduce-add / red.global.add",
     # Gluon exposes TMA multicast and cluster-scope mbarrier arrives from Triton 3.8 only, and
-    # there as one program spread over the cluster's CTAs (CGA layouts), not one per CTA
-    multicast_missing="xsync does not yet spell a cluster for Gluon (Triton 3.6 has no TMA "
-                      "multicast; 3.8+ spreads one program over the CTAs); each program loads its "
-                      "own copy, which L2 serves")
+    # there as one program spread over the cluster's CTAs (CGA layouts), not one per CTA:
+    # xsync/backends/nvidia/cluster_ctas.py decides per kernel whether it can spell that
+    multicast_missing="each program loads its own copy, which L2 serves")
 
 
 def place(kernel):

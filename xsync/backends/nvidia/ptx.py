@@ -74,7 +74,7 @@ def signature_of(result, scalar_types: dict | None = None) -> tuple[dict, dict]:
         name, kind = arg.name, arg.kind
         if kind.descriptor:
             t, shape, dtype = result.descriptor_layouts[name]
-            lay = nvmma_shared_layout(shape, dtype)
+            lay = nvmma_shared_layout(shape, dtype, (result.descriptor_cga or {}).get(name))
             dt = SIG_DTYPES[dtype.name]
             sig[name] = f"tensordesc<{dt}[{shape[0]}, {shape[1]}],{lay!r}>"
         elif kind in (ArgKind.PTR, ArgKind.TABLE):
@@ -106,6 +106,8 @@ def ptx_compile(lowered, options, scalar_types):
     launch = {"num_warps": result.num_warps, "enable_fp_fusion": FP_FUSION}
     if lowered.allocation.maxnreg:
         launch["maxnreg"] = int(lowered.allocation.maxnreg)
+    if result.num_ctas > 1:
+        launch["num_ctas"] = result.num_ctas
     compiled = triton.compile(GluonASTSource(fn, sig, {}, attrs=attrs),
                               target=GPUTarget("cuda", TARGET_ARCH, 32), options=launch)
     return result, compiled

@@ -63,7 +63,7 @@ from xsync.backends.nvidia.alloc import HopperAllocation, is_tma_pipe
 from xsync.backends.nvidia import exp2, planning
 from xsync.backends.nvidia.abi import ArgKind, KernelArg
 from xsync.backends.nvidia.options import RenderOptions
-from xsync.backends.nvidia.layouts import ModuleLayouts, ValueKind, nvmma_shared_repr
+from xsync.backends.nvidia.layouts import ModuleLayouts, ValueKind, nvmma_shared_repr, smem_name
 from xsync.backends.nvidia.planning import RenderPlan
 from xsync.backends.nvidia.sync_ops import HangDebug, SyncSpeller, WaitSite, counters, emit_helpers, paired
 from xsync.backends.nvidia.values import SCALAR, GL_DTYPES, ValueSpeller
@@ -98,6 +98,8 @@ class RenderResult:
     debug_hang: bool
     descriptor_layouts: dict         # desc param -> (tensor, [rows, cols], element DType)
     layouts: ModuleLayouts           # types and layouts of every agent (layouts.infer)
+    num_ctas: int = 1                # > 1: one program over a cluster's CTAs (cluster_ctas.py)
+    descriptor_cga: dict | None = None   # desc param -> its CGA bases (num_ctas > 1)
 
 
 class AgentSpeller:
@@ -118,6 +120,7 @@ class AgentSpeller:
                                    layouts={c.name: c for c in plan.layouts.constants}, typed=self.typed,
                                    warps=allocation.partitions_of(agent.name)[0].warps, out=out,
                                    exp2_share=exp2_share, names=names)
+        self.values.split = allocation.cta_split     # the layouts' CTA split (layouts.infer's)
         self.names = names
         self.sync = SyncSpeller(kernel=kernel, placement=placement, allocation=allocation, agent=agent,
                                 values=self.values, out=out, wait_sites=wait_sites, debug=debug)
@@ -364,13 +367,20 @@ class AgentSpeller:
             t = call.args[0].id
             desc = values.tensors[t].descs[tuple(spec.shape)]
             offs = ", ".join(values.tx(x)[0] for x in call.args[1].items)
-            o.line(f"xs_tma_load({desc}, [{offs}], {full}, {pipe.name}_{s.field}.index({slot}))"
-                   f"  # line {s.loc.line}: {s.slot}.{s.field} = xs.load(...)")
+            split = self.sync.allocation.cta_split
+            mc = ", multicast=True" if split is not None and (pipe.name, s.field) in split.multicast else ""
+            o.line(f"xs_tma_load({desc}, [{offs}], {full}, {pipe.name}_{s.field}.index({slot}){mc})"
+                   f"  # line {s.loc.line}: {s.slot}.{s.field} = xs.load(...)"
+                   + ("; the lead CTA multicasts it to the cluster's CTAs" if mc else ""))
             return
         c, t = values.tx(s.value)
         if t.kind is ValueKind.TILE and t.dtype is not None and t.dtype != spec.dtype:
             c = f"({c}).to({values.dtype(spec.dtype)})"
         o.line(f"{pipe.name}_{s.field}.index({slot}).store({c})  # line {s.loc.line}: {s.slot}.{s.field} = ...")
+
+
+def k_stages(kernel: ir.KernelIR, pipe: str) -> int:
+    return kernel.sync_object(pipe).stages
 
 
 def _const(v) -> str:
@@ -406,6 +416,15 @@ class NvidiaRenderer:
             self.bar_count[f"{g.obj}:{g.side}"] = g.barriers
             k += g.barriers
         self.num_bars = k
+        # a kernel over a cluster's CTAs: its multicast pipes' empty barriers on the lead CTA
+        self.mc_base: dict[str, int] = {}
+        split = allocation.cta_split
+        k = 0
+        for p in (kernel.pipes if split is not None else ()):
+            if p.multicast and placement.crosses(p):
+                self.mc_base[p.name] = k
+                k += p.stages
+        self.num_mc_bars = k
 
     def render(self) -> RenderResult:
         k = self.kernel
@@ -417,21 +436,25 @@ class NvidiaRenderer:
         pnames = [n for n, _, _ in params]
         smem_args = [f"{p.name}_{f.name}" for p in k.pipes if self.placement.crosses(p) for f in p.fields]
         smem_args += [tile.name for tile in self.plan.staging.tiles]
-        ws_args = pnames + smem_args + ["xs_bars"]
+        ws_args = pnames + smem_args + ["xs_bars"] + (["xs_bars_mc"] if self.mc_base else [])
 
         o = Emitter()
         self.header(o, exp2_used)
         self.agent_functions(o, agent_src, ws_args)
         self.entry_function(o, pnames, ws_args, parts, agent_ids)
-        desc_layouts = {}
+        desc_layouts, desc_cga = {}, {}
+        split = self.allocation.cta_split
         for n, kind, extra in params:
             if kind.descriptor:
                 t, shape = extra
                 desc_layouts[n] = (t, list(shape), self.tensors[t].dtype)
+                if split is not None:
+                    desc_cga[n] = split.bases(2, (t, tuple(shape)) not in split.broadcast_descs)
         return RenderResult(o.source(), self.names(k.name), params, self.tensors,
                             [(lb, a.name, r, w, g) for lb, a, r, w, g in parts], 4,
                             self.wait_sites, agent_ids, self.num_bars, self.debug is not None, desc_layouts,
-                            self.plan.layouts)
+                            self.plan.layouts, split.ctas if split is not None else 1,
+                            desc_cga if split is not None else None)
 
     # ------------------------------------------------------------ steps
     def spell_agents(self) -> tuple[dict[str, Emitter], bool]:
@@ -521,6 +544,13 @@ class NvidiaRenderer:
             o.line(f"{obj.upper()}_{side.upper()} = gl.constexpr({base})  # {obj} {side}: "
                    f"xs_bars[{base}:{base + n}], arrive count {cnt}")
         o.line(f"XS_NUM_BARS = gl.constexpr({max(1, self.num_bars)})")
+        if self.mc_base:
+            o.line(f"# one program over a cluster of {self.allocation.cta_split.ctas} CTAs: xs_bars has one "
+                   f"mbarrier per CTA; xs_bars_mc[{self.num_mc_bars}] lives on the lead CTA (multicast slots free)")
+            for name, base in self.mc_base.items():
+                o.line(f"{name.upper()}_EMPTY_MC = gl.constexpr({base})  # {name} empty (multicast): "
+                       f"xs_bars_mc[{base}:{base + k_stages(self.kernel, name)}], 1 arrive per CTA")
+            o.line(f"XS_NUM_MC_BARS = gl.constexpr({self.num_mc_bars})")
         if self.debug is not None:
             o.line(f"XS_BARS_SMEM = gl.constexpr({self.debug.bars_smem})  # byte offset of xs_bars in shared "
                    f"memory (read back from a first compile)")
@@ -565,7 +595,7 @@ class NvidiaRenderer:
                    + (f" x {pairs} replica pairs" if pairs and p.interleave == 1 else "")
                    + (f" shared by {pairs} replica pairs, stride {p.interleave}" if p.interleave > 1 else ""))
             for f in p.fields:
-                lay = f"SMEM_{f.dtype.name.upper()}_{f.shape[0]}x{f.shape[1]}"    # layouts.infer named it
+                lay = smem_name(f.shape, f.dtype, f.multicast and bool(self.mc_base))   # layouts.infer named it
                 if lay not in self.layouts:
                     raise BackendError(f"internal: layout {lay} was not inferred before rendering", loc=k.loc)
                 o.line(f"{p.name}_{f.name} = gl.allocate_shared_memory({GL_DTYPES[f.dtype.name]}, "
@@ -573,11 +603,26 @@ class NvidiaRenderer:
         for tile in self.plan.staging.tiles:
             rows, cols, dtype = tile.rows, tile.cols, tile.dtype
             lay = f"SMEM_{dtype.name.upper()}_{rows}x{cols}"      # a pipe's constant, where one has this shape
-            lay = lay if lay in self.layouts else nvmma_shared_repr((rows, cols), dtype)
+            split = self.allocation.cta_split
+            lay = lay if lay in self.layouts else nvmma_shared_repr((rows, cols), dtype).replace(
+                "cga_layout=[]", f"cga_layout={split.bases(2, True) if split is not None else []}")
             o.line(f"# TMA-store staging: one [{rows}, {cols}] {dtype.name} tile per '{tile.agent}' replica")
             o.line(f"{tile.name} = gl.allocate_shared_memory({GL_DTYPES[dtype.name]}, "
                    f"[{tile.replicas}, {rows}, {cols}], {lay})")
-        o.line("xs_bars = gl.allocate_shared_memory(gl.int64, [XS_NUM_BARS, 1], mbarrier.MBarrierLayout())")
+        split = self.allocation.cta_split
+        if split is None:
+            o.line("xs_bars = gl.allocate_shared_memory(gl.int64, [XS_NUM_BARS, 1], mbarrier.MBarrierLayout())")
+        else:
+            n = split.ctas
+            o.line(f"xs_bars = gl.allocate_shared_memory(gl.int64, [XS_NUM_BARS, {n}], "
+                   f"mbarrier.MBarrierLayout({split.bases(1, True)}))  # one per CTA")
+        if self.mc_base:
+            o.line(f"xs_bars_mc = gl.allocate_shared_memory(gl.int64, [XS_NUM_MC_BARS, 1], "
+                   f"mbarrier.MBarrierLayout({split.bases(1, False)}))  # on the lead CTA, count x {split.ctas}")
+            for name, base in self.mc_base.items():
+                cnt = self.allocation.mbarrier(name, "empty").arrive_count
+                for i in range(k_stages(self.kernel, name)):
+                    o.line(f"mbarrier.init(xs_bars_mc.index({name.upper()}_EMPTY_MC + {i}), count={cnt})")
         for key, base in self.bar_base.items():
             obj, side = key.split(":")
             cnt = self.allocation.mbarrier(obj, side).arrive_count
@@ -602,6 +647,13 @@ class NvidiaRenderer:
 def render(kernel: ir.KernelIR, placement: Placement, allocation: HopperAllocation,
            options: RenderOptions | None = None):
     """The Gluon module of ``kernel``: its decisions planned (:func:`planning.plan`), then spelled."""
+    if allocation.cta_split is not None:     # one program over the cluster's CTAs (cluster_ctas.py)
+        if options is not None and options.debug_hang:
+            raise BackendError("hang debug mode does not poll the barriers of a kernel spread over a "
+                               "cluster's CTAs (its mbarriers are per CTA and on the lead CTA)",
+                               loc=kernel.loc, fix="run it without XSYNC_DEBUG_HANG; a hang there shows "
+                                                   "in the CPU emulator and the verifier too")
+        kernel = allocation.cta_split.kernel
     plan = planning.plan(kernel, placement, allocation, options)
     # the kernel's names spelled apart from the generator's (xsync/backends/spelling.py): a probe
     # render tells which names the generator writes

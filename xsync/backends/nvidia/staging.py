@@ -147,18 +147,20 @@ class _Planner:
         dt = self.tensors[tensor].dtype
         rows, cols = shape
         row_bytes = cols * dt.bytes
+        # a kernel over a cluster's CTAs (cluster_ctas.py): each CTA stages and stores its rows
+        ctas = self.allocation.cta_split.ctas if self.allocation.cta_split is not None else 1
         if (tensor in self.read_tensors or not all(loops)                                   # rules 4, 5
-                or rows < TMA_STORE_MIN_ROWS or rows > TMA_BOX_MAX or cols > TMA_BOX_MAX    # rule 6
+                or rows < TMA_STORE_MIN_ROWS or rows // ctas > TMA_BOX_MAX or cols > TMA_BOX_MAX    # rule 6
                 or row_bytes < 16 or row_bytes % 16):
             return None
         key = (agent.name, rows, cols, dt)
         tile = self.tiles.get(key)
         if tile is None:
             tile = StagingTile(agent.name, rows, cols, dt, agent.replicas)
-            if self.allocation.smem_bytes + self.staging_bytes + tile.bytes > self.limit:   # rule 7
+            if self.allocation.smem_bytes + self.staging_bytes + tile.bytes // ctas > self.limit:   # rule 7
                 return None
             self.tiles[key] = tile
-            self.staging_bytes += tile.bytes
+            self.staging_bytes += tile.bytes // ctas
         desc = self.descs.get((tensor, (rows, cols)))
         if desc is None:
             many = any(tn == tensor for tn, _ in self.descs)

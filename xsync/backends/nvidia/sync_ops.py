@@ -157,10 +157,17 @@ class SyncSpeller:
             o.line(f"{slot} = {self.ring_slot(pipe, f'{name}_acquired')}")
             self.bar_wait(pipe, "empty", slot, f"(({name}_acquired // {st}) & 1) ^ 1", ir.Verb.ACQUIRE,
                           f"{name}_acquired", line, f"{s.target or ''}{' = ' if s.target else ''}{name}.acquire()")
+            if self.multicast(pipe):
+                o.line(f"mbarrier.wait(xs_bars_mc.index({name.upper()}_EMPTY_MC + {slot}), "
+                       f"(({name}_acquired // {st}) & 1) ^ 1)  # the lead CTA waits: every CTA released "
+                       f"the multicast slot")
             o.line(f"{name}_acquired += 1")
             if is_tma_pipe(self.kernel, pipe):
-                o.line(f"mbarrier.expect({self.bar_index(pipe, 'full', slot)}, {pipe.slot_bytes})"
-                       f"  # TMA completes the slot: {pipe.slot_bytes} bytes")
+                nbytes = self.allocation.mbarrier(name, "full").tma_bytes or pipe.slot_bytes
+                per = " per CTA (its share of the split fields, the whole multicast ones)" \
+                    if self.allocation.cta_split is not None else ""
+                o.line(f"mbarrier.expect({self.bar_index(pipe, 'full', slot)}, {nbytes})"
+                       f"  # TMA completes the slot: {nbytes} bytes{per}")
             values.env[key] = SCALAR
         elif s.verb is ir.Verb.COMMIT:
             if is_tma_pipe(self.kernel, pipe):
@@ -192,13 +199,22 @@ class SyncSpeller:
             elif guard is None:
                 # a guarded release is a predicated arrive, not a branch around the mbarrier op
                 cond = values.tx(s.guard)[0]
-                for bar in bars:
+                for bar in bars + self.lead_bars(pipe, slot):
                     o.line(f"mbarrier.arrive({bar}, count=1, pred={cond})  # line {line}: {name}.release(){why}")
                 o.line(f"{name}_released += ({cond}).to(gl.int32)")
             else:
-                for bar in bars:
+                for bar in bars + self.lead_bars(pipe, slot):
                     o.line(f"mbarrier.arrive({bar}, count=1)  # line {line}: {name}.release(){why}")
                 o.line(f"{name}_released += 1")
+
+    def multicast(self, pipe) -> bool:
+        """A multicast pipe of a kernel spread over a cluster's CTAs (cluster_ctas.py)."""
+        split = self.allocation.cta_split
+        return split is not None and pipe.multicast
+
+    def lead_bars(self, pipe, slot: str) -> list[str]:
+        """The lead CTA's empty barrier a release also arrives on (routed there by Gluon)."""
+        return [f"xs_bars_mc.index({pipe.name.upper()}_EMPTY_MC + {slot})"] if self.multicast(pipe) else []
 
     def static_guard(self, guard):
         """True (no guard, or one that holds at compile time), False, or None (run time)."""

@@ -1,0 +1,140 @@
+"""The Hopper decision to spell a cluster as one Gluon program over its CTAs
+(xsync/backends/nvidia/cluster_ctas.py), on the IR alone (no Triton: rule 1's fact is given):
+which rule keeps the per-program fallback, and what the split kernel looks like."""
+import pytest
+
+import xsync as xs
+from tests.core import cluster_kernels as C
+from xsync.backends.nvidia import cluster_ctas
+from xsync.backends.nvidia.alloc import is_tma_pipe
+from xsync.kernels.gemm import gemm_cluster
+from xsync.lowering import ir
+from xsync.lowering.passes import dataflow
+
+GEMM = dict(BM=128, BN=128, BK=64, STAGES=4, CLUSTER=2)
+
+
+def _decide(kernel, cx, gluon=True):
+    lw = kernel.lower("nvidia", cx)
+    return cluster_ctas.plan(lw.kernel, lw.placement, is_tma_pipe, gluon)
+
+
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=64, BN=64, BK=64, STAGES=2, CLUSTER=2))
+def cluster_b_in_registers(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                           STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    """The multicast tile is also read into registers: not a wgmma B operand only (rule 5)."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES,
+                    a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype, multicast=True))
+    for tile in xs.tile_range(xs.cdiv(M, CLUSTER * BM)):
+        off_m = tile * (CLUSTER * BM) + xs.cluster_rank() * BM
+        with mma:
+            acc = xs.zeros([BM, BN], xs.float32)
+        for k in range(0, K, BK):
+            with load:
+                s = tiles.acquire()
+                s.a = xs.load(a, [off_m, k], [BM, BK])
+                s.b = xs.load(b, [k, 0], [BK, BN])
+                tiles.commit()
+            with mma:
+                t = tiles.wait()
+                acc = xs.mma(t.a, t.b, acc) + t.b
+                acc = xs.mma_wait(acc, pending=0)
+                tiles.release()
+        with mma:
+            xs.store(c, [off_m, 0], acc)
+
+
+def test_gemm_cluster_splits_over_the_ctas():
+    d = _decide(gemm_cluster, GEMM)
+    assert d.split is not None and d.why.startswith("rules 1-5")
+    k = d.split.kernel
+    assert d.split.ctas == 2 and d.split.multicast == {("tiles", "b")}
+    assert {f.name: f.shape for f in k.sync_object("tiles").fields} == {"a": (256, 64), "b": (64, 128)}
+    assert d.split.broadcast_descs == {("b", (64, 128))}
+    # no program id of a program is left: the cluster's program is the Gluon program
+    pid = ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),))
+    ops = [e for st in ir.walk(k.all_statements()) for e in dataflow.stmt_exprs(st)]
+    assert pid in ops and ir.BinOp("%", pid, ir.Const(2)) not in ops and ir.BinOp("//", pid, ir.Const(2)) not in ops
+    zeros = [e for e in ops if isinstance(e, ir.Call) and e.op is ir.TileOp.ZEROS]
+    assert zeros and all(e.args[0].items[0] == ir.Const(256) for e in zeros)
+    assert d.split.bases(2, True) == [[1, 0]] and d.split.bases(2, False) == [[0, 0]]
+    assert d.split.bases(1, True) == [[1]] and d.split.bases(1, False) == [[0]]
+
+
+def test_four_ctas():
+    d = _decide(gemm_cluster, dict(GEMM, CLUSTER=4))
+    assert d.split.ctas == 4 and d.split.bases(2, True) == [[1, 0], [2, 0]]
+
+
+@pytest.mark.parametrize("kernel, cx, rule", [
+    (gemm_cluster, GEMM, None),
+    (C.rank_rows, dict(BLOCK=64, STAGES=2, CLUSTER=2), "rule 3: line"),
+    (cluster_b_in_registers, dict(BM=64, BN=64, BK=64, STAGES=2, CLUSTER=2), "rule 5: line"),
+])
+def test_rules(kernel, cx, rule):
+    if rule is None:
+        assert _decide(kernel, cx).split is not None
+        d = _decide(kernel, cx, gluon=False)
+        assert d.split is None and d.why.startswith("rule 1:")
+        return
+    d = _decide(kernel, cx)
+    assert d.split is None and d.why.startswith(rule), d.why
+
+
+def test_no_cluster_no_decision():
+    from xsync.kernels.gemm import gemm
+    assert _decide(gemm, None) is None
+
+
+def test_table_rows():
+    d = _decide(gemm_cluster, GEMM)
+    lw = gemm_cluster.lower("nvidia", GEMM)
+    rows = {(r.obj, r.what): r for r in d.rows(lw.kernel, lw.placement.target)}
+    assert rows[("tiles", "multicast b")].resource == "TMA multicast to the 2 CTAs (lead CTA issues)"
+    assert "count 2 (1 per CTA)" in rows[("tiles", "multicast empty barriers")].resource
+    off = _decide(gemm_cluster, GEMM, gluon=False).rows(lw.kernel, lw.placement.target)
+    assert [r.resource for r in off] == ["each program loads its own copy"]
+    assert rows[("cluster", "Gluon program")].resource == "one program over the 2 CTAs (num_ctas=2)"
+
+
+@pytest.mark.parametrize("cluster", [2, 4])
+def test_the_cluster_program_computes_what_the_cluster_computed(cluster):
+    """The rewrite's meaning, without a GPU: the cluster's program (tiles 2x taller, the rank offset
+    gone), run as an ordinary kernel on the CPU emulator with one program per cluster, gives the
+    GEMM that the cluster's programs give; the verifier proves its protocol as one program."""
+    import dataclasses
+
+    import torch
+
+    from xsync.backends import get
+    from xsync.backends.cpu import compile_kernel
+    from xsync.lowering.alloc import allocate
+    from xsync.lowering.frontend import parse_kernel
+    from xsync.lowering.protocol import derive
+    from xsync.lowering.verify import verify
+
+    cx = dict(BM=16, BN=16, BK=16, STAGES=2, CLUSTER=cluster)
+    consts, dtypes = gemm_cluster.specialization(cx, dict(a=xs.float32, b=xs.float32, c=xs.float32))
+    kernel = parse_kernel(gemm_cluster.fn, consts, dtypes)
+    split = cluster_ctas.plan(kernel, get("nvidia").place(kernel), is_tma_pipe, True).split
+    one = dataclasses.replace(split.kernel, cluster=1, pipes=tuple(
+        dataclasses.replace(p, fields=tuple(dataclasses.replace(f, multicast=False) for f in p.fields))
+        for p in split.kernel.pipes))
+    cpu = get("cpu")
+    placement = cpu.place(one)
+    skeleton = derive(one, placement)
+    assert verify(one, placement, skeleton).proven
+    compiled = compile_kernel(one, placement, allocate(one, placement, skeleton))
+
+    torch.manual_seed(0)
+    M, N, K = 2 * cluster * 16, 3 * 16, 4 * 16
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    want = a @ b
+    c_cluster, c_one = torch.zeros(M, N), torch.zeros(M, N)
+    gemm_cluster[(2 * cluster,)](a, b, c_cluster, M, N, K, **cx, backend="cpu")   # 2 clusters' programs
+    compiled.launch((2,), dict(a=a, b=b, c=c_one, M=M, N=N, K=K))                  # 2 cluster programs
+    torch.testing.assert_close(c_cluster, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(c_one, c_cluster, rtol=0, atol=0)

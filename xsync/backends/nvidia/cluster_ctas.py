@@ -1,0 +1,271 @@
+"""A cluster kernel as ONE Gluon program over the cluster's CTAs (Triton >= 3.8), decided before
+rendering by numbered rules; where they do not hold, the programs of a cluster stay independent
+programs that each load their own copy of a multicast field (``Target.multicast_missing``).
+
+Gluon has no per-CTA rank: a program launched with ``num_ctas=n`` is spread over the n CTAs of a
+cluster by CGA layouts (``cga_layout=``). The xsync cluster's programs (rank r) become one
+program whose per-rank tiles are the CTA split of a tile n times taller, and whose multicast
+fields are broadcast: the lead CTA issues their TMA with ``multicast=True``. The rewritten kernel
+(:attr:`CtaSplit.kernel`) is an ordinary program of that tile; the renderer spells it with the
+CGA bases, the barriers below and ``num_ctas=n`` (tests/nvidia/multicast_reference.py is the
+protocol written by hand).
+
+Derived, not written (so no kernel can get them wrong): each CTA arms its own full barrier with
+the bytes it receives, its share of the split fields plus the whole multicast fields (= the
+slot bytes of the per-program pipe, the allocation's ``expect``); the lead CTA alone waits for
+the multicast slot to be free, on a group barrier that lives on the lead and counts one release
+per CTA (``init`` multiplies the count by n, every CTA's arrive is routed to the lead). sm_90a
+has no multicast mbarrier arrive, so the release goes to the one CTA that multicasts.
+
+Rules (the first that fails keeps the per-program fallback and is the allocation table's reason):
+
+1. the installed Gluon spells multicast (``gluon_compat.cluster_multicast()``);
+2. every pipe crossing partitions is filled by TMA, and a multicast pipe has one ring (no
+   replica pairs, no interleave);
+3. ``xs.cluster_rank()`` enters only as ``v = base + xs.cluster_rank() * B`` (``base`` the same in
+   every program), and the program id otherwise only as the cluster id / count;
+4. every such ``v`` is read only as the row offset of an ``xs.load`` of ``B`` rows into a
+   non-multicast field, or of an ``xs.store`` without bounds;
+5. every tile is split by rows: each load into a non-multicast field has such a row offset, tiles
+   are made 2-D (``xs.zeros`` / ``xs.full``) or from fields and wgmma, nothing reduces, transposes
+   or makes an index range, a multicast field is read only as a wgmma's B operand, and every
+   wgmma reads B from a multicast field and A from a split one.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from xsync.lowering import ir
+from xsync.lowering.passes import dataflow
+from xsync.lowering.protocol import NotConstant, evaluate
+
+SPLIT_OPS = (ir.TileOp.ZEROS, ir.TileOp.FULL)
+ROW_BREAKERS = (ir.TileOp.ARANGE, ir.TileOp.TRANS, ir.TileOp.MAX, ir.TileOp.SUM)
+
+
+@dataclass(frozen=True)
+class CtaSplit:
+    ctas: int                                   # n: CTAs of the cluster, the launch's num_ctas
+    kernel: ir.KernelIR                         # the cluster's program (tiles n times taller)
+    multicast: frozenset                        # (pipe, field) broadcast to every CTA
+    broadcast_descs: frozenset                  # (tensor, shape) of the multicast loads
+
+    def bases(self, rank: int, split: bool) -> list:
+        """CGA bases of a rank-``rank`` tile split by rows over the CTAs, or broadcast."""
+        k = self.ctas.bit_length() - 1
+        return [[(1 << i) if split and d == 0 else 0 for d in range(rank)] for i in range(k)]
+
+
+@dataclass(frozen=True)
+class Decision:
+    split: CtaSplit | None
+    why: str
+
+    def rows(self, kernel: ir.KernelIR, target) -> tuple:
+        """The allocation table's rows of the kernel's multicast fields."""
+        from xsync.lowering.alloc import Row
+
+        rows = []
+        if self.split is not None:
+            n = self.split.ctas
+            rows.append(Row("cluster", "Gluon program", f"one program over the {n} CTAs (num_ctas={n})",
+                            "launched one per cluster; the per-rank tiles are its CTA split by rows (CGA "
+                            "layouts)"))
+        for p in kernel.pipes:
+            for f in p.fields:
+                if not f.multicast:
+                    continue
+                if self.split is None:
+                    rows.append(Row(p.name, f"multicast {f.name}", "each program loads its own copy",
+                                    f"{self.why}; {target.multicast_missing}"))
+                    continue
+                n = self.split.ctas
+                rows.append(Row(p.name, f"multicast {f.name}", f"TMA multicast to the {n} CTAs (lead CTA issues)",
+                                self.why))
+        for p in kernel.pipes:
+            if self.split is not None and p.multicast:
+                n = self.split.ctas
+                rows.append(Row(p.name, "multicast empty barriers",
+                                f"mbarrier[{p.stages}] on the lead CTA, count {n} (1 per CTA)",
+                                "each CTA's release also arrives there (shared::cluster); the lead "
+                                "waits before it multicasts"))
+        return tuple(rows)
+
+
+def _pid(n):
+    return ir.BinOp("%", ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),)), ir.Const(n))
+
+
+def _rank_offset(e, rank):
+    """(base, B) of ``base + rank * B`` (either order), or None."""
+    if not (isinstance(e, ir.BinOp) and e.op == "+"):
+        return None
+    for base, prod in ((e.left, e.right), (e.right, e.left)):
+        if isinstance(prod, ir.BinOp) and prod.op == "*":
+            for r, b in ((prod.left, prod.right), (prod.right, prod.left)):
+                if r == rank and rank not in ir.subexprs(base) and rank not in ir.subexprs(b):
+                    return base, b
+    return None
+
+
+def gluon_has_multicast() -> bool:
+    """Rule 1's fact, asked of the installed Triton (False where there is none)."""
+    try:
+        from xsync.backends.nvidia import gluon_compat
+    except ImportError:
+        return False
+    return gluon_compat.cluster_multicast()
+
+
+def plan(kernel: ir.KernelIR, placement, is_tma_pipe, gluon_multicast: bool | None = None) -> Decision | None:
+    """The decision for ``kernel`` (None: no cluster with a multicast pipe). ``gluon_multicast``:
+    rule 1's fact (None: ask the installed Triton, only for a cluster kernel)."""
+    n = kernel.cluster
+    mpipes = [p for p in kernel.pipes if p.multicast and placement.crosses(p)]
+    if n == 1 or not mpipes:
+        return None
+    if not (gluon_multicast if gluon_multicast is not None else gluon_has_multicast()):
+        return Decision(None, "rule 1: this Triton's Gluon has no TMA multicast (Triton 3.8+ has it)")
+    for p in kernel.pipes:
+        if placement.crosses(p) and not is_tma_pipe(kernel, p):
+            return Decision(None, f"rule 2: pipe '{p.name}' is filled from registers, not by TMA")
+    for p in mpipes:
+        if p.interleave > 1 or kernel.role(p.src).replicas > 1 or kernel.role(p.dst).replicas > 1:
+            return Decision(None, f"rule 2: multicast pipe '{p.name}' has one ring per replica pair")
+    consts = kernel.constexpr_values
+    rank, pid = _pid(n), ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),))
+    cid, progs = ir.BinOp("//", pid, ir.Const(n)), ir.BinOp("//", ir.Call(ir.TileOp.NUM_PROGRAMS, (ir.Const(0),)),
+                                                             ir.Const(n))
+    stmts = list(ir.walk(kernel.all_statements()))
+    split: dict[str, tuple] = {}            # v -> (its assignment's value, base, B)
+    for s in stmts:
+        if isinstance(s, ir.Assign) and len(s.targets) == 1 and rank in ir.subexprs(s.value):
+            got = _rank_offset(s.value, rank)
+            if got is None:
+                return Decision(None, f"rule 3: line {s.loc.line} uses xs.cluster_rank() other than as "
+                                      f"`base + xs.cluster_rank() * BLOCK`")
+            split[s.targets[0]] = (s.value, *got)
+    # rule 3: no other use of the rank or the program id
+    for s in stmts:
+        for e in dataflow.stmt_exprs(s):
+            if e == rank and not (isinstance(s, ir.Assign) and s.targets[0] in split):
+                return Decision(None, f"rule 3: line {s.loc.line} reads xs.cluster_rank() as a value")
+            if isinstance(e, ir.Call) and e.op in (ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS) \
+                    and not _inside(s, e, (rank, cid, progs)):
+                return Decision(None, f"rule 3: line {s.loc.line} reads the program id of a program")
+    if not split:
+        return Decision(None, "rule 3: no tile is split by xs.cluster_rank()")
+    multicast = frozenset((p.name, f.name) for p in mpipes for f in p.fields if f.multicast)
+    for s in stmts:
+        bad = _check_uses(kernel, s, split, multicast, consts)
+        if bad:
+            return Decision(None, bad)
+    return Decision(_rewrite(kernel, split, multicast, consts, (cid, pid), (progs, progs.left)),
+                    f"rules 1-5: one program over {n} CTAs (num_ctas={n}): the lead CTA multicasts, "
+                    f"each CTA arms its full barrier with the bytes it receives")
+
+
+def _inside(s, e, allowed) -> bool:
+    """Whether every occurrence of ``e`` in ``s`` sits inside one of the ``allowed`` forms."""
+    total = sum(1 for x in dataflow.stmt_exprs(s) if x == e)
+    inside = sum(1 for x in dataflow.stmt_exprs(s) if x in allowed for y in ir.subexprs(x) if y == e)
+    return total == inside
+
+
+def _value(e, consts):
+    try:
+        return evaluate(e, consts)
+    except (NotConstant, TypeError):
+        return None
+
+
+def _check_uses(kernel, s, split, multicast, consts) -> str:
+    """Rules 4 and 5 for one statement ("" when they hold)."""
+    line = s.loc.line
+    allowed = []                                    # the Name objects read as row offsets
+    if isinstance(s, ir.SlotWrite) and isinstance(s.value, ir.Call) and s.value.op is ir.TileOp.LOAD:
+        offs, shape = s.value.args[1].items, s.value.args[2].items
+        if (s.pipe, s.field) not in multicast:
+            if not (isinstance(offs[0], ir.Name) and offs[0].id in split):
+                return f"rule 5: line {line}: the load into '{s.pipe}.{s.field}' has no per-rank row offset"
+            block = _value(split[offs[0].id][2], consts)
+            if block is None or block != _value(shape[0], consts):
+                return (f"rule 4: line {line}: the load into '{s.pipe}.{s.field}' reads {_value(shape[0], consts)} "
+                        f"rows, its rank offset steps {block}")
+            allowed.append(offs[0])
+    elif isinstance(s, ir.Store):
+        if not (isinstance(s.offsets[0], ir.Name) and s.offsets[0].id in split) or s.bounds is not None \
+                or s.reduce is not None:
+            return f"rule 4: line {line}: the store to '{s.tensor}' is not at a per-rank row offset without bounds"
+        allowed.append(s.offsets[0])
+    names = {f for _, f in multicast}
+    mc_reads = [e for e in dataflow.stmt_exprs(s) if _field(e) in names]
+    as_b = [e for e in dataflow.stmt_exprs(s) if isinstance(e, ir.Call) and e.op is ir.TileOp.MMA
+            and _field(e.args[1]) in names]
+    if len(mc_reads) > len(as_b):
+        return f"rule 5: line {line} reads a multicast field other than as a wgmma's B operand"
+    for e in dataflow.stmt_exprs(s):
+        if isinstance(e, ir.Call):
+            if e.op in ROW_BREAKERS:
+                return f"rule 5: line {line}: xs.{e.op} mixes or makes rows"
+            if e.op in SPLIT_OPS and len(e.args[0].items if isinstance(e.args[0], ir.TupleExpr) else (0,)) != 2:
+                return f"rule 5: line {line}: xs.{e.op} of a tile that is not 2-D"
+            if e.op is ir.TileOp.LOAD and not isinstance(s, ir.SlotWrite):
+                return f"rule 5: line {line}: xs.load into registers"
+            if e.op is ir.TileOp.MMA:
+                if not (_field(e.args[1]) in names and _field(e.args[0]) not in names):
+                    return f"rule 5: line {line}: the wgmma's B operand is not a multicast field (or A is)"
+    reads = [e for e in dataflow.stmt_exprs(s) if isinstance(e, ir.Name) and e.id in split]
+    if len(reads) > len(allowed):
+        return f"rule 4: line {line} reads `{reads[0].id}` other than as a row offset"
+    return ""
+
+
+def _field(e):
+    if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name):
+        return e.attr
+    return None
+
+
+def _rewrite(kernel, split, multicast, consts, *spellings) -> CtaSplit:
+    n = kernel.cluster
+
+    def scaled(shape_expr):
+        items = shape_expr.items
+        return ir.TupleExpr((ir.Const(n * _value(items[0], consts)),) + tuple(items[1:]))
+
+    def stmt(s):
+        if isinstance(s, ir.Assign) and len(s.targets) == 1 and s.targets[0] in split:
+            s = dataclasses.replace(s, value=split[s.targets[0]][1])
+        for old, new in spellings:
+            s = dataflow.replace_expr(s, old, new)
+        if isinstance(s, ir.SlotWrite) and (s.pipe, s.field) not in multicast \
+                and isinstance(s.value, ir.Call) and s.value.op is ir.TileOp.LOAD:
+            a = s.value.args
+            s = dataclasses.replace(s, value=dataclasses.replace(s.value, args=(a[0], a[1], scaled(a[2])) + a[3:]))
+        for e in list(dataflow.stmt_exprs(s)):
+            if isinstance(e, ir.Call) and e.op in SPLIT_OPS:
+                s = dataflow.replace_expr(s, e, dataclasses.replace(e, args=(scaled(e.args[0]),) + e.args[1:]))
+        if isinstance(s, (ir.For, ir.If, ir.RoleBlock)):
+            s = _map_bodies(s, stmt)
+        return s
+
+    pipes = tuple(dataclasses.replace(p, fields=tuple(
+        f if (p.name, f.name) in multicast else dataclasses.replace(f, shape=(n * f.shape[0],) + tuple(f.shape[1:]))
+        for f in p.fields)) for p in kernel.pipes)
+    body = tuple(stmt(s) for s in kernel.body)
+    programs = tuple(dataclasses.replace(p, body=tuple(stmt(s) for s in p.body)) for p in kernel.programs)
+    out = dataclasses.replace(kernel, pipes=pipes, body=body, programs=programs)
+    descs = frozenset((w.value.args[0].id, tuple(_value(x, consts) for x in w.value.args[2].items))
+                      for w in ir.walk(out.all_statements())
+                      if isinstance(w, ir.SlotWrite) and (w.pipe, w.field) in multicast)
+    return CtaSplit(n, out, multicast, descs)
+
+
+def _map_bodies(s, fn):
+    changes = {}
+    for name in ("body", "orelse"):
+        if hasattr(s, name):
+            changes[name] = tuple(fn(x) for x in getattr(s, name))
+    return dataclasses.replace(s, **changes)
