@@ -98,8 +98,19 @@ CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
 # Not measured on an NPU.
 # The windowed d128 kernel's masks take UB past the memory model's bound at BM = 64 (198 KB
 # estimated; the compiler places 191 KB of 192): it keeps 64 rows a step.
+# d128: 512 keys a step at 64 rows (BM = 32 per replica), as the native kernels' 512-key S
+# tiles: the cube's flags, PV's FIXP store and the recurrence's fixed costs are paid per step,
+# so 4x the keys a step quarter them per FLOP. Modelled on the 910B2 (d128, s 4k/8k/16k/32k,
+# TFLOP/s) 77/80/81/82 -> 104/120/131/137 non-causal, 70/76/80/81 -> 76/99/118/129 causal
+# (benchmarks/results/flash_attn_ascend_cost.md). The HIVM compiler places UB 194016 B (causal
+# 192096) of 196608, L1 512 KB (filled by multi-buffering), L0C 128 KB: the two 32 x 512 S
+# products take all of L0C and PV reuses it after the fixpipe has moved S out. 128 rows x
+# 256 keys (the same scores a step) compiles non-causal only (causal: "ub overflow", 247808 B
+# needed) and models less from 8k (121 at 16k); 128 x 512 overflows UB (314240 B) and L0C
+# (262144 B). Not measured on an NPU.
 ASCEND = Schedule(BM=64, BN=128, STAGES=2, persistent=True, causal_group=1)
-ASCEND_D128 = replace(ASCEND, windowed=replace(ASCEND, BM=32))
+ASCEND_D128 = Schedule(BM=32, BN=512, STAGES=2, persistent=True, causal_group=1,
+                       windowed=replace(ASCEND, BM=32))
 HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 ASCEND_D256 = Schedule(BM=32, BN=64, STAGES=2, persistent=True, causal_group=1)
 
