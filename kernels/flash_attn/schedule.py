@@ -111,6 +111,15 @@ CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
 ASCEND = Schedule(BM=64, BN=128, STAGES=2, persistent=True, causal_group=1)
 ASCEND_D128 = Schedule(BM=32, BN=512, STAGES=2, persistent=True, causal_group=1,
                        windowed=replace(ASCEND, BM=32))
+# d128 up to 4k (causal 8k): 128 rows x 256 keys a step, four replicas of 32 rows (the cube
+# runs their products in lockstep, each vector core takes half of each replica's rows): a
+# short tile walks few steps, so the pipeline's fill per tile and the masked keys of the
+# diagonal block weigh more than the per-step costs 512-key steps save. Modelled (TFLOP/s)
+# non-causal 4k 107 against 104 at 64 x 512; causal 4k/8k 90/105 against 76/99; from 8k
+# (causal 16k) 64 x 512 leads (120 vs 116 non-causal 8k, 118 vs 115 causal 16k). The HIVM
+# compiler places UB 190368 B, L1 512 KB (multi-buffered), L0C 128 KB (the four 32 x 256 S
+# products). Not measured on an NPU.
+ASCEND_D128_SHORT = replace(ASCEND_D128, BN=256, replicas=4)
 HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 ASCEND_D256 = Schedule(BM=32, BN=64, STAGES=2, persistent=True, causal_group=1)
 
@@ -189,6 +198,8 @@ TABLE: tuple[Row, ...] = (
     # ring in L1 and the S/P tiles in UB, so both replicas' 256-wide O and PV tiles fit the
     # 192 KB unified buffer (xsync/backends/ascend/memory.py checks it)
     Row("ascend", 256, None, None, ASCEND_D256),
+    Row("ascend", 128, False, 4096, ASCEND_D128_SHORT),
+    Row("ascend", 128, True, 8192, ASCEND_D128_SHORT),
     Row("ascend", 64, None, None, ASCEND),
     Row("ascend", None, None, None, ASCEND_D128),
     Row("cpu", None, None, 256, CPU),
