@@ -85,6 +85,7 @@ CPU = Schedule(BM=16, BN=32, STAGES=2, persistent=False)
 # large tiles (3001 tokens: 1 s instead of 28 s for one head); short ones keep the small tiles,
 # so the tests still walk several blocks and the masked boundary blocks.
 CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
+# ASCEND (d64; d128 before the rows below, whose own comment gives what they changed):
 # one program per AI core; causal tiles by work, pair by pair (not measured on an NPU: tiles.py
 # checks the deal's balance for each shape and takes one group where it is poor).
 # 128 query rows a step (BM = 64 per replica), as the native kernels: the cube's flags, K/V
@@ -96,8 +97,8 @@ CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
 # V are same-core values on the cube, no ring in L1). With S's 3-slot ring (kernel.py: the cube
 # two steps ahead, cross-agent-pipeline rule 8) 68 -> 81, bound by the cube's FIXP and flags.
 # Not measured on an NPU.
-# The windowed d128 kernel's masks take UB past the memory model's bound at BM = 64 (198 KB
-# estimated; the compiler places 191 KB of 192): it keeps 64 rows a step.
+# The windowed d128 kernel keeps 64 rows x 128 keys a step: with its masks at 128 rows the
+# compiler places 191 KB of the 192 KB UB, too close to the limit to take unmeasured.
 # d128: 512 keys a step at 64 rows (BM = 32 per replica), as the native kernels' 512-key S
 # tiles: the cube's flags, PV's FIXP store and the recurrence's fixed costs are paid per step,
 # so 4x the keys a step quarter them per FLOP. Modelled on the 910B2 (d128, s 4k/8k/16k/32k,
