@@ -32,14 +32,14 @@ Placement does the rest:
 * CPU emulator: every role replica is a thread.
 
 Tiles (ops.block_sizes): BM rows per replica (a tile is REPLICAS*BM rows), BN keys per step.
-Hopper: BM = 64, BN = 128. Ascend (schedule.py): d128 64 rows x 512 keys (BM = 32, 2 replicas),
-128 x 256 (BM = 32, 4 replicas) for short sequences; d64 128 x 128; d256 BM = 32, BN = 64. Memory
-on the Ascend 910B, measured by the ascend matrix's compiler stage (after hivm-plan-memory): each
-vector core holds half the rows of each replica's S, P, PV and O tiles (sub-block binding): at
-d128 192096-194016 B of its 196608 B unified buffer (d64: 141600 B); the cube keeps Q,
-K and V in L1 and the S products in L0C (all 128 KB of it; PV reuses it once S is stored).
-The windowed d128 kernel keeps 64 x 128 (schedule.py); 128 x 512 does not fit (UB 307 KB, L0C
-256 KB). s_out's 3 slots let Ascend's cube run QKᵀ two steps ahead (rule 8); WINDOW keeps 2.
+Hopper: BM = 64, BN = 128. Ascend (schedule.py): d128 128 rows x 512 keys in four 32-row replicas
+that are sub-tiles (the subtile-replicas pass); d64 128 x 128; d256 BM = 32, BN = 64. Memory on
+the Ascend 910B, measured by the ascend matrix's compiler stage (after hivm-plan-memory): each
+vector core holds half the rows of each replica's tiles (sub-block binding), one replica's S and
+P at a time: 179680-183712 B of its 196608 B unified buffer at d128 (d64: 141600 B); the cube
+keeps Q, K and V in L1 and one replica's S or PV product in L0C (64 KB of 128 KB). The windowed
+d128 kernel keeps 64 x 128 (schedule.py); 128 x 512 in two 64-row replicas does not fit (UB
+307 KB, L0C 256 KB). s_out's 3 slots let Ascend's cube run QKᵀ two steps ahead (rule 8).
 
 Sequences are addressed through cumulative lengths (`cu_q`, `cu_k`) as in
 flash_attn_varlen_func; a dense batch is the special case of equal lengths. A head's

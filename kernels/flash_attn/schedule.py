@@ -99,28 +99,20 @@ CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
 # Not measured on an NPU.
 # The windowed d128 kernel keeps 64 rows x 128 keys a step: with its masks at 128 rows the
 # compiler places 191 KB of the 192 KB UB, too close to the limit to take unmeasured.
-# d128: 512 keys a step at 64 rows (BM = 32 per replica), as the native kernels' 512-key S
-# tiles: the cube's flags, PV's FIXP store and the recurrence's fixed costs are paid per step,
-# so 4x the keys a step quarter them per FLOP. Modelled on the 910B2 (d128, s 4k/8k/16k/32k,
-# TFLOP/s) 77/80/81/82 -> 104/120/131/137 non-causal, 70/76/80/81 -> 76/99/118/129 causal
-# (benchmarks/results/flash_attn_ascend_cost.md). The HIVM compiler places UB 194016 B (causal
-# 192096) of 196608, L1 512 KB (filled by multi-buffering), L0C 128 KB: the two 32 x 512 S
-# products take all of L0C and PV reuses it after the fixpipe has moved S out. 128 rows x
-# 256 keys (the same scores a step) compiles non-causal only (causal: "ub overflow", 247808 B
-# needed) and models less from 8k (121 at 16k); 128 x 512 overflows UB (314240 B) and L0C
-# (262144 B). Not measured on an NPU.
+# d128: 128 rows x 512 keys a step, as the native kernels' S tiles, in four 32-row replicas
+# that are sub-tiles (passes/subtile_replicas.py: the cube stores each replica's S and PV before
+# the next product, a vector core loads each replica's S, runs its softmax and sends its P before
+# the next replica's): the cube's flags, PV's FIXP store and the recurrence's fixed costs are
+# paid per step, so 4x the scores a step quarter them per FLOP. Modelled on the 910B2 (d128,
+# s 4k/8k/16k/32k, TFLOP/s; benchmarks/results/flash_attn_ascend_cost.md) 77/80/81/82 ->
+# 124/144/156/164 non-causal, 70/76/80/81 -> 92/119/141/155 causal. The HIVM compiler places
+# UB 183712 B (causal 179680) of 196608, L1 512 KB (filled by multi-buffering), L0C 64 KB (one
+# replica's 32 x 512 S product at a time). As rendered before that pass (every replica's product,
+# S and P live at once) it overflows UB (240320 B) and L0C (262144 B); 64 x 512 (two replicas)
+# models 104/120/131/137 and 128 x 256 107/116/121/124. Not measured on an NPU.
 ASCEND = Schedule(BM=64, BN=128, STAGES=2, persistent=True, causal_group=1)
-ASCEND_D128 = Schedule(BM=32, BN=512, STAGES=2, persistent=True, causal_group=1,
+ASCEND_D128 = Schedule(BM=32, BN=512, STAGES=2, persistent=True, causal_group=1, replicas=4,
                        windowed=replace(ASCEND, BM=32))
-# d128 up to 4k (causal 8k): 128 rows x 256 keys a step, four replicas of 32 rows (the cube
-# runs their products in lockstep, each vector core takes half of each replica's rows): a
-# short tile walks few steps, so the pipeline's fill per tile and the masked keys of the
-# diagonal block weigh more than the per-step costs 512-key steps save. Modelled (TFLOP/s)
-# non-causal 4k 107 against 104 at 64 x 512; causal 4k/8k 90/105 against 76/99; from 8k
-# (causal 16k) 64 x 512 leads (120 vs 116 non-causal 8k, 118 vs 115 causal 16k). The HIVM
-# compiler places UB 190368 B, L1 512 KB (multi-buffered), L0C 128 KB (the four 32 x 256 S
-# products). Not measured on an NPU.
-ASCEND_D128_SHORT = replace(ASCEND_D128, BN=256, replicas=4)
 HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 ASCEND_D256 = Schedule(BM=32, BN=64, STAGES=2, persistent=True, causal_group=1)
 
@@ -199,8 +191,6 @@ TABLE: tuple[Row, ...] = (
     # ring in L1 and the S/P tiles in UB, so both replicas' 256-wide O and PV tiles fit the
     # 192 KB unified buffer (xsync/backends/ascend/memory.py checks it)
     Row("ascend", 256, None, None, ASCEND_D256),
-    Row("ascend", 128, False, 4096, ASCEND_D128_SHORT),
-    Row("ascend", 128, True, 8192, ASCEND_D128_SHORT),
     Row("ascend", 64, None, None, ASCEND),
     Row("ascend", None, None, None, ASCEND_D128),
     Row("cpu", None, None, 256, CPU),

@@ -14,7 +14,7 @@ import torch
 import xsync
 from xsync.backends.ascend.simulator import simulate
 from xsync.errors import BackendError, SimulationError, StallError
-from xsync.kernels.flash_attn import attention, attention_varlen, ops, schedule
+from xsync.kernels.flash_attn import attention, attention_varlen, ops
 from xsync.kernels.gemm import gemm, gemm_persistent, gemm_persistent_2wg
 from xsync.kernels.gemm_softmax import gemm_softmax
 
@@ -89,12 +89,10 @@ def test_attention_dense(d, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_attention_d128_several_512_key_steps(causal, monkeypatch):
-    """Long d128 sequences run 512 keys a step (schedule.py; the row for short ones is taken
-    away here): three steps, the last one partial, and causal rows whose diagonal falls inside
-    a 512-key block, against float64."""
-    monkeypatch.setattr(schedule, "TABLE", tuple(r for r in schedule.TABLE
-                                                 if not (r.backend == "ascend" and r.max_seq)))
+def test_attention_d128_several_512_key_steps(causal):
+    """d128 runs 128 rows x 512 keys a step in four sub-tile replicas (schedule.py,
+    passes/subtile_replicas.py): three steps, the last one partial, a partial row tile, and
+    causal rows whose diagonal falls inside a 512-key block, against float64."""
     torch.manual_seed(6)
     q = torch.randn(1, 1, 130, 128).bfloat16()
     k, v = (torch.randn(1, 1, 1100, 128).bfloat16() for _ in range(2))

@@ -78,6 +78,7 @@ from dataclasses import dataclass, field
 from xsync.dtypes import DType, float32, int1, int32
 from xsync.errors import AllocationError, SourceLoc
 from xsync.lowering import ir
+from xsync.lowering.passes.subtile_replicas import subtiled
 from xsync.lowering.placement import Unit
 
 UB_BYTES = 192 * 1024        # a vector core's Unified Buffer (hivm: ub)
@@ -312,7 +313,10 @@ class _Walker:
         size = v.bytes * v.copies
         self.sizes[name] = (max(old[0], size), memory)
         if self.cube and self.role in self.agent.serial:
-            self.copies[name] = self.kernel.role(self.role).replicas
+            # sub-tile replicas (passes/subtile_replicas.py) store each product before the next
+            one = memory == Memory.L0C and name not in self.accumulators and \
+                subtiled(self.kernel, self.placement, self.role)
+            self.copies[name] = 1 if one else self.kernel.role(self.role).replicas
         step.defines.add(name)
         self.defined_at.setdefault(name, step.loc)
         if v.select:
