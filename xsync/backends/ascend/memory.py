@@ -43,8 +43,10 @@ Rules (a tile is a value with a shape; scalars cost nothing):
    as plan-memory reports. L0C holds the tiles live at once: an accumulator around its loop,
    a product from its definition to its last read (the fixpipe moves it out), so the
    attention's S and PV products take turns (BM = 32, BN = 512, d128: 128 KB, as
-   plan-memory places it). A transpose of an L1 tile feeding the cube is no copy (the
-   L1 -> L0B load transposes).
+   plan-memory places it). Sub-tile replicas (``passes/subtile_replicas.py``: more replicas than
+   the two vector cores) store each product before the next replica's, so L0C holds one
+   replica's (attention d128, 4 x 32 rows x 512 keys: 64 KB, as plan-memory places it). A
+   transpose of an L1 tile feeding the cube is no copy (the L1 -> L0B load transposes).
 8. **Replicas and sub-block binding.** A vector agent with replicas runs them in lockstep in
    one device function. Without a cube (an ``aiv`` kernel) that function holds every
    replica's named tiles (x replicas); a statement's temporaries die before the next
@@ -52,11 +54,11 @@ Rules (a tile is a value with a shape; scalars cost nothing):
    of the two vector cores half the rows of the vector loop nest; one core's share is taken as
    ``BINDING_SHARE`` (0.5) of one replica's estimate: its half of the rows. The share is
    checked, not derived: it gives the compiler's verdict on every mix kernel of the
-   calibration set (attention d128 at BM=32 BN=512 and gemm_softmax 128 x 128 fit; attention
+   calibration set (attention d128 at BM=32 x 2 BN=512 and gemm_softmax 128 x 128 fit; attention
    d128 causal BM=64 BN=256, BM=128 BN=128, BM=64 BN=512 and gemm_softmax 128 x 512 /
    256 x 256 overflow; attention d128 non-causal BM=64 BN=256 is refused although the
    compiler places it). The compiler's peak of a fitting mix kernel is often above the
-   scaled estimate (BM=32 BN=512 d128: 194016 B against 165 KB) because auto
+   scaled estimate (BM=32 x 2 BN=512 d128: 194016 B against 165 KB) because auto
    multi-buffering fills UB where the copies fit (rule 6); on overflowing ones its need
    was up to 1.4x the scaled estimate (attention d64 causal BM=64 BN=512), so a mix kernel
    within ~30% of UB may still overflow in bishengir-compile.
