@@ -31,15 +31,15 @@ Placement does the rest:
   pv_out cross cores through global-memory workspace slots and cube<->vector flags.
 * CPU emulator: every role replica is a thread.
 
-Tiles (ops.block_sizes): BM rows per replica (a tile is REPLICAS*BM rows), BN = 128 keys per step.
-Hopper: BM = 64. Ascend: BM = 64, 128 rows per program as the native kernels (schedule.py;
-d256: BM = 32). Memory on the Ascend 910B, measured by the ascend matrix's compiler stage
-(after hivm-plan-memory): each vector core holds half the rows of each replica's S, P, PV and
-O tiles (sub-block binding): 182 KB of its 192 KB unified buffer at D = 128, 141 KB at D = 64;
-the cube keeps both replicas' Q, K and V in L1 (320 KB of 512 KB at D = 128) and the S and PV
-products in L0C (64 KB of 128 KB). BM = 32 takes 107-162 KB of UB (the windowed d128 kernel
-keeps it: schedule.py); BM = 128 does not fit (UB 232 KB). s_out's 3 slots let Ascend's cube run
-QKᵀ two steps ahead (cross-agent-pipeline, rule 8); WINDOW keeps 2 (its verifier bound).
+Tiles (ops.block_sizes): BM rows per replica (a tile is REPLICAS*BM rows), BN keys per step.
+Hopper: BM = 64, BN = 128. Ascend (schedule.py): d128 128 rows x 512 keys in four 32-row replicas
+that are sub-tiles (the subtile-replicas pass); d64 128 x 128; d256 BM = 32, BN = 64. Memory on
+the Ascend 910B, measured by the ascend matrix's compiler stage (after hivm-plan-memory): each
+vector core holds half the rows of each replica's tiles (sub-block binding), one replica's S and
+P at a time: 179680-183712 B of its 196608 B unified buffer at d128 (d64: 141600 B); the cube
+keeps Q, K and V in L1 and one replica's S or PV product in L0C (64 KB of 128 KB). The windowed
+d128 kernel keeps 64 x 128 (schedule.py); 128 x 512 in two 64-row replicas does not fit (UB
+307 KB, L0C 256 KB). s_out's 3 slots let Ascend's cube run QKᵀ two steps ahead (rule 8).
 
 Sequences are addressed through cumulative lengths (`cu_q`, `cu_k`) as in
 flash_attn_varlen_func; a dense batch is the special case of equal lengths. A head's

@@ -85,6 +85,7 @@ CPU = Schedule(BM=16, BN=32, STAGES=2, persistent=False)
 # large tiles (3001 tokens: 1 s instead of 28 s for one head); short ones keep the small tiles,
 # so the tests still walk several blocks and the masked boundary blocks.
 CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
+# ASCEND (d64; d128 before the rows below, whose own comment gives what they changed):
 # one program per AI core; causal tiles by work, pair by pair (not measured on an NPU: tiles.py
 # checks the deal's balance for each shape and takes one group where it is poor).
 # 128 query rows a step (BM = 64 per replica), as the native kernels: the cube's flags, K/V
@@ -96,10 +97,22 @@ CPU_LONG = Schedule(BM=64, BN=128, STAGES=2, persistent=False)
 # V are same-core values on the cube, no ring in L1). With S's 3-slot ring (kernel.py: the cube
 # two steps ahead, cross-agent-pipeline rule 8) 68 -> 81, bound by the cube's FIXP and flags.
 # Not measured on an NPU.
-# The windowed d128 kernel's masks take UB past the memory model's bound at BM = 64 (198 KB
-# estimated; the compiler places 191 KB of 192): it keeps 64 rows a step.
+# The windowed d128 kernel keeps 64 rows x 128 keys a step: with its masks at 128 rows the
+# compiler places 191 KB of the 192 KB UB, too close to the limit to take unmeasured.
+# d128: 128 rows x 512 keys a step, as the native kernels' S tiles, in four 32-row replicas
+# that are sub-tiles (passes/subtile_replicas.py: the cube stores each replica's S and PV before
+# the next product, a vector core loads each replica's S, runs its softmax and sends its P before
+# the next replica's): the cube's flags, PV's FIXP store and the recurrence's fixed costs are
+# paid per step, so 4x the scores a step quarter them per FLOP. Modelled on the 910B2 (d128,
+# s 4k/8k/16k/32k, TFLOP/s; benchmarks/results/flash_attn_ascend_cost.md) 77/80/81/82 ->
+# 124/144/156/164 non-causal, 70/76/80/81 -> 92/119/141/155 causal. The HIVM compiler places
+# UB 183712 B (causal 179680) of 196608, L1 512 KB (filled by multi-buffering), L0C 64 KB (one
+# replica's 32 x 512 S product at a time). As rendered before that pass (every replica's product,
+# S and P live at once) it overflows UB (240320 B) and L0C (262144 B); 64 x 512 (two replicas)
+# models 104/120/131/137 and 128 x 256 107/116/121/124. Not measured on an NPU.
 ASCEND = Schedule(BM=64, BN=128, STAGES=2, persistent=True, causal_group=1)
-ASCEND_D128 = replace(ASCEND, windowed=replace(ASCEND, BM=32))
+ASCEND_D128 = Schedule(BM=32, BN=512, STAGES=2, persistent=True, causal_group=1, replicas=4,
+                       windowed=replace(ASCEND, BM=32))
 HOPPER = Schedule(BM=64, BN=128, STAGES=3, persistent=False)
 ASCEND_D256 = Schedule(BM=32, BN=64, STAGES=2, persistent=True, causal_group=1)
 

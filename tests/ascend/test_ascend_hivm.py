@@ -56,6 +56,13 @@ def specializations():
         for causal in (0, 1):
             cx = dict(ops.block_sizes("ascend", d, bool(causal)), **ops.dim_constexprs(d), CAUSAL=causal)
             out.append(pytest.param(attention_fwd, cx, id=f"attention-d{d}-{'causal' if causal else 'full'}"))
+    # the rows for long sequences where they differ (d128, d96: 512 keys a step)
+    for d in ops.HEAD_DIMS:
+        for causal in (0, 1):
+            short, long = (ops.block_sizes("ascend", d, bool(causal), max_seq=n) for n in (0, 1 << 20))
+            if long != short:
+                cx = dict(long, **ops.dim_constexprs(d), CAUSAL=causal)
+                out.append(pytest.param(attention_fwd, cx, id=f"attention-long-d{d}-{'causal' if causal else 'full'}"))
     # 64 rows per program (BM=32 per replica, the schedule before 128-row steps), as
     # triton-ascend's tutorial: still a specialization a caller may launch
     for d in (64, 128):

@@ -14,7 +14,7 @@ import torch
 import xsync
 from xsync.backends.ascend.simulator import simulate
 from xsync.errors import BackendError, SimulationError, StallError
-from xsync.kernels.flash_attn import attention, attention_varlen
+from xsync.kernels.flash_attn import attention, attention_varlen, ops
 from xsync.kernels.gemm import gemm, gemm_persistent, gemm_persistent_2wg
 from xsync.kernels.gemm_softmax import gemm_softmax
 
@@ -82,6 +82,21 @@ def test_gemm_softmax():
 def test_attention_dense(d, causal):
     torch.manual_seed(1)
     q, k, v = (torch.randn(2, 2, 200, d).bfloat16() for _ in range(3))
+    o, lse = attention(q, k, v, causal=causal)
+    ref, ref_lse = reference(q, k, v, causal)
+    torch.testing.assert_close(o.double(), ref, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_d128_several_512_key_steps(causal):
+    """d128 runs 128 rows x 512 keys a step in four sub-tile replicas (schedule.py,
+    passes/subtile_replicas.py): three steps, the last one partial, a partial row tile, and
+    causal rows whose diagonal falls inside a 512-key block, against float64."""
+    torch.manual_seed(6)
+    q = torch.randn(1, 1, 130, 128).bfloat16()
+    k, v = (torch.randn(1, 1, 1100, 128).bfloat16() for _ in range(2))
+    assert ops.block_sizes("ascend", 128, causal)["BN"] == 512
     o, lse = attention(q, k, v, causal=causal)
     ref, ref_lse = reference(q, k, v, causal)
     torch.testing.assert_close(o.double(), ref, rtol=1e-2, atol=1e-2)

@@ -192,3 +192,21 @@ def test_flag_ops_per_step_are_the_rendered_ones(which):
     t = cost_lowered.traffic(low)
     assert t["cube_flag_ops"] == _step_loop_flags(src, "cube core (AIC)")
     assert t["vec_flag_ops"] == _step_loop_flags(src, "vector cores (AIV)")
+
+
+def test_vector_work_counts_every_replica(monkeypatch):
+    """A vector core runs every replica's softmax on its half of each replica's rows: four
+    32-row replicas a step cost what two 64-row ones do (memory.py would refuse the latter)."""
+    from xsync.backends.ascend import memory
+    from xsync.kernels.flash_attn.kernel import attention_fwd
+
+    monkeypatch.setattr(memory, "ENFORCE", False)
+    designs = []
+    for bm, replicas in ((32, 4), (64, 2)):
+        cx, dtypes = attention_fwd.specialization()
+        cx.update(BM=bm, BN=256, REPLICAS=replicas, D=128, CAUSAL=0, STAGES=2, PERSISTENT=1)
+        low = attention_fwd.lower("ascend", cx, dtypes)
+        designs.append(cost_lowered.design_from_lowered(low, "x", bm * replicas, 256, 128))
+    four, two = designs
+    assert four.vec_elems_per_step == two.vec_elems_per_step
+    assert math.isclose(four.ops_per_score, two.ops_per_score)

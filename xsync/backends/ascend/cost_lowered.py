@@ -155,7 +155,11 @@ def traffic(low) -> dict:
     out["cube_mte1"] = operands * 2
     vec_elems: dict[int, float] = {}
     if vec and vec.elems:
-        vec_elems = vec.elems[max(vec.elems)]
+        # the walk counts one replica's statements; a vector core runs every replica's, on its
+        # half of each replica's rows (sub-block binding)
+        replicas = next((a.replicas for a in pl.agents if a.unit is Unit.VECTOR), 1)
+        share = replicas / 2 if cube else 1
+        vec_elems = {n: e * share for n, e in vec.elems[max(vec.elems)].items()}
     return {"bytes": out, "flops": flops, "vec_elems": vec_elems, "cube_flag_ops": cube_flags,
             "vec_flag_ops": vec_flags, "slots": min(slots) if slots else 1,
             "ws_bytes": alloc.workspace_bytes}

@@ -40,19 +40,28 @@ Rules (a tile is a value with a shape; scalars cost nothing):
    replicas the cube runs in lockstep (``Agent.serial``) holds each named tile once per
    replica (the renderer unrolls them: ``dk_acc_r0``, ``dk_acc_r1``); dK/dV at BM = 64, d128
    needs its four 32 KB accumulators and four 32 KB Sᵀ/dPᵀ products at once: 256 KB of L0C,
-   as plan-memory reports.
+   as plan-memory reports. L0C holds the tiles live at once: an accumulator around its loop,
+   a product from its definition to its last read (the fixpipe moves it out), so the
+   attention's S and PV products take turns (BM = 32, BN = 512, d128: 128 KB, as
+   plan-memory places it). Sub-tile replicas (``passes/subtile_replicas.py``: more replicas than
+   the two vector cores) store each product before the next replica's, so L0C holds one
+   replica's (attention d128, 4 x 32 rows x 512 keys: 64 KB, as plan-memory places it). A
+   transpose of an L1 tile feeding the cube is no copy (the L1 -> L0B load transposes).
 8. **Replicas and sub-block binding.** A vector agent with replicas runs them in lockstep in
    one device function. Without a cube (an ``aiv`` kernel) that function holds every
    replica's named tiles (x replicas); a statement's temporaries die before the next
    replica's copy of the statement, so they count once. In a mix kernel the compiler's sub-block binding gives each
    of the two vector cores half the rows of the vector loop nest; one core's share is taken as
-   ``BINDING_SHARE`` (0.65) of one replica's estimate: half the rows plus the per-core
-   temporaries the compiler adds. This share is calibrated, not derived: it gives the
-   compiler's verdict on every mix kernel of the calibration set (library attention at
-   BM=64/D=128 fits at 0.65 x 294144 B; attention BM=64 BN=256 D=128, BM=128 D=128 and
-   BM=64 BN=512 D=64 and gemm_softmax at 128 x 512 / 256 x 256 overflow), but the compiler's
-   need was up to 1.45x the scaled estimate on overflowing kernels, so a mix kernel within
-   ~30% of UB may still overflow in bishengir-compile.
+   ``BINDING_SHARE`` (0.5) of one replica's estimate: its half of the rows. The share is
+   checked, not derived: it gives the compiler's verdict on every mix kernel of the
+   calibration set (attention d128 at BM=32 x 2 BN=512 and gemm_softmax 128 x 128 fit; attention
+   d128 causal BM=64 BN=256, BM=128 BN=128, BM=64 BN=512 and gemm_softmax 128 x 512 /
+   256 x 256 overflow; attention d128 non-causal BM=64 BN=256 is refused although the
+   compiler places it). The compiler's peak of a fitting mix kernel is often above the
+   scaled estimate (BM=32 x 2 BN=512 d128: 194016 B against 165 KB) because auto
+   multi-buffering fills UB where the copies fit (rule 6); on overflowing ones its need
+   was up to 1.4x the scaled estimate (attention d64 causal BM=64 BN=512), so a mix kernel
+   within ~30% of UB may still overflow in bishengir-compile.
 9. **The need** is every named tile plus every statement's temporaries, each counted once
    (hivm-plan-memory seldom gives a dead buffer to a later, different value; a loop body's
    temporaries are the same buffers each iteration), reductions sharing one work buffer (the
@@ -71,6 +80,7 @@ from dataclasses import dataclass, field
 from xsync.dtypes import DType, float32, int1, int32
 from xsync.errors import AllocationError, SourceLoc
 from xsync.lowering import ir
+from xsync.lowering.passes.subtile_replicas import subtiled
 from xsync.lowering.placement import Unit
 
 UB_BYTES = 192 * 1024        # a vector core's Unified Buffer (hivm: ub)
@@ -84,7 +94,7 @@ MULTI_BUFFER = 1
 
 # Share of a mix kernel's vector tiles that one vector core holds after sub-block binding
 # (half the rows each, plus the compiler's per-core temporaries): calibrated, see rule 8.
-BINDING_SHARE = 0.65
+BINDING_SHARE = 0.5
 
 ELEMENTWISE = (ir.TileOp.EXP2, ir.TileOp.LOG2, ir.TileOp.WHERE, ir.TileOp.MAXIMUM, ir.TileOp.MINIMUM,
                ir.TileOp.POW) + ir.UNARY_MATH
@@ -305,7 +315,10 @@ class _Walker:
         size = v.bytes * v.copies
         self.sizes[name] = (max(old[0], size), memory)
         if self.cube and self.role in self.agent.serial:
-            self.copies[name] = self.kernel.role(self.role).replicas
+            # sub-tile replicas (passes/subtile_replicas.py) store each product before the next
+            one = memory == Memory.L0C and name not in self.accumulators and \
+                subtiled(self.kernel, self.placement, self.role)
+            self.copies[name] = 1 if one else self.kernel.role(self.role).replicas
         step.defines.add(name)
         self.defined_at.setdefault(name, step.loc)
         if v.select:
@@ -428,6 +441,8 @@ class _Walker:
             return vals[0] if vals else _Value((), int32)      # passes its operand through
         if op is ir.TileOp.TRANS:
             v = self.expr(args[0], step, loops, True)
+            if self.cube and v.named:    # rule 7: the L1 -> L0B load transposes, no L1 copy
+                return _Value(tuple(reversed(v.shape)), v.dtype, named=v.named)
             return self.fresh(tuple(reversed(v.shape)), v.dtype, step, "trans", dies=[v])
         if op in REDUCTIONS:
             v = self.expr(args[0], step, loops, True)
@@ -556,13 +571,37 @@ class _Walker:
             if work:
                 temps.append(max(work, key=lambda t: t.bytes))
             tiles = named + temps
-            total = (SCRATCH if mem == Memory.UB else 0) + math.ceil(names_share * sum(t.bytes for t in named) + temps_share * sum(t.bytes for t in temps))
+            held = sum(t.bytes for t in named)
+            if mem == Memory.L0C:
+                held = self.l0c_peak(live)
+            total = (SCRATCH if mem == Memory.UB else 0) + math.ceil(names_share * held + temps_share * sum(t.bytes for t in temps))
             if total or mem != Memory.L0C:
                 biggest = max(tiles, key=lambda t: t.bytes, default=None)
                 out.append(CoreMemory(self.agent.name, self.agent.unit, mem, total, CAPACITY[mem],
                                       tuple(sorted(tiles, key=lambda t: -t.bytes)),
                                       biggest.loc if biggest and biggest.loc else None))
         return out
+
+    def l0c_peak(self, live) -> int:
+        """Rule 7: the L0C tiles live at once, at the worst statement (a product is dead once
+        the fixpipe has moved it out; accumulators are carried around their loop)."""
+        spans = []
+        for n, (b, m) in self.sizes.items():
+            if m != Memory.L0C:
+                continue
+            b *= self.copies.get(n, 1)
+            if n in self.accumulators:
+                spans.append((live.get(n, (0, len(self.steps))), b))
+                continue
+            start = None        # a product: from each definition to its last read before the next
+            for step in self.steps:
+                if n in step.defines:
+                    start = step.pos
+                    spans.append(((start, start), b))
+                elif n in step.reads and start is not None:
+                    spans[-1] = ((start, step.pos), b)
+        return max((sum(b for (lo, hi), b in spans if lo <= pos <= hi) for pos in range(len(self.steps))),
+                   default=0)
 
     def credit_reuse(self, step, tiles, live, mem):
         """Rule 4 for names: a fresh elementwise result takes the buffer of a name whose last

@@ -16,7 +16,7 @@ for the vector cores' answer).
 from xsync.backends.ascend import alloc
 from xsync.backends.ascend.replicas import all_exprs
 from xsync.errors import FlagOverflowError
-from xsync.lowering.passes import cross_agent_pipeline
+from xsync.lowering.passes import cross_agent_pipeline, subtile_replicas
 from xsync.lowering.ir import RoleKind, TileOp, expr_calls
 from xsync.lowering.placement import Agent, Limit, Placed, Target, Unit, merge_by_replicas, not_applicable
 
@@ -26,7 +26,7 @@ TARGET = Target(
     "ascend", event="a cross-core flag (at most 15 pending sets)", barrier="sync_block_all",
     event_limit=Limit(FLAG_MAX_PENDING, "flag overflow", FlagOverflowError,
                       f"an Ascend flag counts at most {FLAG_MAX_PENDING} pending sets", "sets"),
-    barrier_arrive_waits=True, allocate=alloc.allocate, passes=(cross_agent_pipeline,),
+    barrier_arrive_waits=True, allocate=alloc.allocate, passes=(cross_agent_pipeline, subtile_replicas),
     # tl.atomic_add to GM (HIVM's atomic store); dtypes the HIVM compiler takes (docs/ascend.md)
     reduce_add_dtypes=("float32", "float16", "int32"), reduce_add="tl.atomic_add (GM atomic add)",
     # the HIVM compiler (ascendnpu-ir 1.2.0) puts a GM atomic on a vector core; of a cube-side

@@ -91,6 +91,7 @@ from xsync.backends.spelling import Spelling
 from xsync.backends.source import Emitter, PythonRenderer, doc_text, label, spell_math
 from xsync.lowering import ir
 from xsync.lowering.alloc import Allocation
+from xsync.lowering.passes.subtile_replicas import subtiled
 from xsync.lowering.placement import Agent, Placement
 from xsync.lowering.slicing import slice_agent
 from xsync.lowering.tile_launch import tensor_ranks
@@ -199,6 +200,7 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
     def __init__(self, kernel: ir.KernelIR, placement: Placement, allocation: Allocation,
                  analysis: ReplicaAnalysis, names: Spelling | None = None):
         self.kernel, self.placement, self.alloc = kernel, placement, allocation
+        self.defer: list | None = None     # slot loads waiting for the replicas' next run
         self.ranks = tensor_ranks(kernel)
         self.names = names if names is not None else Spelling(kernel)
         self.analysis, self.form = analysis, analysis.form
@@ -510,8 +512,11 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
             if isinstance(s, ir.RoleBlock):
                 o.line(f"# role '{label(s.role)}' (line {s.loc.line})")
                 self.reps = self.reps_for(s.role)
+                # sub-tile replicas (passes/subtile_replicas.py): a wait's slot is loaded at the
+                # head of each replica's run of statements, so one replica's tiles live at a time
+                self.defer = [] if self.reps != [None] and subtiled(self.kernel, self.placement, s.role) else None
                 self.role_body(s.body)
-                self.reps = [None]
+                self.reps, self.defer = [None], None
             elif isinstance(s, ir.For):
                 self.emit_for(s, self.block)
             elif isinstance(s, ir.If):
@@ -539,11 +544,16 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
                 if s is not None and not has_sync(s):
                     segment.append(s)
                     continue
+                flush = s is None or not isinstance(s, ir.SyncOp) or s.verb is ir.Verb.RELEASE
                 for r in reps:
                     self.rep = r
+                    for pipe, target in (self.defer or []) if segment or flush else []:
+                        self.load_slot(pipe, target)
                     for x in segment:
                         self.role_stmt(x)
                 self.rep = None
+                if segment or flush:
+                    self.defer = [] if self.defer is not None else None
                 segment = []
                 if s is None:
                     break
@@ -680,7 +690,10 @@ class AscendRenderer(ReduceAddSpelling, PythonRenderer):
                 target = s.target or f"xs_{obj.name}_slot"
                 o.line(f"{target}_i = xs_{obj.name}_got % {self.slots(obj)}")
                 o.line(f"xs_{obj.name}_got += 1")
-                self.load_slot(obj, target)
+                if self.defer is not None:
+                    self.defer.append((obj, target))
+                else:
+                    self.load_slot(obj, target)
             else:
                 self.emit(self.flag_op(FlagOp.SET, dst, src, empty, HandOff.EMPTY,
                                        f"{obj.name} EMPTY: {obj.name}.release() line {line}"))
