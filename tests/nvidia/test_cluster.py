@@ -2,13 +2,14 @@
 offline for sm_90a. Where the installed Gluon has TMA multicast (Triton >= 3.8) and the kernel's
 shape allows it (xsync/backends/nvidia/cluster_ctas.py), a cluster is one Gluon program over its
 CTAs; otherwise its programs compile as independent programs, each loading its own copy of a
-multicast field (the allocation table says which and why). No GPU here: the PTX is checked, the
-kernels are not run."""
+multicast field (the allocation table says which and why). Without a GPU the PTX is checked; with
+one, the cluster GEMM runs against float64."""
 import re
 
 import pytest
 
 from tests.core import cluster_kernels as C
+from tests.nvidia.conftest import gpu_reason
 from xsync.backends.nvidia import compile_ptx
 from xsync.kernels.gemm import gemm_cluster
 
@@ -109,3 +110,28 @@ def test_cluster_split_refuses_hang_debug_mode():
 
     with pytest.raises(BackendError, match="hang debug mode does not poll"):
         compile_ptx(gemm_cluster, dict(BM=128, BN=128, BK=64, STAGES=4, CLUSTER=2), debug_hang=True)
+
+
+@pytest.mark.skipif(bool(gpu_reason()), reason=f"needs a Hopper GPU: {gpu_reason()}")
+@pytest.mark.parametrize("cluster", [2, 4])
+@pytest.mark.parametrize("M,N,K", [(1000, 776, 520), (384, 256, 64), (136, 8, 8)])
+def test_cluster_gemm_numerics_on_gpu(cluster, M, N, K):
+    """gemm_cluster on the GPU against float64, fp32 and bf16 C, shapes off the tile grid: the
+    multicast protocol where this Triton has it (one program over the cluster's CTAs), the
+    independent programs otherwise. A hang here is a protocol bug (run under a timeout)."""
+    import torch
+    import triton
+
+    torch.manual_seed(M + N + K)
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    want = a.double() @ b.double()
+    clusters = triton.cdiv(M, cluster * 128) * triton.cdiv(N, 128)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for dtype, tol in ((torch.float32, 2e-3), (torch.bfloat16, 1e-2)):
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+        gemm_cluster[(min(sms // cluster, clusters) * cluster,)](a, b, c, M, N, K, BM=128, BN=128, BK=64, STAGES=4,
+                                                                  CLUSTER=cluster, backend="nvidia")
+        torch.cuda.synchronize()
+        assert not c.isnan().any()
+        assert ((c.double() - want).abs().max() / want.abs().max()).item() < tol
