@@ -75,3 +75,19 @@ def test_a_dropped_release_planted_in_the_pass_is_rejected(monkeypatch):
     monkeypatch.setattr(subtile_replicas, "_join", buggy)
     with pytest.raises(xs.ProtocolError):
         lowered()
+
+
+def test_a_pipe_taken_again_after_a_release_is_lowered_as_written():
+    """Rule 5: wait, release, wait, release on one pipe in one block would become wait, wait,
+    release, release (two slots held): the block stays as written, and the log says why."""
+    from xsync.errors import SourceLoc
+    from xsync.lowering.passes import PassLog
+
+    loc = SourceLoc("k.py", 1, "")
+    act = lambda verb, target=None: ir.SyncOp(ir.Verb(verb), "ring", target, loc)   # noqa: E731
+    use = lambda name: ir.Assign((name,), ir.Name("a"), loc)                         # noqa: E731
+    block = ir.RoleBlock("vec", (act("wait", "a"), use("x"), act("release"), act("wait", "a"), use("y"),
+                                 act("release")), loc)
+    log = PassLog()
+    assert subtile_replicas._join(block, log) is None
+    assert "rule 5: pipe 'ring'" in log.text()

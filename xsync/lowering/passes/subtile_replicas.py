@@ -26,6 +26,9 @@ Applicability, for a role block B (numbered as in the log):
 3. B holds a statement between two of its sync actions (else there is nothing to join).
 4. No statement of B uses a slot after B releases or commits it (its actions would move
    past that use).
+5. Each pipe's acquires and waits in B come before its releases and commits (moving them
+   keeps every pipe's own order: a block that waits, releases and waits again on one pipe is
+   lowered as written).
 """
 from __future__ import annotations
 
@@ -90,6 +93,11 @@ def _join(block: ir.RoleBlock, log):
     if len(early) + len(late) != kinds.count("s"):
         log.note(NAME, False, where, "rule 2: an event or barrier action among the pipe actions")
         return None
+    for pipe in sorted({s.obj for s in early + late}):
+        order = [s.verb in _EARLY for s in body if isinstance(s, ir.SyncOp) and s.obj == pipe]
+        if order != sorted(order, reverse=True):
+            log.note(NAME, False, where, f"rule 5: pipe '{pipe}' gives a slot back before it takes another")
+            return None
     work = [s for s in body if not isinstance(s, ir.SyncOp)]
     slots = {s.obj: s.target for s in early if s.target}
     for k, s in enumerate(body):
