@@ -221,3 +221,66 @@ def gemm_cluster(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.co
                 tiles.release()
         with mma:
             xs.store(c, [off_m, off_n], acc)
+
+
+def _cluster_2wg_trace_args(settings):
+    """Small launch for `xsync trace`: one cluster of 2 programs walking 2 output tiles of
+    2 * 2*BM x BN (each program two replicas of BM rows), 4 K steps each."""
+    import torch
+
+    cx = dict(BM=16, BN=16, BK=16, STAGES=2, CLUSTER=2)
+    cx.update({k: v for k, v in settings.items() if k in cx})
+    M, N, K = 2 * cx["CLUSTER"] * cx["BM"], 2 * cx["BN"], 4 * cx["BK"]
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    c = torch.zeros(M, N)
+    return (cx["CLUSTER"],), (a, b, c, M, N, K), cx
+
+
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32,
+                        BM=128, BN=128, BK=64, STAGES=4, CLUSTER=2), trace=_cluster_2wg_trace_args)
+def gemm_cluster_2wg(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                     STAGES: xs.constexpr, CLUSTER: xs.constexpr = 2, GROUP_M: xs.constexpr = 8):
+    """gemm_cluster at gemm_persistent_2wg's shape: each program two matrix replicas (2*BM x BN),
+    clusters of CLUSTER programs stacked along M, so a cluster takes 2*CLUSTER*BM x BN. Replica r
+    of every program takes the band of CLUSTER*BM rows at r*CLUSTER*BM, program (rank) q its BM
+    rows q*BM.. of it: the rank steps innermost, so each replica's rows over the cluster are one
+    block (on Hopper its CTA split). B is a multicast field through a one-replica copy role to
+    both replicas: one load serves 2 warpgroups x CLUSTER programs (Hopper: the lead CTA's TMA
+    multicast; a slot is free once both replicas of every program released it); elsewhere each
+    program loads its own B. Launch a multiple of CLUSTER programs."""
+    xs.cluster(CLUSTER)
+    load_a = xs.role("load_a", kind="copy", replicas=2)
+    load_b = xs.role("load_b", kind="copy")
+    mma = xs.role("mma", kind="matrix", replicas=2)
+    a_in = xs.pipe(load_a, mma, stages=STAGES, a=xs.tile([BM, BK], a.dtype))                   # paired: r -> r
+    b_in = xs.pipe(load_b, mma, stages=STAGES, b=xs.tile([BK, BN], b.dtype, multicast=True))   # 1 -> both
+
+    blocks_m = xs.cdiv(M, 2 * CLUSTER * BM)
+    blocks_n = xs.cdiv(N, BN)
+    per_group = GROUP_M * blocks_n
+    for tile in xs.tile_range(blocks_m * blocks_n):
+        first_m = (tile // per_group) * GROUP_M
+        group_rows = xs.minimum(blocks_m - first_m, GROUP_M)
+        cluster_m = (first_m + tile % per_group % group_rows) * (2 * CLUSTER * BM)
+        off_n = (tile % per_group // group_rows) * BN
+        off_m = cluster_m + xs.cluster_rank() * BM
+        with mma:
+            acc = xs.zeros([BM, BN], xs.float32)
+        for k in range(0, K, BK):
+            with load_a:
+                sa = a_in.acquire()
+                sa.a = xs.load(a, [off_m + xs.replica_id() * (CLUSTER * BM), k], [BM, BK])
+                a_in.commit()
+            with load_b:
+                sb = b_in.acquire()
+                sb.b = xs.load(b, [k, off_n], [BK, BN])
+                b_in.commit()
+            with mma:
+                ta = a_in.wait()
+                tb = b_in.wait()
+                acc = xs.mma(ta.a, tb.b, acc)
+                acc = xs.mma_wait(acc, pending=0)
+                a_in.release()
+                b_in.release()
+        with mma:
+            xs.store(c, [off_m + xs.replica_id() * (CLUSTER * BM), off_n], acc)

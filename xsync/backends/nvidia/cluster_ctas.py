@@ -20,11 +20,12 @@ has no multicast mbarrier arrive, so the release goes to the one CTA that multic
 Rules (the first that fails keeps the per-program fallback and is the allocation table's reason):
 
 1. the installed Gluon spells multicast (``gluon_compat.cluster_multicast()``);
-2. every pipe crossing partitions is filled by TMA, and a multicast pipe has one ring (no
-   replica pairs, no interleave);
+2. every pipe crossing partitions is filled by TMA, and a multicast pipe has one ring: one
+   producer replica (1 -> 1, or 1 -> N broadcast to consumer replicas), no interleave;
 3. ``xs.cluster_rank()`` enters only as ``v = base + xs.cluster_rank() * B`` (``base`` the same in
    every program), and the program id otherwise only as the cluster id / count;
-4. every such ``v`` is read only as the row offset of an ``xs.load`` of ``B`` rows into a
+4. every such ``v`` is read only as the row offset -- ``v``, or ``v + t`` with ``t`` reading no such
+   ``v`` (a replica's band: ``xs.replica_id() * S``) -- of an ``xs.load`` of ``B`` rows into a
    non-multicast field, or of an ``xs.store`` without bounds;
 5. every tile is split by rows: each load into a non-multicast field has such a row offset, tiles
    are made 2-D (``xs.zeros`` / ``xs.full``) or from fields and wgmma, nothing reduces, transposes
@@ -85,9 +86,10 @@ class Decision:
                                 self.why))
         for p in kernel.pipes:
             if self.split is not None and p.multicast:
-                n = self.split.ctas
+                n, per = self.split.ctas, kernel.role(p.dst).replicas     # 1 -> N: each replica releases
                 rows.append(Row(p.name, "multicast empty barriers",
-                                f"mbarrier[{p.stages}] on the lead CTA, count {n} (1 per CTA)",
+                                f"mbarrier[{p.stages}] on the lead CTA, count {n * per} ({per} per CTA"
+                                + (", 1 per consumer replica)" if per > 1 else ")"),
                                 "each CTA's release also arrives there (shared::cluster); the lead "
                                 "waits before it multicasts"))
         return tuple(rows)
@@ -130,9 +132,9 @@ def plan(kernel: ir.KernelIR, placement, is_tma_pipe, gluon_multicast: bool | No
     for p in kernel.pipes:
         if placement.crosses(p) and not is_tma_pipe(kernel, p):
             return Decision(None, f"rule 2: pipe '{p.name}' is filled from registers, not by TMA")
-    for p in mpipes:
-        if p.interleave > 1 or kernel.role(p.src).replicas > 1 or kernel.role(p.dst).replicas > 1:
-            return Decision(None, f"rule 2: multicast pipe '{p.name}' has one ring per replica pair")
+    for p in mpipes:     # one ring: 1 -> 1, or 1 -> N broadcast (each consumer replica releases)
+        if p.interleave > 1 or kernel.role(p.src).replicas > 1:
+            return Decision(None, f"rule 2: multicast pipe '{p.name}' has one ring per producer replica")
     consts = kernel.constexpr_values
     rank, pid = _pid(n), ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),))
     cid, progs = ir.BinOp("//", pid, ir.Const(n)), ir.BinOp("//", ir.Call(ir.TileOp.NUM_PROGRAMS, (ir.Const(0),)),
@@ -187,18 +189,19 @@ def _check_uses(kernel, s, split, multicast, consts) -> str:
     if isinstance(s, ir.SlotWrite) and isinstance(s.value, ir.Call) and s.value.op is ir.TileOp.LOAD:
         offs, shape = s.value.args[1].items, s.value.args[2].items
         if (s.pipe, s.field) not in multicast:
-            if not (isinstance(offs[0], ir.Name) and offs[0].id in split):
+            v = _row_offset(offs[0], split)
+            if v is None:
                 return f"rule 5: line {line}: the load into '{s.pipe}.{s.field}' has no per-rank row offset"
-            block = _value(split[offs[0].id][2], consts)
+            block = _value(split[v.id][2], consts)
             if block is None or block != _value(shape[0], consts):
                 return (f"rule 4: line {line}: the load into '{s.pipe}.{s.field}' reads {_value(shape[0], consts)} "
                         f"rows, its rank offset steps {block}")
-            allowed.append(offs[0])
+            allowed.append(v)
     elif isinstance(s, ir.Store):
-        if not (isinstance(s.offsets[0], ir.Name) and s.offsets[0].id in split) or s.bounds is not None \
-                or s.reduce is not None:
+        v = _row_offset(s.offsets[0], split)
+        if v is None or s.bounds is not None or s.reduce is not None:
             return f"rule 4: line {line}: the store to '{s.tensor}' is not at a per-rank row offset without bounds"
-        allowed.append(s.offsets[0])
+        allowed.append(v)
     names = {f for _, f in multicast}
     mc_reads = [e for e in dataflow.stmt_exprs(s) if _field(e) in names]
     as_b = [e for e in dataflow.stmt_exprs(s) if isinstance(e, ir.Call) and e.op is ir.TileOp.MMA
@@ -220,6 +223,21 @@ def _check_uses(kernel, s, split, multicast, consts) -> str:
     if len(reads) > len(allowed):
         return f"rule 4: line {line} reads `{reads[0].id}` other than as a row offset"
     return ""
+
+
+def _row_offset(e, split):
+    """The split name ``v`` of a row offset ``v`` or ``v + t`` (either order), or None. ``t`` reads
+    no split name, so it is the same in every program of the cluster (rule 3 keeps the rank and
+    the program id out of it): e.g. a replica's band, ``xs.replica_id() * S``. The cluster's
+    program then loads the n programs' blocks at ``base + t`` as one block of n times the rows."""
+    if isinstance(e, ir.Name) and e.id in split:
+        return e
+    if isinstance(e, ir.BinOp) and e.op == "+":
+        for v, t in ((e.left, e.right), (e.right, e.left)):
+            if isinstance(v, ir.Name) and v.id in split and not any(
+                    isinstance(x, ir.Name) and x.id in split for x in ir.subexprs(t)):
+                return v
+    return None
 
 
 def _field(e):

@@ -548,8 +548,10 @@ class NvidiaRenderer:
             o.line(f"# one program over a cluster of {self.allocation.cta_split.ctas} CTAs: xs_bars has one "
                    f"mbarrier per CTA; xs_bars_mc[{self.num_mc_bars}] lives on the lead CTA (multicast slots free)")
             for name, base in self.mc_base.items():
+                per = self.allocation.mbarrier(name, "empty").arrive_count
                 o.line(f"{name.upper()}_EMPTY_MC = gl.constexpr({base})  # {name} empty (multicast): "
-                       f"xs_bars_mc[{base}:{base + k_stages(self.kernel, name)}], 1 arrive per CTA")
+                       f"xs_bars_mc[{base}:{base + k_stages(self.kernel, name)}], "
+                       + ("1 arrive per CTA" if per == 1 else f"{per} arrives per CTA (1 per consumer replica)"))
             o.line(f"XS_NUM_MC_BARS = gl.constexpr({self.num_mc_bars})")
         if self.debug is not None:
             o.line(f"XS_BARS_SMEM = gl.constexpr({self.debug.bars_smem})  # byte offset of xs_bars in shared "
