@@ -18,7 +18,9 @@ tiles; the loads of the next tile overlap this tile's epilogue); ``_2wg`` takes 
 of 256 x 128 computed by two consumer warpgroups sharing each B tile (``gemm_2wg``, or
 ``gemm_persistent_2wg`` with ``_persistent``); ``_cluster<N>`` runs ``gemm_cluster`` (persistent,
 clusters of N programs stacked along M sharing B as a multicast field; without a multicast copy
-on the installed Triton each program loads its own B: the allocation table says which); ``_smem<KB>`` renders it with that much shared memory
+on the installed Triton each program loads its own B: the allocation table says which), and with
+``_2wg`` ``gemm_cluster_2wg`` (the same at 256 x 128 a program: one B load serves 2 consumer
+warpgroups x N CTAs; e.g. ``s3_cluster2_2wg_bf16``, ``s4_cluster2_2wg``); ``_smem<KB>`` renders it with that much shared memory
 for the rings and the TMA-store staging tiles together (the renderer option ``staging_smem_limit``;
 by default ``STAGING_SMEM_LIMIT``, 216 KB: above it C leaves through masked register stores). The default list is, per --stages value, ``s<N>`` and ``s<N>_nodefer``, plus
 ``s3_2cta`` / ``s3_2cta_nodefer`` when 3 is among them.
@@ -59,7 +61,7 @@ def measure(size: int, variants) -> dict:
     import triton
 
     import xsync as xs
-    from xsync.kernels.gemm import gemm, gemm_cluster, gemm_persistent, gemm_persistent_2wg
+    from xsync.kernels.gemm import gemm, gemm_cluster, gemm_cluster_2wg, gemm_persistent, gemm_persistent_2wg
     from xsync.kernels.gemm_variants import gemm_2wg
     from xsync.backends.nvidia import compile_kernel
 
@@ -86,13 +88,14 @@ def measure(size: int, variants) -> dict:
     for name in variants:
         persistent, two = "_persistent" in name, "_2wg" in name
         cluster = next((int(part[7:]) for part in name.split("_") if part.startswith("cluster")), 0)
-        kernel = gemm_cluster if cluster else {(False, False): gemm, (True, False): gemm_persistent,
-                                               (False, True): gemm_2wg, (True, True): gemm_persistent_2wg}[persistent, two]
+        kernel = (gemm_cluster_2wg if two else gemm_cluster) if cluster else \
+            {(False, False): gemm, (True, False): gemm_persistent,
+             (False, True): gemm_2wg, (True, True): gemm_persistent_2wg}[persistent, two]
         tiles = (triton.cdiv(M, 256), tiles_grid[1]) if two else tiles_grid
         per_sm = 2 if "_2cta" in name else 1      # two CTAs an SM: two persistent programs each
         grid = (min(per_sm * sms, tiles[0] * tiles[1]),) if persistent else tiles
-        if cluster:   # whole clusters, one program an SM
-            grid = (min(sms // cluster, triton.cdiv(M, cluster * 128) * tiles_grid[1]) * cluster,)
+        if cluster:   # whole clusters, one program an SM; a cluster's tile: cluster x 128 (x 2 with _2wg) rows
+            grid = (min(sms // cluster, triton.cdiv(M, cluster * (256 if two else 128)) * tiles_grid[1]) * cluster,)
         stages = int(name.split("_")[0][1:])
         out = "bfloat16" if "_bf16" in name else "float32"
         c = outputs[out]

@@ -11,7 +11,7 @@ import pytest
 from tests.core import cluster_kernels as C
 from tests.nvidia.conftest import gpu_reason
 from xsync.backends.nvidia import compile_ptx
-from xsync.kernels.gemm import gemm_cluster
+from xsync.kernels.gemm import gemm_cluster, gemm_cluster_2wg
 
 
 def _code(ptx: str) -> str:
@@ -47,6 +47,42 @@ def test_cluster_gemm_compiles():
     assert "cp.async.bulk.tensor.2d.global.shared::cta" in code                          # TMA store, per CTA
     assert "TMA multicast to the 2 CTAs (lead CTA issues)" in table and "multicast empty barriers" in table
     assert r.metadata.num_ctas == 2
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_cluster_gemm_2wg_compiles(n):
+    """Two consumer warpgroups a CTA (each its band of rows, A through its own ring) and B one
+    broadcast ring: Triton >= 3.8 spells one Gluon program over the n CTAs -- each replica's A tile
+    split by rows, B multicast by the lead CTA to 2 warpgroups x n CTAs, each CTA arming its own
+    full barriers with its bytes (its A rows of both replicas + the whole B), every replica's
+    release routed to the lead's group barrier (2 per CTA); 3.6: independent programs."""
+    BM, BN, BK = 128, 128, 64
+    cx = dict(BM=BM, BN=BN, BK=BK, STAGES=4, CLUSTER=n)
+    r = compile_ptx(gemm_cluster_2wg, cx)
+    assert len(r.cubin) > 10_000
+    code = _code(r.ptx)
+    assert len(re.findall(r"wgmma\.mma_async", code)) >= 8
+    table = gemm_cluster_2wg.lower("nvidia", cx).allocation.table()
+    if not _multicast_gluon():
+        assert f"program_id(0) % {n}" in r.source and f"program_id(0) // {n}" in r.source   # rank, cluster
+        assert r.render.num_ctas == 1
+        assert re.search(r"cp\.async\.bulk\.tensor\.2d", code) and "multicast::cluster" not in code
+        assert "each program loads its own copy" in table and "rule 1: this Triton's Gluon has no TMA multicast" in table
+        return
+    assert r.render.num_ctas == n and not re.search(rf"program_id\(0\)\)? (%|//) {n}", r.source)
+    assert r.metadata.num_ctas == n and f".reqnctapercluster {n}" in code
+    mc = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes"
+                    r"\.multicast::cluster .*, (%rs\d+);", code)
+    assert mc and re.search(rf"mov\.b16\s+{re.escape(mc[0])}, {(1 << n) - 1};", code)     # CTA mask: all n
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", code)         # A: its own rows
+    expect = sorted(int(x) for x in re.findall(r"mbarrier\.arrive\.expect_tx\.shared::cta\.b64 _, \[%r\d+\], (\d+);", code))
+    # one expect per A replica's ring (its BM rows) and one for B's (the whole tile): per CTA and K step
+    assert expect == [BM * BK * 2] * 2 + [BK * BN * 2] and sum(expect) == 2 * BM * BK * 2 + BK * BN * 2
+    assert len(re.findall(r"mbarrier\.arrive\.shared::cluster\.b64", code)) >= 2                # both replicas
+    assert re.search(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], " + str(2 * n) + ";", code)  # lead: 2 per CTA
+    assert "fence.mbarrier_init.release.cluster" in code and "skipWait" in code
+    assert f"TMA multicast to the {n} CTAs (lead CTA issues)" in table
+    assert f"count {2 * n} (2 per CTA, 1 per consumer replica)" in table
 
 
 def test_rank_rows_compiles():
@@ -132,6 +168,31 @@ def test_cluster_gemm_numerics_on_gpu(cluster, M, N, K):
         c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
         gemm_cluster[(min(sms // cluster, clusters) * cluster,)](a, b, c, M, N, K, BM=128, BN=128, BK=64, STAGES=4,
                                                                   CLUSTER=cluster, backend="nvidia")
+        torch.cuda.synchronize()
+        assert not c.isnan().any()
+        assert ((c.double() - want).abs().max() / want.abs().max()).item() < tol
+
+
+@pytest.mark.skipif(bool(gpu_reason()), reason=f"needs a Hopper GPU: {gpu_reason()}")
+@pytest.mark.parametrize("cluster", [2, 4])
+@pytest.mark.parametrize("M,N,K", [(1000, 776, 520), (640, 256, 64), (136, 8, 8), (4096, 4096, 4096)])
+def test_cluster_gemm_2wg_numerics_on_gpu(cluster, M, N, K):
+    """gemm_cluster_2wg on the GPU against float64, fp32 and bf16 C: two consumer warpgroups a
+    CTA sharing each multicast B tile (one Gluon program over the cluster's CTAs where this Triton
+    has multicast, independent programs otherwise). A hang here is a protocol bug."""
+    import torch
+    import triton
+
+    torch.manual_seed(M + N + K + 1)
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    want = a.double() @ b.double()
+    clusters = triton.cdiv(M, 2 * cluster * 128) * triton.cdiv(N, 128)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for dtype, tol in ((torch.float32, 2e-3), (torch.bfloat16, 1e-2)):
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+        gemm_cluster_2wg[(min(sms // cluster, clusters) * cluster,)](a, b, c, M, N, K, BM=128, BN=128, BK=64,
+                                                                      STAGES=4, CLUSTER=cluster, backend="nvidia")
         torch.cuda.synchronize()
         assert not c.isnan().any()
         assert ((c.double() - want).abs().max() / want.abs().max()).item() < tol
