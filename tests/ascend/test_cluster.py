@@ -8,7 +8,7 @@ import torch
 
 from tests.core import cluster_kernels as C
 from xsync.backends.ascend import hivm
-from xsync.kernels.gemm import gemm_cluster
+from xsync.kernels.gemm import gemm_cluster, gemm_cluster_2wg
 
 pytestmark = pytest.mark.usefixtures("triton_ascend")
 
@@ -19,7 +19,7 @@ def compiler(triton_ascend):
         pytest.fail("bishengir-compile is missing: the ascend environment installs ascendnpu-ir")
 
 
-@pytest.mark.parametrize("kernel", [C.rank_rows, gemm_cluster], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("kernel", [C.rank_rows, gemm_cluster, gemm_cluster_2wg], ids=lambda k: k.__name__)
 def test_reaches_hivmc(compiler, kernel):
     lowered = kernel.lower("ascend")
     assert "each program loads its own copy" in lowered.allocation.table()
@@ -43,4 +43,15 @@ def test_cluster_gemm_on_the_simulator():
     a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
     c = torch.zeros(M, N)
     gemm_cluster[(4,)](a, b, c, M, N, K, BM=32, BN=32, BK=32, STAGES=2, CLUSTER=2, backend="ascend-sim")
+    torch.testing.assert_close(c, a.double().matmul(b.double()).float(), atol=1e-3, rtol=1e-3)
+
+
+def test_cluster_gemm_2wg_on_the_simulator():
+    """Two matrix replicas a program, B multicast through a 1 -> 2 broadcast pipe: the same source,
+    each program loading its own B."""
+    torch.manual_seed(6)
+    M, N, K = 2 * 2 * 2 * 32 - 7, 96, 64
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    c = torch.zeros(M, N)
+    gemm_cluster_2wg[(4,)](a, b, c, M, N, K, BM=32, BN=32, BK=32, STAGES=2, CLUSTER=2, backend="ascend-sim")
     torch.testing.assert_close(c, a.double().matmul(b.double()).float(), atol=1e-3, rtol=1e-3)

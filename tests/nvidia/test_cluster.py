@@ -85,6 +85,20 @@ def test_cluster_gemm_2wg_compiles(n):
     assert f"count {2 * n} (2 per CTA, 1 per consumer replica)" in table
 
 
+def test_cluster_gemm_2wg_bf16_tma_store_compiles():
+    """STAGES=3 with bf16 C fits a [256, 128] staging tile per consumer replica beside the ring:
+    C leaves through TMA stores, each CTA its own rows of both replicas' tiles."""
+    import xsync as xs
+    if not _multicast_gluon():
+        pytest.skip("this Gluon has no TMA multicast (Triton >= 3.8)")
+    r = compile_ptx(gemm_cluster_2wg, dict(BM=128, BN=128, BK=64, STAGES=3, CLUSTER=2),
+                    dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.bfloat16))
+    code = _code(r.ptx)
+    assert r.render.num_ctas == 2 and "multicast::cluster" in code
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in code
+    assert "TMA-store staging: one [256, 128] bfloat16 tile per 'consumer' replica" in r.source
+
+
 def test_rank_rows_compiles():
     """cluster_rank as a value (rank_rows adds it to the tile): no CTA split (cluster_ctas rule 3)
     under any Triton; each program loads its own copy."""
@@ -174,12 +188,14 @@ def test_cluster_gemm_numerics_on_gpu(cluster, M, N, K):
 
 
 @pytest.mark.skipif(bool(gpu_reason()), reason=f"needs a Hopper GPU: {gpu_reason()}")
+@pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("cluster", [2, 4])
 @pytest.mark.parametrize("M,N,K", [(1000, 776, 520), (640, 256, 64), (136, 8, 8), (4096, 4096, 4096)])
-def test_cluster_gemm_2wg_numerics_on_gpu(cluster, M, N, K):
+def test_cluster_gemm_2wg_numerics_on_gpu(stages, cluster, M, N, K):
     """gemm_cluster_2wg on the GPU against float64, fp32 and bf16 C: two consumer warpgroups a
     CTA sharing each multicast B tile (one Gluon program over the cluster's CTAs where this Triton
-    has multicast, independent programs otherwise). A hang here is a protocol bug."""
+    has multicast, independent programs otherwise). STAGES=3 with bf16 C leaves through per-CTA
+    TMA stores, the others through masked register stores. A hang here is a protocol bug."""
     import torch
     import triton
 
@@ -192,7 +208,7 @@ def test_cluster_gemm_2wg_numerics_on_gpu(cluster, M, N, K):
     for dtype, tol in ((torch.float32, 2e-3), (torch.bfloat16, 1e-2)):
         c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
         gemm_cluster_2wg[(min(sms // cluster, clusters) * cluster,)](a, b, c, M, N, K, BM=128, BN=128, BK=64,
-                                                                      STAGES=4, CLUSTER=cluster, backend="nvidia")
+                                                                      STAGES=stages, CLUSTER=cluster, backend="nvidia")
         torch.cuda.synchronize()
         assert not c.isnan().any()
         assert ((c.double() - want).abs().max() / want.abs().max()).item() < tol
