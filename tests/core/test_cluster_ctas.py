@@ -97,7 +97,7 @@ def cluster_b_per_replica(a, b, c, M, N, BM: xs.constexpr, BN: xs.constexpr, BK:
     mma = xs.role("mma", kind="matrix", replicas=2)
     tiles = xs.pipe(load, mma, stages=STAGES,
                     a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype, multicast=True))
-    off_m = xs.program_id(0) // CLUSTER * (2 * CLUSTER * BM) + xs.cluster_rank() * BM
+    off_m = xs.cluster_id() * (2 * CLUSTER * BM) + xs.cluster_rank() * BM
     with load:
         s = tiles.acquire()
         s.a = xs.load(a, [off_m + xs.replica_id() * (CLUSTER * BM), 0], [BM, BK])
@@ -111,6 +111,30 @@ def cluster_b_per_replica(a, b, c, M, N, BM: xs.constexpr, BN: xs.constexpr, BK:
         xs.store(c, [off_m + xs.replica_id() * (CLUSTER * BM), 0], acc)
 
 
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=64, BN=64, BK=64, STAGES=2, CLUSTER=2))
+def cluster_offset_reads_rank_twice(a, b, c, M, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                                    STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    """A row offset ``v + t`` whose ``t`` reads ``v`` again: not the same in every program, so
+    not one block over the CTAs (rule 5: no per-rank row offset)."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=STAGES,
+                    a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype, multicast=True))
+    off_m = xs.cluster_id() * (2 * CLUSTER * BM) + xs.cluster_rank() * BM
+    with load:
+        s = tiles.acquire()
+        s.a = xs.load(a, [off_m + off_m // 2, 0], [BM, BK])
+        s.b = xs.load(b, [0, 0], [BK, BN])
+        tiles.commit()
+    with mma:
+        t = tiles.wait()
+        acc = xs.mma(t.a, t.b, xs.zeros([BM, BN], xs.float32))
+        acc = xs.mma_wait(acc, pending=0)
+        tiles.release()
+        xs.store(c, [off_m, 0], acc)
+
+
 def test_four_ctas():
     d = _decide(gemm_cluster, dict(GEMM, CLUSTER=4))
     assert d.split.ctas == 4 and d.split.bases(2, True) == [[1, 0], [2, 0]]
@@ -122,6 +146,8 @@ def test_four_ctas():
     (cluster_b_in_registers, dict(BM=64, BN=64, BK=64, STAGES=2, CLUSTER=2), "rule 5: line"),
     (gemm_cluster_2wg, GEMM, None),
     (cluster_b_per_replica, dict(BM=64, BN=64, BK=64, STAGES=2, CLUSTER=2), "rule 2: multicast pipe 'tiles'"),
+    (cluster_offset_reads_rank_twice, dict(BM=64, BN=64, BK=64, STAGES=2, CLUSTER=2),
+     "rule 5: line"),
 ])
 def test_rules(kernel, cx, rule):
     if rule is None:
