@@ -83,6 +83,10 @@ def test_cluster_gemm_2wg_compiles(n):
     assert "fence.mbarrier_init.release.cluster" in code and "skipWait" in code
     assert f"TMA multicast to the {n} CTAs (lead CTA issues)" in table
     assert f"count {2 * n} (2 per CTA, 1 per consumer replica)" in table
+    # fp32 C leaves through masked register stores (no room for staging): the accumulator's rows
+    # are its CTA's share of the n x BM rows, the row index offset by the CTA's rank x BM
+    rank = re.search(r"mov\.u32\s+(%r\d+), %cluster_ctarank;", code)
+    assert rank and re.search(rf"shl\.b32\s+%r\d+, {rank.group(1)}, 7;", code) and "st.global.b32" in code
 
 
 def test_cluster_gemm_2wg_bf16_tma_store_compiles():
