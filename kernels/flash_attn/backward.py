@@ -8,7 +8,7 @@ same gradients run after run). P is recomputed from Q, K and the forward's log-s
 
        grad (vector, 2 replicas): load O, dO rows -> row sums -> delta
 
-2. ``attention_bwd_dkdv``: one tile = one (sequence, kv head) pair and 2*BM keys; it loops over
+2. ``attention_bwd_dkdv``: one tile = one (sequence, kv head) pair and REPLICAS*BM keys; it loops over
    the query heads of the kv head's group and, per head, over the query blocks that see its keys,
    so dK and dV are summed over the group inside one program (GQA/MQA without atomics):
 
@@ -30,10 +30,10 @@ same gradients run after run). P is recomputed from Q, K and the forward's log-s
    A operands of the accumulating products as they stand, and the per-query LSE and delta are
    [1, BN] rows read straight from their tensors.
 
-3. ``attention_bwd_dq``: one tile = one (sequence, head) pair and 2*BM query rows, as the
+3. ``attention_bwd_dq``: one tile = one (sequence, head) pair and REPLICAS*BM query rows, as the
    forward; it loops over the key blocks its rows see:
 
-       load (copy) ──k_in, v_in──▶ mma (matrix, 2 replicas)
+       load (copy) ──k_in, v_in──▶ mma (matrix, REPLICAS: 2, Ascend d128 4 sub-tiles)
        q_load (copy, 2 replicas) ──q_in (the replica's Q and dO rows, paired)──▶ mma
        mma ──sdp (S = Q Kᵀ, dP = dO Vᵀ)──▶ grad (vector, 2 replicas)
        grad ──ds_in (dS)──▶ mma:  dQ += dS K   (fp32 accumulator in mma; the K slot is held

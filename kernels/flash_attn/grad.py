@@ -149,7 +149,7 @@ def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, lay
     if fused:
         dq.copy_(acc)       # the post step: fp32 sums to dq's dtype (rows of no sequence: 0)
         return
-    # a windowed dQ keeps dK/dV's replicas (its masks' tiles are not compiled at four)
+    # a windowed dQ keeps dK/dV's schedule (its masks' tiles are not compiled at four replicas)
     dq_blocks = plan.backward_constexprs(dq=window is None)
     q_tiles = math.ceil(max_q / (dq_blocks["REPLICAS"] * dq_blocks["BM"])) * batch * hq
     attention_bwd_dq[grid(q_tiles)](
