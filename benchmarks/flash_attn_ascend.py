@@ -64,10 +64,11 @@ def xsync_backward(causal: bool) -> list[cost.Design]:
     out = []
     for kern, what in ((attention_bwd_dkdv, "dK/dV"), (attention_bwd_dq, "dQ")):
         cx, dtypes = kern.specialization()
-        cx.update(sch.constexprs(), D=D, CAUSAL=int(causal))
+        cx.update(sch.backward_constexprs(dq=kern is attention_bwd_dq), D=D, CAUSAL=int(causal))
         low = kern.lower("ascend", cx, dtypes)
         out.append(cost_lowered.design_from_lowered(
-            low, f"xsync backward {what} (BM={cx['BM']}x2, BN={cx['BN']})", 2 * cx["BM"], cx["BN"], D))
+            low, f"xsync backward {what} (BM={cx['BM']}x{cx['REPLICAS']}, BN={cx['BN']})",
+            cx["REPLICAS"] * cx["BM"], cx["BN"], D))
     return out
 
 

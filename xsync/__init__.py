@@ -7,7 +7,8 @@ from xsync import _source_kernels
 _source_kernels.install(_os.path.dirname(_os.path.abspath(__file__)))
 from xsync.api import (  # noqa: F401
     DType, arange, barrier, bfloat16, cdiv, constexpr, event, exp2, float16, float32, full,
-    int32, kernel, load, load_scalar, log2, max, maximum, minimum, mma, mma_wait, num_programs, pipe,
+    int32, kernel, load, load_scalar, log2, max, maximum, minimum, mma, mma_wait, num_programs,
+    num_replicas, pipe,
     program_id, replica_id, role, signal, store, sum, tile, tile_range, trans, wait, where, zeros,
 )
 from xsync.config import ConfigError, options  # noqa: F401

@@ -82,6 +82,13 @@ def _tile_op(min_args: int, max_args: int, keywords: tuple[str, ...] = ()):
     return wrap
 
 
+def num_replicas(role):
+    """How many replicas ``role`` is declared with, folded to that number where it is written
+    (``xs.num_replicas(mma) * BM`` is a tile's rows): a constexpr that only sets ``replicas=``
+    is then named nowhere in the generated code."""
+    _outside("num_replicas")
+
+
 # ---------------------------------------------------------------- declarations
 def role(name: str, kind: str = "vector", replicas: int = 1, placement: str | None = None):
     """Declare a role: code executed by one agent (``replicas`` identical agents).

@@ -8,7 +8,7 @@ same gradients run after run). P is recomputed from Q, K and the forward's log-s
 
        grad (vector, 2 replicas): load O, dO rows -> row sums -> delta
 
-2. ``attention_bwd_dkdv``: one tile = one (sequence, kv head) pair and 2*BM keys; it loops over
+2. ``attention_bwd_dkdv``: one tile = one (sequence, kv head) pair and REPLICAS*BM keys; it loops over
    the query heads of the kv head's group and, per head, over the query blocks that see its keys,
    so dK and dV are summed over the group inside one program (GQA/MQA without atomics):
 
@@ -30,10 +30,10 @@ same gradients run after run). P is recomputed from Q, K and the forward's log-s
    A operands of the accumulating products as they stand, and the per-query LSE and delta are
    [1, BN] rows read straight from their tensors.
 
-3. ``attention_bwd_dq``: one tile = one (sequence, head) pair and 2*BM query rows, as the
+3. ``attention_bwd_dq``: one tile = one (sequence, head) pair and REPLICAS*BM query rows, as the
    forward; it loops over the key blocks its rows see:
 
-       load (copy) ──k_in, v_in──▶ mma (matrix, 2 replicas)
+       load (copy) ──k_in, v_in──▶ mma (matrix, REPLICAS: 2, Ascend d128 4 sub-tiles)
        q_load (copy, 2 replicas) ──q_in (the replica's Q and dO rows, paired)──▶ mma
        mma ──sdp (S = Q Kᵀ, dP = dO Vᵀ)──▶ grad (vector, 2 replicas)
        grad ──ds_in (dS)──▶ mma:  dQ += dS K   (fp32 accumulator in mma; the K slot is held
@@ -140,11 +140,11 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
                        BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
                        STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1,
                        FUSED_DQ: xs.constexpr = 0, D_PAD: xs.constexpr = 0, dq_acc=None,
-                       WINDOW: xs.constexpr = 0, win_left=0, win_right=0):
+                       WINDOW: xs.constexpr = 0, win_left=0, win_right=0, REPLICAS: xs.constexpr = 2):
     load = xs.role("load", kind="copy")
-    kv_load = xs.role("kv_load", kind="copy", replicas=2)
-    mma = xs.role("mma", kind="matrix", replicas=2)
-    grad = xs.role("grad", kind="vector", replicas=2)
+    kv_load = xs.role("kv_load", kind="copy", replicas=REPLICAS)
+    mma = xs.role("mma", kind="matrix", replicas=REPLICAS)
+    grad = xs.role("grad", kind="vector", replicas=REPLICAS)
     q_in = xs.pipe(load, mma, stages=STAGES, q=xs.tile([BN, D + D_PAD], q.dtype), do=xs.tile([BN, D + D_PAD], do.dtype))
     # the tile's K and V rows, replica r's from kv_load replica r (a paired pipe), held by mma
     # for the whole tile: wgmma A operands in shared memory, not registers beside dK and dV
@@ -160,12 +160,12 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
     # key block (under a causal mask the first keys are seen by the most queries: longest first).
     kv_heads = heads // group
     pairs = batch * kv_heads
-    col_blocks = xs.cdiv(max_k, 2 * BM)
+    col_blocks = xs.cdiv(max_k, xs.num_replicas(mma) * BM)
     qk_scale = sm_scale * LOG2E
     for tile in xs.tile_range(col_blocks * pairs, persistent=PERSISTENT):
         b = tile % pairs // kv_heads
         kv_h = tile % pairs % kv_heads
-        n_block = tile // pairs * (2 * BM)
+        n_block = tile // pairs * (xs.num_replicas(mma) * BM)
         q_start = xs.load_scalar(cu_q, b)
         q_len = xs.load_scalar(cu_q, b + 1) - q_start
         k_start = xs.load_scalar(cu_k, b)
@@ -180,7 +180,7 @@ def attention_bwd_dkdv(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, sm_scale, he
             if WINDOW:
                 # key j is seen by queries j - (k_len - q_len) - win_right ..= j - (k_len - q_len) + win_left
                 lo = xs.maximum(lo, n_block - (k_len - q_len) - win_right) // BN * BN
-                q_hi = xs.maximum(0, xs.minimum(q_len, n_block + 2 * BM - (k_len - q_len) + win_left))
+                q_hi = xs.maximum(0, xs.minimum(q_len, n_block + xs.num_replicas(mma) * BM - (k_len - q_len) + win_left))
             with kv_load:
                 kvs = kv_in.acquire()
                 kvs.k = xs.load(k, [kv_row + n_block + xs.replica_id() * BM, kv_h * kv_head_cols], [BM, D + D_PAD])
@@ -293,11 +293,11 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
                      lse_batch_rows, lse_packed,
                      BM: xs.constexpr, BN: xs.constexpr, D: xs.constexpr, CAUSAL: xs.constexpr,
                      STAGES: xs.constexpr, PERSISTENT: xs.constexpr = 1, D_PAD: xs.constexpr = 0,
-                     WINDOW: xs.constexpr = 0, win_left=0, win_right=0):
+                     WINDOW: xs.constexpr = 0, win_left=0, win_right=0, REPLICAS: xs.constexpr = 2):
     load = xs.role("load", kind="copy")
-    q_load = xs.role("q_load", kind="copy", replicas=2)
-    mma = xs.role("mma", kind="matrix", replicas=2)
-    grad = xs.role("grad", kind="vector", replicas=2)
+    q_load = xs.role("q_load", kind="copy", replicas=REPLICAS)
+    mma = xs.role("mma", kind="matrix", replicas=REPLICAS)
+    grad = xs.role("grad", kind="vector", replicas=REPLICAS)
     # the tile's Q and dO rows, paired per replica and held for the whole tile (as kv_in above)
     q_in = xs.pipe(q_load, mma, stages=1, q=xs.tile([BM, D + D_PAD], q.dtype), do=xs.tile([BM, D + D_PAD], do.dtype))
     k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D + D_PAD], k.dtype))
@@ -308,13 +308,13 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
     # Persistent tiles as the forward's: (sequence, head) pairs x 2*BM query rows, numbered
     # from the last row block (under a causal mask the last rows see the most keys).
     pairs = batch * heads
-    row_blocks = xs.cdiv(max_q, 2 * BM)
+    row_blocks = xs.cdiv(max_q, xs.num_replicas(mma) * BM)
     qk_scale = sm_scale * LOG2E
     for tile in xs.tile_range(row_blocks * pairs, persistent=PERSISTENT):
         b = tile % pairs // heads
         h = tile % pairs % heads
         kv_h = h // group
-        m_block = (row_blocks - 1 - tile // pairs) * (2 * BM)
+        m_block = (row_blocks - 1 - tile // pairs) * (xs.num_replicas(mma) * BM)
         q_start = xs.load_scalar(cu_q, b)
         q_len = xs.load_scalar(cu_q, b + 1) - q_start
         k_start = xs.load_scalar(cu_k, b)
@@ -325,12 +325,12 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, cu_q, cu_k, sm_scale, heads, g
             hi = k_len
             if CAUSAL:
                 # the last key the tile's last row sees, bottom-right aligned
-                hi = xs.maximum(0, xs.minimum(k_len, m_block + 2 * BM + k_len - q_len))
+                hi = xs.maximum(0, xs.minimum(k_len, m_block + xs.num_replicas(mma) * BM + k_len - q_len))
             lo = 0
             if WINDOW:
                 # the first key the tile's first row sees, the last its last row sees (as the forward)
                 lo = xs.maximum(0, m_block + k_len - q_len - win_left) // BN * BN
-                hi = xs.maximum(0, xs.minimum(hi, m_block + 2 * BM + k_len - q_len + win_right))
+                hi = xs.maximum(0, xs.minimum(hi, m_block + xs.num_replicas(mma) * BM + k_len - q_len + win_right))
             with q_load:
                 qs = q_in.acquire()
                 qs.q = xs.load(q, [q_row + m_block + xs.replica_id() * BM, h * q_head_cols], [BM, D + D_PAD])

@@ -50,9 +50,11 @@ from xsync.kernels.flash_attn.ops import _check, _check_varlen_args, _fail
 from xsync.errors import UnsupportedError
 
 
-def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0) -> dict:
-    """The backward kernels' constexprs (BM, BN, STAGES) from schedule.BACKWARD_TABLE."""
-    return _plan(backend, head_dim, causal, max_seq).constexprs()
+def block_sizes(backend: str, head_dim: int = 128, causal: bool = False, max_seq: int = 0,
+                dq: bool = False) -> dict:
+    """The dK/dV kernel's constexprs (BM, BN, STAGES, PERSISTENT, REPLICAS) from
+    schedule.BACKWARD_TABLE, or with ``dq`` the dQ kernel's (its REPLICAS may differ)."""
+    return _plan(backend, head_dim, causal, max_seq).backward_constexprs(dq)
 
 
 def _plan(backend, head_dim, causal, max_seq):
@@ -121,7 +123,7 @@ def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, lay
     q, k, v, o, do, lse, dlse, delta, dq, dk, dv = tensors
     backend = select()
     plan = _plan(backend, d, causal, max(max_q, max_k))
-    blocks = plan.constexprs()
+    blocks = plan.backward_constexprs()
     cx = dict(**ops.dim_constexprs(d), CAUSAL=int(bool(causal)), backend=backend,
               **_window.constexprs(window, max_q, max_k))
     q_layout, lse_layout = layout[:3], layout[6:]
@@ -140,17 +142,19 @@ def _run(tensors, cu_q, cu_k, max_q, max_k, batch, hq, hk, d, causal, scale, lay
     acc = torch.zeros(dq.shape, dtype=torch.float32, device=dq.device) if fused else delta
     if max_k > 0:
         kv_blocks = fused_block_sizes(backend, d, causal, max(max_q, max_k)) if fused else blocks
-        kv_tiles = math.ceil(max_k / (2 * kv_blocks["BM"])) * batch * hk
+        kv_tiles = math.ceil(max_k / (kv_blocks["REPLICAS"] * kv_blocks["BM"])) * batch * hk
         attention_bwd_dkdv[grid(kv_tiles)](
             q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, float(scale), hq, hq // hk, batch,
             int(max_k), *layout, **kv_blocks, **cx, dq_acc=acc)
     if fused:
         dq.copy_(acc)       # the post step: fp32 sums to dq's dtype (rows of no sequence: 0)
         return
-    q_tiles = math.ceil(max_q / (2 * blocks["BM"])) * batch * hq
+    # a windowed dQ keeps dK/dV's schedule (its masks' tiles are not compiled at four replicas)
+    dq_blocks = plan.backward_constexprs(dq=window is None)
+    q_tiles = math.ceil(max_q / (dq_blocks["REPLICAS"] * dq_blocks["BM"])) * batch * hq
     attention_bwd_dq[grid(q_tiles)](
         q, k, v, do, lse, delta, dq, cu_q, cu_k, float(scale), hq, hq // hk, batch, int(max_q),
-        *layout, **blocks, **cx)
+        *layout, **dq_blocks, **cx)
 
 
 def attention_backward_impl(grad_o, grad_lse, q, k, v, o, lse, causal, sm_scale, window=None):

@@ -48,6 +48,9 @@ class Schedule:
     # what a sliding-window launch (WINDOW=1: kernel.py's window masks, more live tiles) takes
     # instead, where this schedule's windowed kernel does not fit the memories (None: the same)
     windowed: Schedule | None = None
+    # backward only: the dQ kernel's schedule where it differs from dK/dV's (None: the same);
+    # Ascend d128 runs dQ in four sub-tile replicas, which dK/dV's L0C cannot hold
+    dq: Schedule | None = None
 
     @property
     def tile_rows(self) -> int:
@@ -69,6 +72,12 @@ class Schedule:
     def forward_constexprs(self) -> dict:
         """The forward kernel's (kernel.py): the backward kernels have no Q ring."""
         return dict(self.constexprs(), Q_STAGES=self.q_stages, REPLICAS=self.replicas)
+
+    def backward_constexprs(self, dq: bool = False) -> dict:
+        """The dK/dV kernel's (backward.py), or with ``dq`` the dQ kernel's: a program takes
+        ``REPLICAS * BM`` keys (dK/dV) or query rows (dQ)."""
+        own = self.dq if dq and self.dq is not None else self
+        return dict(own.constexprs(), REPLICAS=own.replicas)
 
 
 @dataclass(frozen=True)
@@ -198,7 +207,8 @@ TABLE: tuple[Row, ...] = (
 )
 
 # The backward kernels (backward.py). BM: keys per replica of dK/dV, query rows per replica of
-# dQ (a program takes 2*BM); BN: query rows (dK/dV) or keys (dQ) per step. Hopper: 128 rows per
+# dQ (a program takes REPLICAS*BM, two replicas unless a row says otherwise); BN: query rows
+# (dK/dV) or keys (dQ) per step. Hopper: 128 rows per
 # program with 64-wide steps (32 at d128), so two fp32 accumulators and two score tiles fit one
 # consumer warpgroup's registers, the tile's own K/V (dK/dV) or Q/dO (dQ) rows waiting in shared
 # memory (not yet tuned on the H200); Ascend: the forward's 64 rows per program.
@@ -219,6 +229,21 @@ BACKWARD_TABLE: tuple[Row, ...] = (
     # and products need 256 KB (dK/dV) or 192 KB (dQ) of L0C (memory.py rule 7, as the HIVM
     # compiler reports); the cube runs a step ahead (cross-agent-pipeline rule 9): modelled
     # backward 25 -> 44 TFLOP/s at d128 s16k (benchmarks/results/flash_attn_ascend_cost.md)
+    # d128: dQ in four 32-row sub-tile replicas and 256 keys a step (128 x 256 steps,
+    # passes/subtile_replicas.py: the cube stores each replica's S and dP, a vector core turns
+    # each replica's into dS, in turn); the cube's flags, K/V loads and fixed costs are paid per
+    # step, so 4x the scores a step quarter them per FLOP. Modelled on the 910B2 (d128, s
+    # 4k/8k/16k/32k, TFLOP/s; benchmarks/results/flash_attn_ascend_cost.md) dQ 43/44/45/45 ->
+    # 64/68/70/72 non-causal, 39/42/44/45 -> 55/63/67/70 causal; backward 42/43/44/44 ->
+    # 48/50/51/52, causal 39/42/43/44 -> 44/48/50/51. The HIVM compiler places UB 174368 B
+    # (causal 184672) of 196608, L1 512 KB (filled by multi-buffering), L0C 131072 B of 131072
+    # (the four 32 x 128 fp32 dQ accumulators and one replica's 32 x 256 S and dP; no room left
+    # for larger steps). 128 x 128 steps model 47/48/49/49 (causal UB 195744 B). dK/dV keeps
+    # two replicas of 64 x 128 steps: four replicas' dK and dV accumulators alone are 128 KB,
+    # all of L0C (refused); four 16-key replicas model slower (21 against 29 at s16k). A
+    # windowed dQ keeps dK/dV's schedule (grad.py). Not measured on an NPU.
+    Row("ascend", 128, None, None, Schedule(BM=32, BN=128, STAGES=2, persistent=True,
+                                            dq=Schedule(BM=32, BN=256, STAGES=2, persistent=True, replicas=4))),
     Row("ascend", None, None, None, Schedule(BM=32, BN=128, STAGES=2, persistent=True)),
     # the CPU fuses dQ into the dK/dV kernel (one pass over the score tiles instead of two;
     # tests/core/test_backward_fused_dq.py checks it against float64). Hopper keeps the dQ

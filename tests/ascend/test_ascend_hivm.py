@@ -72,8 +72,9 @@ def specializations():
         out.append(pytest.param(attention_bwd_preprocess, dict(BM=grad.preprocess_bm(d), **ops.dim_constexprs(d)),
                                 id=f"attention-bwd-preprocess-d{d}"))
         for causal in (0, 1):
-            cx = dict(grad.block_sizes("ascend", d, bool(causal)), **ops.dim_constexprs(d), CAUSAL=causal)
             for k, name in ((attention_bwd_dkdv, "dkdv"), (attention_bwd_dq, "dq")):
+                cx = dict(grad.block_sizes("ascend", d, bool(causal), dq=k is attention_bwd_dq),
+                          **ops.dim_constexprs(d), CAUSAL=causal)
                 out.append(pytest.param(k, cx, id=f"attention-bwd-{name}-d{d}-{'causal' if causal else 'full'}"))
     return out
 

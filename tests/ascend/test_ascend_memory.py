@@ -38,6 +38,11 @@ SAMPLE = [  # (kernel, constexprs): fits and overflows on both sides of the boun
     (attention_bwd_dkdv, dict(BM=32, BN=128, D=128, CAUSAL=0)),
     (attention_bwd_dkdv, dict(BM=64, BN=128, D=128, CAUSAL=0)),
     (attention_bwd_dq, dict(BM=64, BN=128, D=128, CAUSAL=0)),
+    # four sub-tile replicas (one replica's products at a time): dQ at 256 keys fills L0C to the
+    # byte (the shipped d128 dQ), at 512 overflows; dK/dV's four pairs of accumulators overflow
+    (attention_bwd_dq, dict(BM=32, BN=256, REPLICAS=4, D=128, CAUSAL=1)),
+    (attention_bwd_dq, dict(BM=32, BN=512, REPLICAS=4, D=128, CAUSAL=0)),
+    (attention_bwd_dkdv, dict(BM=32, BN=128, REPLICAS=4, D=128, CAUSAL=0)),
 ]
 SIZES = [(16, 512), (16, 1024), (16, 1536), (16, 2048), (8, 4096), (16, 4096), (32, 1024), (1, 8192)]
 CORPUS = [(k, dict(BM=bm, BN=bn)) for k in (mc.rmsnorm, mc.softmax, mc.chain, mc.column_loop)

@@ -51,6 +51,8 @@ def assert_close(name, got, want, floor):
     # the later stage's Q/dO or K loaded again, cross-agent-pipeline rule 9)
     (2, 1, 300, 280, 64, True, torch.bfloat16),
     (1, 1, 270, 390, 128, False, torch.float16),
+    # d128 causal: dQ in four sub-tile replicas of 256 keys (schedule.py), Sq > Sk
+    (1, 1, 390, 270, 128, True, torch.float16),
 ])
 def test_attention_backward_dense(hq, hk, sq, sk, d, causal, dtype):
     torch.manual_seed(sq + sk)

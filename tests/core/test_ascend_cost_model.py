@@ -184,7 +184,7 @@ def test_flag_ops_per_step_are_the_rendered_ones(which):
 
     kern, sizes = {"forward": (attention_fwd, ops.block_sizes("ascend")),
                    "dkdv": (attention_bwd_dkdv, grad.block_sizes("ascend")),
-                   "dq": (attention_bwd_dq, grad.block_sizes("ascend"))}[which]
+                   "dq": (attention_bwd_dq, grad.block_sizes("ascend", dq=True))}[which]
     cx, dtypes = kern.specialization()
     cx.update(sizes, D=128, CAUSAL=0)
     low = kern.lower("ascend", cx, dtypes)

@@ -91,3 +91,67 @@ def test_a_pipe_taken_again_after_a_release_is_lowered_as_written():
     log = PassLog()
     assert subtile_replicas._join(block, log) is None
     assert "rule 5: pipe 'ring'" in log.text()
+
+
+def lowered_backward(kernel, replicas, causal=0, backend="ascend", **over):
+    from xsync.kernels.flash_attn import grad
+
+    cx, dtypes = kernel.specialization()
+    cx.update(grad.block_sizes("ascend", 128, bool(causal), dq=kernel.__name__ == "attention_bwd_dq"),
+              REPLICAS=replicas, D=128, CAUSAL=causal, **over)
+    return kernel.lower(backend, cx, dtypes, check=True)
+
+
+def test_the_d128_backward_schedule_runs_dq_in_sub_tile_replicas():
+    """d128: dQ in four 32-row replicas of 256 keys a step (128 rows a program), dK/dV in two."""
+    from xsync.kernels.flash_attn import grad
+
+    for causal in (False, True):
+        assert grad.block_sizes("ascend", 128, causal, dq=True) == dict(BM=32, BN=256, STAGES=2, PERSISTENT=1,
+                                                                        REPLICAS=4)
+        assert grad.block_sizes("ascend", 128, causal)["REPLICAS"] == 2
+    assert grad.block_sizes("ascend", 64, dq=True)["REPLICAS"] == 2
+    assert grad.block_sizes("nvidia", 128, dq=True)["REPLICAS"] == 2
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_dq_slots_taken_first_and_given_back_last_and_proven(causal):
+    from xsync.kernels.flash_attn.backward import attention_bwd_dq
+
+    low = lowered_backward(attention_bwd_dq, 4, causal)
+    assert low.report.proven, low.report.summary()
+    text = low.passes.text()
+    assert "subtile-replicas: applied to role 'grad'" in text and "subtile-replicas: applied to role 'mma'" in text
+    assert step_order(low.kernel, "grad")[0] == ["sdp.wait", "ds_in.acquire", "sdp.release", "ds_in.commit"]
+    # L0C: the four replicas' dQ accumulators, and one replica's S and dP at a time (all of it)
+    assert low.allocation.memory.need("cc") == 4 * 32 * 128 * 4 + 2 * 32 * 256 * 4 == 131072
+
+
+def test_dkdv_in_four_replicas_overflows_l0c():
+    """dK/dV's accumulators of four 32-key replicas fill L0C before any product (memory.py)."""
+    from xsync.kernels.flash_attn.backward import attention_bwd_dkdv
+
+    with pytest.raises(xs.AllocationError, match="L0C"):
+        lowered_backward(attention_bwd_dkdv, 4)
+
+
+def test_num_replicas_is_folded_and_a_replica_only_constexpr_is_not_named():
+    """The backward's REPLICAS only sets replicas=, and the body reads xs.num_replicas(mma): the
+    generated code spells the number (Hopper and CPU sources as before the constexpr)."""
+    from xsync.kernels.flash_attn.backward import attention_bwd_dq
+
+    for replicas, bn in ((2, 128), (4, 256)):
+        low = lowered_backward(attention_bwd_dq, replicas, BN=bn)
+        assert "REPLICAS" not in dict(low.kernel.constexprs)
+        src = render_source(low.kernel, low.placement, low.allocation, form="release")
+        assert "REPLICAS" not in src and f"tl.cdiv(max_q, {replicas} * BM)" in src
+
+
+def test_num_replicas_names_a_role():
+    @xs.kernel
+    def k(x, BM: xs.constexpr):
+        work = xs.role("work", kind="vector", replicas=2)
+        with work:
+            y = xs.num_replicas(x) * BM
+    with pytest.raises(xs.KernelSourceError, match="does not name a role"):
+        k.lower("cpu", dict(BM=4), dict(x=xs.float32))

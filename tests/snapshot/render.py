@@ -106,7 +106,7 @@ def _attention_cases(backend: str) -> list[Case]:
         for k in (attention_bwd_dkdv, attention_bwd_dq):
             for causal in (0, 1):
                 for max_seq in ((0, 4096) if backend == "cpu" else (0,)):
-                    cx = {**k.specialization()[0], **grad.block_sizes(backend, d, bool(causal), max_seq),
+                    cx = {**k.specialization()[0], **grad.block_sizes(backend, d, bool(causal), max_seq, k is attention_bwd_dq),
                           **ops.dim_constexprs(d), "CAUSAL": causal}
                     tag = f"-long" if max_seq else ""
                     out.append(Case(f"bwd-{k.fn.__name__}-d{d}-c{causal}{tag}", k, cx))

@@ -153,9 +153,7 @@ class _Frontend:
                        fix='declare at least one: `work = xs.role("work", kind="vector")`')
         frontend_rules.check_merged_partners(tuple(self.roles.values()))
         kernel = ir.KernelIR(
-            name=fdef.name, file=self.file, params=tuple(self.params),
-            # string constexprs are folded into declarations; the generated code never names them
-            constexprs=tuple(sorted((n, v) for n, v in self.constexprs.items() if not isinstance(v, str))),
+            name=fdef.name, file=self.file, params=tuple(self.params), constexprs=frontend_rules.named_constexprs(self, fdef),
             roles=tuple(self.roles.values()), pipes=pipes, events=events, barriers=barriers,
             body=tuple(body), loc=self.loc(fdef), source=self.source, cluster=self.cluster,
             cluster_loc=self.cluster_loc)
@@ -734,6 +732,8 @@ class _Frontend:
                            fix="use xs.float32 / xs.bfloat16 / xs.float16 or tensor.dtype")
             return ir.Cast(self.expr(f.value), dtype)
         name = self.is_xs(f)
+        if name == "num_replicas":
+            return frontend_rules.num_replicas(self, node)
         if name is None or name not in api.TILE_OPS:
             if isinstance(f, ast.Name) and f.id in ("min", "max", "abs", "pow"):
                 self.error(node, f"Python's {f.id}() is not a tile op",

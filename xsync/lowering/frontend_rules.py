@@ -221,3 +221,33 @@ def _gathered_field(fe, node: ast.Attribute):
                        f"(fields: {', '.join(f.name for f in pipe.fields) or 'none'})",
                  objects=(pipe.name,))
     return ir.Attr(ir.Name(slot), node.attr, part)
+
+
+def named_constexprs(fe, fdef: ast.FunctionDef) -> tuple:
+    """The constexprs the generated code names, sorted: string constexprs are folded into
+    declarations, and so are those that only set roles' ``replicas=`` (the body reads the count
+    with ``xs.num_replicas(role)``, folded to a number)."""
+    parents = {id(c): p for p in ast.walk(fdef) for c in ast.iter_child_nodes(p)}
+
+    def replicas_arg(name: ast.Name) -> bool:
+        kw = parents.get(id(name))
+        call = parents.get(id(kw))
+        return (isinstance(kw, ast.keyword) and kw.arg == "replicas" and isinstance(call, ast.Call)
+                and fe.is_xs(call.func) == "role")
+
+    uses: dict[str, list[bool]] = {}
+    for stmt in fdef.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and node.id in fe.constexprs:
+                uses.setdefault(node.id, []).append(replicas_arg(node))
+    return tuple(sorted((n, v) for n, v in fe.constexprs.items()
+                        if not isinstance(v, str) and not (uses.get(n) and all(uses[n]))))
+
+
+def num_replicas(fe, node: ast.Call) -> ir.Const:
+    """``xs.num_replicas(role)``: the role's declared replica count."""
+    arg = node.args[0] if len(node.args) == 1 and not node.keywords else None
+    if not (isinstance(arg, ast.Name) and arg.id in fe.roles):
+        fe.error(node, f"`{ast.unparse(node)}` does not name a role",
+                 fix="pass the role variable: `xs.num_replicas(mma)`")
+    return ir.Const(fe.roles[arg.id].replicas)
