@@ -210,3 +210,59 @@ def test_vector_work_counts_every_replica(monkeypatch):
     four, two = designs
     assert four.vec_elems_per_step == two.vec_elems_per_step
     assert math.isclose(four.ops_per_score, two.ops_per_score)
+
+
+def _gemm(kernel_name: str, **tile):
+    from xsync.kernels import gemm as g
+    kern = getattr(g, kernel_name)
+    cx, dtypes = kern.specialization()
+    cx.update(tile)
+    return cost_lowered.gemm_design(kern.lower("ascend", cx, dtypes), kernel_name)
+
+
+def test_gemm_reads_the_lowered_kernels_traffic():
+    """Per K step: A and B into L1 (2wg: one A tile per replica, B once), 2 BM BN BK FLOPs."""
+    d = _gemm("gemm", BM=128, BN=128, BK=64)
+    assert d.step_bytes()["cube_mte2"] == (128 * 64 + 64 * 128) * 2
+    assert d.flops_per_step == 2 * 128 * 128 * 64 and not d.persistent
+    w = _gemm("gemm_persistent_2wg", BM=64, BN=128, BK=64)
+    assert w.rows == 128 and w.persistent
+    assert w.step_bytes()["cube_mte2"] == (2 * 64 * 64 + 64 * 128) * 2
+    assert w.flops_per_step == 2 * 128 * 128 * 64
+
+
+def test_gemm_estimate_within_physical_bounds():
+    for name, tile in (("gemm", dict(BM=128, BN=128, BK=64)), ("gemm_persistent", dict(BM=128, BN=256, BK=128)),
+                       ("gemm_persistent_2wg", dict(BM=64, BN=256, BK=64))):
+        d = _gemm(name, **tile)
+        for n in (512, 4096, 8192):
+            e = cost_lowered.gemm_estimate(d, n, n, n, CHIP)
+            assert 0 < e["est_tflops"] <= CHIP.peak_tflops * cost.CALIBRATION.cube_eff, (name, n, e)
+    # a tiny problem is launch/fill dominated, far below the peak
+    e = cost_lowered.gemm_estimate(_gemm("gemm", BM=128, BN=128, BK=64), 128, 128, 64, CHIP)
+    assert e["est_tflops"] < 0.1 * CHIP.peak_tflops
+
+
+def test_gemm_bigger_k_amortizes_the_c_store():
+    d = _gemm("gemm", BM=128, BN=128, BK=64)
+    t = [cost_lowered.gemm_estimate(d, 3072, 3072, k, CHIP)["est_tflops"] for k in (256, 1024, 8192)]
+    assert t[0] < t[1] < t[2]
+    e = cost_lowered.gemm_estimate(d, 3072, 3072, 64, CHIP)
+    assert e["fixp_us"] > e["steps_per_tile"] * e["step_us"] and e["bound"] == "FIXP"
+
+
+def test_gemm_doubling_l1_reuse_halves_mte2_per_flop():
+    small, big = _gemm("gemm", BM=64, BN=128, BK=64), _gemm("gemm", BM=128, BN=256, BK=64)
+    es, eb = (cost_lowered.gemm_estimate(x, 4096, 4096, 4096, CHIP) for x in (small, big))
+    assert eb["mte2_bytes_per_flop"] == pytest.approx(es["mte2_bytes_per_flop"] / 2)
+
+
+def test_gemm_slow_mte2_or_single_buffered_l1_bound_the_step():
+    d = _gemm("gemm", BM=128, BN=128, BK=64)
+    slow = replace(cost.CALIBRATION, mte2_bytes_per_cycle=64.0)
+    e = cost_lowered.gemm_estimate(d, 4096, 4096, 4096, CHIP, slow)
+    assert e["bound"] == "MTE2" and e["est_tflops"] < cost_lowered.gemm_estimate(d, 4096, 4096, 4096, CHIP)["est_tflops"]
+    # 128 x 128 x 1024: L1 holds the step's tiles once (HIVM: no double buffer), MTE2 serialises
+    one = cost_lowered.gemm_estimate(_gemm("gemm", BM=128, BN=128, BK=1024), 4096, 4096, 4096, CHIP)
+    assert not one["l1_double_buffered"] and one["step_us"] == pytest.approx(
+        max(one["mmad_us"], one["mte1_us"]) + one["mte2_us"])

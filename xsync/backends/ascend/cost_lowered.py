@@ -197,3 +197,88 @@ def design_from_lowered(low, name: str, rows: int, keys: int, d: int, note: str 
         traffic={k_: float(v) for k_, v in b.items()},
         flops_per_step=t["flops"] if t["flops"] else flops_plain,
         note=note or text, source="read from the lowered kernel (allocation, pipes, passes, IR)")
+
+
+def gemm_design(low, name: str = "") -> Design:
+    """A lowered GEMM (both roles on the cube, no cross-core ring) as a cost-model design: per
+    K step the A and B tiles into L1 (MTE2; one A tile per matrix replica, read from the pipes'
+    fields), L1 -> L0A/L0B (MTE1) and the mmad FLOPs; ``rows`` = the program tile's rows (all
+    replicas), ``keys`` = BN, ``d`` = BK. The C tile's FIXP store is per output tile, not per
+    step (:func:`gemm_estimate`)."""
+    k, pl = low.kernel, low.placement
+    consts = dict(k.constexprs)
+    t = traffic(low)
+    mte2 = 0.0
+    for pipe in k.pipes:       # the copy roles' loads: one slot per source replica per K step
+        if pl.agent_of(pipe.dst).unit is Unit.CUBE:
+            mte2 += _slot_bytes(pipe, consts) * k.role(pipe.src).replicas
+    replicas = max((r.replicas for r in k.roles if r.kind is ir.RoleKind.MATRIX), default=1)
+    bm, bn, bk = (int(consts[c]) for c in ("BM", "BN", "BK"))
+    b = dict(t["bytes"], cube_mte2=mte2 or t["bytes"]["cube_mte2"], cube_fixp=0.0)
+    return Design(
+        name or k.name, rows=replicas * bm, keys=bn, d=bk, lookahead=0, slots=t["slots"],
+        cube_flag_ops=t["cube_flag_ops"], vec_flag_ops=0.0, ops_per_score=0.0, ops_per_out=0.0,
+        ws_bytes=t["ws_bytes"], persistent=_persistent(low), traffic=b,
+        flops_per_step=t["flops"] or 2.0 * replicas * bm * bn * bk,
+        note=f"{replicas} x {bm} x {bn} x {bk}", source="read from the lowered kernel (pipes, IR)")
+
+
+def _persistent(low) -> bool:
+    """The mmad sits two loops deep (tiles, then K): one program per core walks the tiles."""
+    cube, _ = _walk(low, Unit.CUBE)
+    return bool(cube and cube.flops and max(cube.flops) >= 2)
+
+
+def gemm_estimate(dsn: Design, M: int, N: int, K: int, chip, cal=None, c_bytes: int = 4) -> dict:
+    """Time on paper of C[M, N] = A[M, K] @ B[K, N] (bf16 in, fp32 C) for a GEMM design
+    (:func:`gemm_design`), with ``cost.step_costs``'s cube pipes and the calibrated factors.
+
+    * a K step: the slowest of mmad, MTE1 and MTE2 when L1 holds the step's tiles twice (the
+      compiler double-buffers them: hivm-plan-memory places 2 x (A + B)), else MTE2 after
+      the mmad; chip-wide, the active cores' MTE2 bytes over the L2 bandwidth;
+    * an output tile: its K steps + the C tile out by FIXP (the compiler places one
+      accumulator in L0C, so the next tile's mmad waits for the store) + the first step's
+      MTE2 (a non-persistent program starts cold; a persistent one prefetches it during FIXP);
+    * the kernel: the busiest core's tiles (waves = ceil(tiles / cores)); at least the HBM
+      bytes (A once; B once per group of row blocks when B does not fit half of L2; C) over
+      the HBM bandwidth."""
+    from xsync.backends.ascend.cost import CALIBRATION, step_costs
+    cal = cal or CALIBRATION
+    st = step_costs(dsn, chip, cal)
+    hz = chip.hz
+    mte2_bytes = dsn.step_bytes()["cube_mte2"]
+    double = 2 * mte2_bytes <= chip.l1_bytes
+    compute = max(st["cube_mmad_us"], st["cube_mte1_us"])
+    core_step = (max(compute, st["cube_mte2_us"]) if double else compute + st["cube_mte2_us"]) \
+        + dsn.cube_flag_ops * cal.flag_us
+    tiles = math.ceil(M / dsn.rows) * math.ceil(N / dsn.keys)
+    cores = min(chip.ai_cores, tiles)
+    l2_step = mte2_bytes * cores / (chip.l2_tb_s * 1e12) * 1e6
+    step = max(core_step, l2_step)
+    steps = math.ceil(K / dsn.d)
+    fixp = dsn.rows * dsn.keys * c_bytes / (cal.fixp_bytes_per_cycle * hz) * 1e6
+    tile_us = steps * step + fixp + (0.0 if dsn.persistent else st["cube_mte2_us"])
+    waves = math.ceil(tiles / cores)
+    core_us = waves * tile_us + (st["cube_mte2_us"] if dsn.persistent else 0.0)
+    b_bytes = K * N * 2
+    groups = math.ceil(M / (8 * dsn.rows)) if b_bytes > chip.l2_bytes / 2 else 1   # GROUP_M = 8
+    hbm_bytes = M * K * 2 + groups * b_bytes + M * N * c_bytes
+    hbm_us = hbm_bytes / (chip.hbm_tb_s * 1e12) * 1e6
+    total = max(core_us, hbm_us)
+    parts = {"mmad": st["cube_mmad_us"], "MTE1": st["cube_mte1_us"], "MTE2": st["cube_mte2_us"]}
+    if total == hbm_us:
+        bound = "HBM"
+    elif step == l2_step and l2_step > core_step:
+        bound = "L2"
+    elif steps * step < fixp:
+        bound = "FIXP"
+    else:
+        bound = max(parts, key=parts.get) if double else "MTE2 + mmad (L1 single-buffered)"
+    flops = 2.0 * M * N * K
+    return {"design": dsn.name, "tile": dsn.note, "M": M, "N": N, "K": K, "tiles": tiles,
+            "cores": cores, "waves": waves, "steps_per_tile": steps, "step_us": step,
+            "mmad_us": st["cube_mmad_us"], "mte1_us": st["cube_mte1_us"],
+            "mte2_us": st["cube_mte2_us"], "l2_step_us": l2_step, "fixp_us": fixp,
+            "l1_double_buffered": double, "tile_us": tile_us, "hbm_us": hbm_us,
+            "est_us": total, "est_tflops": flops / (total * 1e-6) / 1e12, "bound": bound,
+            "mte2_bytes_per_flop": mte2_bytes / dsn.flops_per_step}
