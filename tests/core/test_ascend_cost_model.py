@@ -266,3 +266,19 @@ def test_gemm_slow_mte2_or_single_buffered_l1_bound_the_step():
     one = cost_lowered.gemm_estimate(_gemm("gemm", BM=128, BN=128, BK=1024), 4096, 4096, 4096, CHIP)
     assert not one["l1_double_buffered"] and one["step_us"] == pytest.approx(
         max(one["mmad_us"], one["mte1_us"]) + one["mte2_us"])
+
+
+def test_gemm_table_picks(tmp_path, monkeypatch):
+    """benchmarks/gemm_ascend.py: at the calibrated rates the examples' tile is the best; with
+    MTE2 25 % slower, 128 x 256 (2wg 2 x 64 x 256) is, and it stays cube-bound."""
+    from pathlib import Path
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "benchmarks"))
+    import gemm_ascend
+    out = gemm_ascend.tables(str(tmp_path), compile_hivm=False)
+    for name in gemm_ascend.TILES:
+        for n in gemm_ascend.SIZES:
+            pick = out["picks"][f"{name}@{n}"]
+            assert pick["best"] == (gemm_ascend.CURRENT if name != "gemm_persistent_2wg" else (64, 128, 64))
+            assert pick["robust"] == ((128, 256, 64) if name != "gemm_persistent_2wg" else (64, 256, 64))
+    assert all(r["est_tflops"] <= CHIP.peak_tflops * cost.CALIBRATION.cube_eff for r in out["rows"])
+    assert (tmp_path / "gemm_ascend_cost.md").read_text().count("not compiled") == len(out["rows"])
