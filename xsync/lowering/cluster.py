@@ -35,6 +35,19 @@ from xsync.lowering.passes import dataflow
 
 PROGRAM_DEPENDENT = (ir.TileOp.CLUSTER_RANK, ir.TileOp.PROGRAM_ID, ir.TileOp.REPLICA_ID)
 CLUSTER_OPS = (ir.TileOp.CLUSTER_RANK, ir.TileOp.CLUSTER_ID, ir.TileOp.NUM_CLUSTERS)
+PROGRAM = ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),))
+PROGRAMS = ir.Call(ir.TileOp.NUM_PROGRAMS, (ir.Const(0),))
+
+
+def spelling(n: int) -> dict:
+    """The cluster ops of a cluster of ``n`` programs in program_id / num_programs: every
+    backend renders these; the verifier and the Hopper CTA split read them back."""
+    if n == 1:
+        return {ir.TileOp.CLUSTER_RANK: ir.Const(0), ir.TileOp.CLUSTER_ID: PROGRAM,
+                ir.TileOp.NUM_CLUSTERS: PROGRAMS}
+    return {ir.TileOp.CLUSTER_RANK: ir.BinOp("%", PROGRAM, ir.Const(n)),
+            ir.TileOp.CLUSTER_ID: ir.BinOp("//", PROGRAM, ir.Const(n)),
+            ir.TileOp.NUM_CLUSTERS: ir.BinOp("//", PROGRAMS, ir.Const(n))}
 
 
 def declare(fe, call: ast.Call, s, top: bool) -> None:
@@ -153,13 +166,7 @@ def _spelled(kernel: ir.KernelIR) -> ir.KernelIR:
     if not any(isinstance(e, ir.Call) and e.op in CLUSTER_OPS
                for st in ir.walk(kernel.body) for e in dataflow.stmt_exprs(st)):
         return kernel
-    n = kernel.cluster
-    pid = ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),))
-    programs = ir.Call(ir.TileOp.NUM_PROGRAMS, (ir.Const(0),))
-    spelling = {ir.TileOp.CLUSTER_RANK: ir.Const(0) if n == 1 else ir.BinOp("%", pid, ir.Const(n)),
-                ir.TileOp.CLUSTER_ID: pid if n == 1 else ir.BinOp("//", pid, ir.Const(n)),
-                ir.TileOp.NUM_CLUSTERS: programs if n == 1 else ir.BinOp("//", programs, ir.Const(n))}
     body = kernel.body
-    for op, spelled in spelling.items():
+    for op, spelled in spelling(kernel.cluster).items():
         body = tuple(dataflow.replace_expr(st, ir.Call(op, ()), spelled) for st in body)
     return dataclasses.replace(kernel, body=body)

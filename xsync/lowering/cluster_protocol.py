@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from xsync.lowering import ir
+from xsync.lowering import cluster, ir
 from xsync.lowering.ir import TileOp, Verb
 from xsync.lowering.passes.dataflow import map_expr, substitute
 from xsync.lowering.protocol import (Act, BarrierMembership, Branch, Channel, Endpoint, Instance, Let, Link,
@@ -162,25 +162,22 @@ def _renamed(e, names: dict):
     return substitute(e, {old: ir.Name(new) for old, new in names.items()}) if names else e
 
 
-def _is_call(e, op) -> bool:
-    return isinstance(e, ir.Call) and e.op is op and e.args == (ir.Const(0),)
-
-
 def program_expr(e, p: int, n: int):
     """``e`` as program ``p`` of a cluster of ``n`` evaluates it: ``program_id(0)`` is
     ``n * C + p`` and ``num_programs(0)`` ``n * P`` (C, P: the free ``program_id(0)`` and
     ``num_programs(0)`` of the copies); the frontend's spellings of the cluster ops
     (``program_id(0) % n``, ``// n``, ``num_programs(0) // n``) become ``p``, C and P."""
+    spelled = cluster.spelling(n)
+
     def spell(x):
-        if isinstance(x, ir.BinOp) and isinstance(x.right, ir.Const) and x.right.value == n:
-            if x.op == "%" and _is_call(x.left, TileOp.PROGRAM_ID):
-                return ir.Const(p)
-            if x.op == "//" and (_is_call(x.left, TileOp.PROGRAM_ID) or _is_call(x.left, TileOp.NUM_PROGRAMS)):
-                return x.left
-        if _is_call(x, TileOp.PROGRAM_ID):
+        if x == spelled[TileOp.CLUSTER_RANK]:
+            return ir.Const(p)
+        if isinstance(x, ir.BinOp) and x in (spelled[TileOp.CLUSTER_ID], spelled[TileOp.NUM_CLUSTERS]):
+            return x.left
+        if x == cluster.PROGRAM:
             scaled = ir.BinOp("*", ir.Const(n), x)
             return ir.BinOp("+", scaled, ir.Const(p)) if p else scaled
-        if _is_call(x, TileOp.NUM_PROGRAMS):
+        if x == cluster.PROGRAMS:
             return ir.BinOp("*", ir.Const(n), x)
         return None
 

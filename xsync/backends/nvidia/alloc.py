@@ -100,7 +100,7 @@ class HopperAllocation(Allocation):
     maxnreg: int | None = None                        # the launch option, when set
     smem_bytes: int = 0                               # the pipes' shared-memory rings
     # a cluster kernel as one program over the cluster's CTAs, or why not (cluster_ctas.py)
-    cta_split: object = None
+    cta_split: cluster_ctas.CtaSplit | None = None
 
     @property
     def barrier_ids(self) -> tuple[tuple[str, int], ...]:

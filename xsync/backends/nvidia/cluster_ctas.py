@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from xsync.lowering import ir
+from xsync.lowering import cluster, ir
 from xsync.lowering.passes import dataflow
 from xsync.lowering.protocol import NotConstant, evaluate
 
@@ -95,10 +95,6 @@ class Decision:
         return tuple(rows)
 
 
-def _pid(n):
-    return ir.BinOp("%", ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),)), ir.Const(n))
-
-
 def _rank_offset(e, rank):
     """(base, B) of ``base + rank * B`` (either order), or None."""
     if not (isinstance(e, ir.BinOp) and e.op == "+"):
@@ -136,9 +132,8 @@ def plan(kernel: ir.KernelIR, placement, is_tma_pipe, gluon_multicast: bool | No
         if p.interleave > 1 or kernel.role(p.src).replicas > 1:
             return Decision(None, f"rule 2: multicast pipe '{p.name}' has one ring per producer replica")
     consts = kernel.constexpr_values
-    rank, pid = _pid(n), ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),))
-    cid, progs = ir.BinOp("//", pid, ir.Const(n)), ir.BinOp("//", ir.Call(ir.TileOp.NUM_PROGRAMS, (ir.Const(0),)),
-                                                             ir.Const(n))
+    spelled = cluster.spelling(n)
+    rank, cid, progs = (spelled[op] for op in cluster.CLUSTER_OPS)
     stmts = list(ir.walk(kernel.all_statements()))
     split: dict[str, tuple] = {}            # v -> (its assignment's value, base, B)
     for s in stmts:
@@ -163,7 +158,7 @@ def plan(kernel: ir.KernelIR, placement, is_tma_pipe, gluon_multicast: bool | No
         bad = _check_uses(kernel, s, split, multicast, consts)
         if bad:
             return Decision(None, bad)
-    return Decision(_rewrite(kernel, split, multicast, consts, (cid, pid), (progs, progs.left)),
+    return Decision(_rewrite(kernel, split, multicast, consts, (cid, cluster.PROGRAM), (progs, cluster.PROGRAMS)),
                     f"rules 1-5: one program over {n} CTAs (num_ctas={n}): the lead CTA multicasts, "
                     f"each CTA arms its full barrier with the bytes it receives")
 
@@ -253,11 +248,10 @@ def _rewrite(kernel, split, multicast, consts, *spellings) -> CtaSplit:
         items = shape_expr.items
         return ir.TupleExpr((ir.Const(n * _value(items[0], consts)),) + tuple(items[1:]))
 
-    def stmt(s):
+    def one(s):
+        """A statement made the cluster's (its nested blocks are rewritten already)."""
         if isinstance(s, ir.Assign) and len(s.targets) == 1 and s.targets[0] in split:
             s = dataclasses.replace(s, value=split[s.targets[0]][1])
-        for old, new in spellings:
-            s = dataflow.replace_expr(s, old, new)
         if isinstance(s, ir.SlotWrite) and (s.pipe, s.field) not in multicast \
                 and isinstance(s.value, ir.Call) and s.value.op is ir.TileOp.LOAD:
             a = s.value.args
@@ -265,25 +259,21 @@ def _rewrite(kernel, split, multicast, consts, *spellings) -> CtaSplit:
         for e in list(dataflow.stmt_exprs(s)):
             if isinstance(e, ir.Call) and e.op in SPLIT_OPS:
                 s = dataflow.replace_expr(s, e, dataclasses.replace(e, args=(scaled(e.args[0]),) + e.args[1:]))
-        if isinstance(s, (ir.For, ir.If, ir.RoleBlock)):
-            s = _map_bodies(s, stmt)
         return s
+
+    def program(stmts):
+        stmts = dataflow.map_blocks(stmts, lambda block, role: tuple(one(s) for s in block))
+        for old, new in spellings:       # the cluster's id and count become the program's
+            stmts = tuple(dataflow.replace_expr(s, old, new) for s in stmts)
+        return stmts
 
     pipes = tuple(dataclasses.replace(p, fields=tuple(
         f if (p.name, f.name) in multicast else dataclasses.replace(f, shape=(n * f.shape[0],) + tuple(f.shape[1:]))
         for f in p.fields)) for p in kernel.pipes)
-    body = tuple(stmt(s) for s in kernel.body)
-    programs = tuple(dataclasses.replace(p, body=tuple(stmt(s) for s in p.body)) for p in kernel.programs)
-    out = dataclasses.replace(kernel, pipes=pipes, body=body, programs=programs)
+    programs = tuple(dataclasses.replace(p, body=program(p.body)) for p in kernel.programs)
+    out = dataclasses.replace(kernel, pipes=pipes, body=program(kernel.body), programs=programs)
     descs = frozenset((w.value.args[0].id, tuple(_value(x, consts) for x in w.value.args[2].items))
                       for w in ir.walk(out.all_statements())
                       if isinstance(w, ir.SlotWrite) and (w.pipe, w.field) in multicast)
     return CtaSplit(n, out, multicast, descs)
 
-
-def _map_bodies(s, fn):
-    changes = {}
-    for name in ("body", "orelse"):
-        if hasattr(s, name):
-            changes[name] = tuple(fn(x) for x in getattr(s, name))
-    return dataclasses.replace(s, **changes)

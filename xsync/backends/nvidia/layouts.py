@@ -90,16 +90,16 @@ def nvmma_shared_layout(shape, dtype: DType, cga=None):
     return gl.NVMMASharedLayout.get_default_for(list(shape), getattr(gl, dtype.name))
 
 
-def nvmma_shared_repr(shape, dtype: DType) -> str:
+def nvmma_shared_repr(shape, dtype: DType, cga=None) -> str:
     try:
-        return "gl." + repr(nvmma_shared_layout(shape, dtype))
+        return "gl." + repr(nvmma_shared_layout(shape, dtype, cga))
     except ImportError:
         # No triton here (e.g. `xsync lower` in the core venv): same rule as
         # NVMMASharedLayout.get_default_for for 2-D, non-transposed tiles.
         row_bytes = shape[-1] * dtype.bits // 8
         swizzle = next((w for w in (128, 64, 32) if row_bytes >= w), 0)
         return (f"gl.NVMMASharedLayout(swizzle_byte_width={swizzle}, element_bitwidth={dtype.bits}, "
-                f"rank=2, transposed=False, fp4_padded=False, cga_layout=[])")
+                f"rank=2, transposed=False, fp4_padded=False, cga_layout={cga or []})")
 
 
 def smem_name(shape, dtype: DType, multicast: bool = False) -> str:
@@ -174,9 +174,8 @@ class LayoutRules:
     def smem_layout(self, shape, dtype, multicast: bool = False) -> str:
         mc = multicast and self.split is not None
         name = smem_name(shape, dtype, mc)
-        ctor = nvmma_shared_repr(shape, dtype)
-        if self.split is not None:      # split by rows over the CTAs, or the same tile in every CTA
-            ctor = ctor.replace("cga_layout=[]", f"cga_layout={self.split.bases(2, not mc)}")
+        # split by rows over the CTAs, or the same tile in every CTA
+        ctor = nvmma_shared_repr(shape, dtype, self.split.bases(2, not mc) if self.split is not None else None)
         return self.layout_const(name, ctor, f"shared-memory tile [{shape[0]}, {shape[1]}] {dtype.name}"
                                  + (", every CTA of the cluster (multicast)" if mc else
                                     ", split by rows over the cluster's CTAs" if self.split else ""))

@@ -379,10 +379,6 @@ class AgentSpeller:
         o.line(f"{pipe.name}_{s.field}.index({slot}).store({c})  # line {s.loc.line}: {s.slot}.{s.field} = ...")
 
 
-def k_stages(kernel: ir.KernelIR, pipe: str) -> int:
-    return kernel.sync_object(pipe).stages
-
-
 def _const(v) -> str:
     """A constexpr value in the module header."""
     return GL_DTYPES[v.name] if isinstance(v, DType) else repr(v)
@@ -550,7 +546,7 @@ class NvidiaRenderer:
             for name, base in self.mc_base.items():
                 per = self.allocation.mbarrier(name, "empty").arrive_count
                 o.line(f"{name.upper()}_EMPTY_MC = gl.constexpr({base})  # {name} empty (multicast): "
-                       f"xs_bars_mc[{base}:{base + k_stages(self.kernel, name)}], "
+                       f"xs_bars_mc[{base}:{base + self.kernel.sync_object(name).stages}], "
                        + ("1 arrive per CTA" if per == 1 else f"{per} arrives per CTA (1 per consumer replica)"))
             o.line(f"XS_NUM_MC_BARS = gl.constexpr({self.num_mc_bars})")
         if self.debug is not None:
@@ -602,16 +598,15 @@ class NvidiaRenderer:
                     raise BackendError(f"internal: layout {lay} was not inferred before rendering", loc=k.loc)
                 o.line(f"{p.name}_{f.name} = gl.allocate_shared_memory({GL_DTYPES[f.dtype.name]}, "
                        f"[{ring}, {f.shape[0]}, {f.shape[1]}], {lay})")
+        split = self.allocation.cta_split
         for tile in self.plan.staging.tiles:
             rows, cols, dtype = tile.rows, tile.cols, tile.dtype
-            lay = f"SMEM_{dtype.name.upper()}_{rows}x{cols}"      # a pipe's constant, where one has this shape
-            split = self.allocation.cta_split
-            lay = lay if lay in self.layouts else nvmma_shared_repr((rows, cols), dtype).replace(
-                "cga_layout=[]", f"cga_layout={split.bases(2, True) if split is not None else []}")
+            lay = smem_name((rows, cols), dtype)      # a pipe's constant, where one has this shape
+            lay = lay if lay in self.layouts else nvmma_shared_repr(
+                (rows, cols), dtype, split.bases(2, True) if split is not None else None)
             o.line(f"# TMA-store staging: one [{rows}, {cols}] {dtype.name} tile per '{tile.agent}' replica")
             o.line(f"{tile.name} = gl.allocate_shared_memory({GL_DTYPES[dtype.name]}, "
                    f"[{tile.replicas}, {rows}, {cols}], {lay})")
-        split = self.allocation.cta_split
         if split is None:
             o.line("xs_bars = gl.allocate_shared_memory(gl.int64, [XS_NUM_BARS, 1], mbarrier.MBarrierLayout())")
         else:
@@ -623,7 +618,7 @@ class NvidiaRenderer:
                    f"mbarrier.MBarrierLayout({split.bases(1, False)}))  # on the lead CTA, count x {split.ctas}")
             for name, base in self.mc_base.items():
                 cnt = self.allocation.mbarrier(name, "empty").arrive_count
-                for i in range(k_stages(self.kernel, name)):
+                for i in range(self.kernel.sync_object(name).stages):
                     o.line(f"mbarrier.init(xs_bars_mc.index({name.upper()}_EMPTY_MC + {i}), count={cnt})")
         for key, base in self.bar_base.items():
             obj, side = key.split(":")
