@@ -1,17 +1,22 @@
 """GEMM throughput: xsync's kernels/gemm.py on Hopper vs torch.matmul, same process.
 
-    PYTHONPATH=. python3 benchmarks/gemm.py [--size 8192] [--stages 3 4] [--variants ...] [--out DIR]
+    PYTHONPATH=. python3 benchmarks/gemm.py [--size 8192 | --shape M N K] [--stages 3 4] [--variants ...] [--out DIR]
 
 bf16 inputs, fp32 accumulation; xsync writes fp32 C, or bf16 C as torch.matmul does with
 ``_bf16`` (the same bytes out as the reference: half the fp32 epilogue's).
 Times come from ``triton.testing.do_bench`` around the xsync launch of the compiled
-kernel (TMA descriptors built per call, launch). Results are printed and written as JSON
+kernel (TMA descriptors built per call, launch). torch.matmul is timed before the first variant
+and after every variant; each variant is compared with the mean of the two torch runs
+around it (``ratio_vs_torch_around``), which follows the GPU's clock drift. Results are printed and written as JSON
 to benchmarks/results/ (and to --out if given).
 
-A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_2wg][_cluster<N>][_nodefer][_persistent][_bf16][_smem<KB>]`` (GROUP_M defaults to 8; ``_g1``
+A variant is ``s<STAGES>[_g<GROUP_M>][_2cta][_2wg][_cluster<N>][_nodefer][_pp0][_persistent][_bf16][_smem<KB>][_bm<BM>][_bn<BN>]``
+(BM x BN is one consumer's accumulator, 128 x 128 unless ``_bm`` / ``_bn`` say otherwise: ``_2wg_bm64_bn256``
+is CUTLASS's cooperative 128 x 256 tile; GROUP_M defaults to 8; ``_g1``
 walks the output row by row without grouping): ``_2cta`` launches with maxnreg=128 and
 24/232 producer/consumer registers, so two CTAs share an SM (their mainloops and
-epilogues overlap; with ``_persistent``, two programs an SM); ``_nodefer`` turns off the defer-mma-wait pass
+epilogues overlap; with ``_persistent``, two programs an SM); ``_pp0`` turns off the ping-pong pass
+(two consumer warpgroups taking turns at issuing wgmma); ``_nodefer`` turns off the defer-mma-wait pass
 (``defer_mma_wait``: one wgmma stays in flight across K steps) for an A/B in the same
 process; ``_persistent`` runs ``gemm_persistent`` (one program per SM walking the output
 tiles; the loads of the next tile overlap this tile's epilogue); ``_2wg`` takes output tiles
@@ -38,6 +43,7 @@ sys.path.insert(0, ROOT)
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--shape", type=int, nargs=3, default=None, metavar=("M", "N", "K"))
     ap.add_argument("--stages", type=int, nargs="+", default=[3, 4])
     ap.add_argument("--variants", default=None, help="comma-separated, e.g. s3,s3_nodefer,s3_2cta")
     ap.add_argument("--out", default=None)
@@ -45,9 +51,10 @@ def main(argv=None):
     variants = args.variants.split(",") if args.variants else \
         [f"s{n}{suffix}" for n in args.stages for suffix in ("", "_nodefer")] + \
         (["s3_2cta", "s3_2cta_nodefer"] if 3 in args.stages else [])
-    results = measure(args.size, variants)
+    shape = tuple(args.shape) if args.shape else (args.size,) * 3
+    results = measure(shape, variants)
     text = json.dumps(results, indent=2)
-    name = f"gemm_{args.size}x{args.size}x{args.size}_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    name = f"gemm_{'x'.join(map(str, shape))}_{time.strftime('%Y%m%d-%H%M%S')}.json"
     for d in filter(None, [os.path.join(ROOT, "benchmarks", "results"), args.out]):
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, name), "w") as f:
@@ -55,17 +62,16 @@ def main(argv=None):
     return 0
 
 
-def measure(size: int, variants) -> dict:
-    """torch.matmul, then each variant, then torch.matmul again, on the same tensors."""
+def measure(shape, variants) -> dict:
+    """torch.matmul, then each variant followed by torch.matmul again, on the same tensors.
+    ``shape``: M = N = K, or (M, N, K)."""
     import torch
     import triton
 
-    import xsync as xs
     from xsync.kernels.gemm import gemm, gemm_cluster, gemm_cluster_2wg, gemm_persistent, gemm_persistent_2wg
     from xsync.kernels.gemm_variants import gemm_2wg
-    from xsync.backends.nvidia import compile_kernel
 
-    M = N = K = size
+    M, N, K = (shape,) * 3 if isinstance(shape, int) else shape
     flops = 2.0 * M * N * K
     torch.manual_seed(0)
     a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
@@ -80,67 +86,96 @@ def measure(size: int, variants) -> dict:
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                "M": M, "N": N, "K": K, "dtype": "bfloat16", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                "xsync": []}
-    t_ref = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=25, rep=200)
+
+    def time_torch():
+        return triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=25, rep=200)
+
+    t_ref = time_torch()
     results["torch_matmul"] = {"ms": t_ref, "tflops": tflops(t_ref)}
     print(f"torch.matmul          {t_ref:8.3f} ms  {tflops(t_ref):7.1f} TFLOP/s")
-    tiles_grid = (triton.cdiv(M, 128), triton.cdiv(N, 128))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    t_before = t_ref
     for name in variants:
         persistent, two = "_persistent" in name, "_2wg" in name
         cluster = next((int(part[7:]) for part in name.split("_") if part.startswith("cluster")), 0)
         kernel = (gemm_cluster_2wg if two else gemm_cluster) if cluster else \
             {(False, False): gemm, (True, False): gemm_persistent,
              (False, True): gemm_2wg, (True, True): gemm_persistent_2wg}[persistent, two]
-        tiles = (triton.cdiv(M, 256), tiles_grid[1]) if two else tiles_grid
+        bm = next((int(part[2:]) for part in name.split("_") if part.startswith("bm")), 128)
+        bn = next((int(part[2:]) for part in name.split("_") if part.startswith("bn")), 128)
+        rows = bm * (2 if two else 1)             # a program's tile: rows x bn
+        tiles = (triton.cdiv(M, rows), triton.cdiv(N, bn))
         per_sm = 2 if "_2cta" in name else 1      # two CTAs an SM: two persistent programs each
         grid = (min(per_sm * sms, tiles[0] * tiles[1]),) if persistent else tiles
-        if cluster:   # whole clusters, one program an SM; a cluster's tile: cluster x 128 (x 2 with _2wg) rows
-            grid = (min(sms // cluster, triton.cdiv(M, cluster * (256 if two else 128)) * tiles_grid[1]) * cluster,)
+        if cluster:   # whole clusters, one program an SM; a cluster's tile: cluster x rows
+            grid = (min(sms // cluster, triton.cdiv(M, cluster * rows) * tiles[1]) * cluster,)
         stages = int(name.split("_")[0][1:])
         out = "bfloat16" if "_bf16" in name else "float32"
-        c = outputs[out]
         opts, at_lowering = {}, {}
         if "_2cta" in name:
             at_lowering.update(maxnreg=128, producer_regs=24, consumer_regs=232)
         if "_nodefer" in name:
             at_lowering["defer_mma_wait"] = False
+        if "_pp0" in name:
+            at_lowering["pingpong"] = "0"
         group = next((int(part[1:]) for part in name.split("_")[1:] if part[:1] == "g" and part[1:].isdigit()), 8)
-        consts = dict(BM=128, BN=128, BK=64, STAGES=stages, GROUP_M=group, **({"CLUSTER": cluster} if cluster else {}))
-        # the wait deferral is a pass and the register budgets the allocator's: both are
-        # lowering options (handed to compile_kernel they are a ConfigError)
-        lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, out)),
-                               options=at_lowering)
         smem_kb = next((int(part[4:]) for part in name.split("_") if part.startswith("smem")), None)
         if smem_kb is not None:
             opts["staging_smem_limit"] = smem_kb * 1024
-        compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
-        kargs = dict(a=a, b=b, c=c, M=M, N=N, K=K)
-
-        def run():
-            compiled.launch(grid, kargs)
-        c.zero_()
-        run()
-        torch.cuda.synchronize()
-        err = (c.float() - ref.float()).abs().max().item() / ref.float().abs().max().item()
-        t = triton.testing.do_bench(run, warmup=25, rep=200)
-        row = {"variant": name, "kernel": kernel.__name__, "programs": grid, "BM": 256 if two else 128, "BN": 128,
-               "BK": 64, "stages": stages, "group_m": group, "c_dtype": out,
-               "options": opts, "staging_smem_kb": smem_kb,
-               "tma_store": any(kind == "store_desc" for _, kind, _ in compiled.result.params), "ms": t,
-               "tflops": tflops(t), "ratio_vs_torch": t_ref / t, "max_rel_err_vs_torch": err}
+        consts = dict(BM=bm, BN=bn, BK=64, STAGES=stages, GROUP_M=group, **({"CLUSTER": cluster} if cluster else {}))
+        # the wait deferral is a pass and the register budgets the allocator's: both are
+        # lowering options (handed to compile_kernel they are a ConfigError)
+        try:
+            row = _time_variant(kernel, consts, out, at_lowering, opts, name, grid, a, b, outputs[out], ref, M, N, K)
+        except Exception as e:    # one variant's refusal (shared memory, a register budget) is a result
+            results["xsync"].append({"variant": name, "kernel": kernel.__name__, "error": f"{type(e).__name__}: {e}"[:2000]})
+            print(f"xsync gemm {name:16s} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            continue
+        t = row["ms"]
+        t_after = time_torch()
+        row.update({"programs": grid, "BM": rows, "BN": bn, "BK": 64, "stages": stages, "group_m": group,
+                    "c_dtype": out, "tflops": tflops(t), "ratio_vs_torch": t_ref / t,
+                    "torch_ms_around": [t_before, t_after], "ratio_vs_torch_around": (t_before + t_after) / 2 / t})
         results["xsync"].append(row)
         print(f"xsync gemm {name:16s} {t:8.3f} ms  {tflops(t):7.1f} TFLOP/s  "
-              f"({t_ref / t:.2f}x torch.matmul, max rel err {err:.1e})", flush=True)
-    t_ref2 = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=25, rep=200)
+              f"({row['ratio_vs_torch_around']:.3f}x torch.matmul around it, max rel err {row['max_rel_err_vs_torch']:.1e})",
+              flush=True)
+        t_before = t_after
+    t_ref2 = t_before
     results["torch_matmul_after"] = {"ms": t_ref2, "tflops": tflops(t_ref2)}
     print(f"torch.matmul (again)  {t_ref2:8.3f} ms  {tflops(t_ref2):7.1f} TFLOP/s")
     # The GPU drifts during a run (torch.matmul itself slows by several percent): also
     # compare against the mean of the two torch measurements that bracket the variants.
     t_mean = (t_ref + t_ref2) / 2
-    for row in results["xsync"]:
+    for row in (r for r in results["xsync"] if "ms" in r):
         row["ratio_vs_torch_mean"] = t_mean / row["ms"]
         print(f"xsync gemm {row['variant']:16s} {row['ratio_vs_torch_mean']:.2f}x the mean of both torch.matmul runs")
     return results
+
+
+def _time_variant(kernel, consts, out, at_lowering, opts, name, grid, a, b, c, ref, M, N, K) -> dict:
+    """Lower and compile one variant, check it against torch's product, time it."""
+    import torch
+    import triton
+
+    import xsync as xs
+    from xsync.backends.nvidia import compile_kernel
+
+    lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, out)),
+                           options=at_lowering)
+    compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
+    kargs = dict(a=a, b=b, c=c, M=M, N=N, K=K)
+
+    def run():
+        compiled.launch(grid, kargs)
+    c.zero_()
+    run()
+    torch.cuda.synchronize()
+    err = (c.float() - ref.float()).abs().max().item() / ref.float().abs().max().item()
+    return {"variant": name, "kernel": kernel.__name__, "options": opts,
+            "staging_smem_kb": opts.get("staging_smem_limit", 0) // 1024 or None,
+            "tma_store": any(kind == "store_desc" for _, kind, _ in compiled.result.params),
+            "ms": triton.testing.do_bench(run, warmup=25, rep=200), "max_rel_err_vs_torch": err}
 
 
 if __name__ == "__main__":

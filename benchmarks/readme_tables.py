@@ -78,14 +78,23 @@ def host_table(rows) -> list[str]:
 
 
 def gemm_table(runs) -> list[str]:
+    """Each variant against torch.matmul: the mean of the torch runs just before and after it
+    where the run recorded them (``ratio_vs_torch_around``), else of the run's first and last."""
     out = ["| size | variant | C | xsync TFLOP/s | torch.matmul, bf16 C (mean of the runs around it) | xsync / torch |",
            "|---|---|---|---|---|---|"]
     for run in runs:
-        torch_mean = (run["torch_matmul"]["tflops"] + run["torch_matmul_after"]["tflops"]) / 2
+        size = f"{run['M']}³" if run["M"] == run["N"] == run["K"] else f"{run['M']}×{run['N']}×{run['K']}"
+        first_last = (run["torch_matmul"]["tflops"] + run["torch_matmul_after"]["tflops"]) / 2
         for r in run["xsync"]:
+            if "error" in r:
+                out.append(f"| {size} | {r['variant']} | | refused: {r['error'][:80]} | | |")
+                continue
             c = "bf16" if r.get("c_dtype", "float32") == "bfloat16" else "fp32"
-            out.append(f"| {run['M']}³ | {r['variant']} | {c} | {_f(r['tflops'])} | {_f(torch_mean)} "
-                       f"| {_f(r['ratio_vs_torch_mean'], '{:.2f}')} |")
+            around = r.get("torch_ms_around")
+            torch_tflops = r["tflops"] * r["ratio_vs_torch_around"] if around else first_last
+            ratio = r.get("ratio_vs_torch_around", r.get("ratio_vs_torch_mean"))
+            out.append(f"| {size} | {r['variant']} | {c} | {_f(r['tflops'])} | {_f(torch_tflops)} "
+                       f"| {_f(ratio, '{:.2f}')} |")
     return out
 
 

@@ -9,8 +9,8 @@ Sections (each measured side by side with its torch reference in this one proces
             takes it) and nested-jagged SDPA; a fallback reference is named in the row
   host      wall microseconds per call on tiny problems, xsync vs SDPA (benchmarks/host_path.py)
   gemm      kernels/gemm.py at 2048^3, 4096^3 and 8192^3 vs torch.matmul: plain and persistent,
-            128x128 and 256x128 (two consumer warpgroups) output tiles, the cluster GEMM (clusters of
-            two programs sharing B), fp32 C and (``_bf16``) bf16 C as torch's
+            128x128, 256x128 and 128x256 (two consumer warpgroups) output tiles, the cluster GEMM
+            (clusters of two programs sharing B), fp32 C and (``_bf16``) bf16 C as torch's
   variants  rewrites of the flagship kernel that mean the same, vs the flagship (if present)
   backward  attention backward vs SDPA backward and FA4 (if importable), all 20 grid points
   model     a Llama-style LM's training step, xsync attention vs SDPA (benchmarks/model_step.py)
@@ -58,7 +58,8 @@ def _gemm():
     import gemm
     return [gemm.measure(size, ["s3", "s4", "s4_persistent", "s3_2wg", "s3_2wg_persistent", "s4_2wg_persistent",
                                  "s3_2wg_persistent_bf16", "s4_2wg_persistent_bf16", "s4_cluster2",
-                                 "s4_cluster2_bf16"]) for size in (2048, 4096, 8192)]
+                                 "s4_cluster2_bf16", "s3_2wg_persistent_bf16_bm64_bn256",
+                                 "s3_cluster2_2wg_bf16_bm64_bn256"]) for size in (2048, 4096, 8192)]
 
 
 def _variants():

@@ -1823,6 +1823,108 @@ def cluster_multicast_offsets_depend_on_rank(x, y, n, BLOCK: xs.constexpr, STAGE
             ring.release()
 
 
+# The slot's bytes, armed once and delivered once (xsync/lowering/slot_fill.py): a Hopper TMA
+# slot completes when each field's tile has arrived exactly once -- one arm per acquire, of bytes
+# derived from the fields, the multicast field's load issued by the lead CTA alone. A kernel
+# cannot spell the byte count or the leader, so these are the slips that would get them wrong.
+@xs.kernel(example=EX)
+def cluster_multicast_written_twice(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # two loads into the multicast field: twice the bytes its full barrier expects
+    xs.cluster(2)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            s.shared = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+            s.shared = xs.load(x, [(j + 1) * BLOCK, 0], [BLOCK, BLOCK])  # BUG
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [(xs.program_id(0) * n + j) * BLOCK, 0], got.shared)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def cluster_leader_loads_by_hand(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the CUDA habit: only the leader issues the multicast load. Program 1 commits a slot whose
+    # field it never wrote (its barrier expects bytes nobody delivers to it; xsync routes the
+    # load to the lead CTA itself)
+    xs.cluster(2)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, shared=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True),
+                   own=xs.tile([BLOCK, BLOCK], xs.float32))
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            if xs.cluster_rank() == 0:
+                s.shared = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])  # BUG
+            s.own = xs.load(x, [(j + xs.cluster_rank()) * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [(xs.program_id(0) * n + j) * BLOCK, 0], got.shared + got.own)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def slot_field_never_written(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the slot is committed without its second field: fewer bytes than the barrier expects
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, a=xs.tile([BLOCK, BLOCK], xs.float32),
+                   b=xs.tile([BLOCK, BLOCK], xs.float32))
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            s.a = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()  # BUG
+        with work:
+            got = ring.wait()
+            xs.store(y, [j * BLOCK, 0], got.a + got.b)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def slot_field_written_per_trip(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # a field written in a loop between acquire and commit: once per trip
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, a=xs.tile([BLOCK, BLOCK], xs.float32))
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            for q in range(2):
+                s.a = xs.load(x, [(j + q) * BLOCK, 0], [BLOCK, BLOCK])  # BUG
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [j * BLOCK, 0], got.a)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def slot_field_on_both_branches(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # correct: each path writes the field once (the first tile comes from elsewhere)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, a=xs.tile([BLOCK, BLOCK], xs.float32))
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            if j == 0:
+                s.a = xs.load(x, [n * BLOCK, 0], [BLOCK, BLOCK])
+            else:
+                s.a = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [j * BLOCK, 0], got.a)
+            ring.release()
+
+
 @xs.kernel(example=GEMM)
 def cluster_gemm(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
                  STAGES: xs.constexpr):

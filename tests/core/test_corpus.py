@@ -191,6 +191,18 @@ EXPECT = {
     "cluster_rows_past_the_end": same(
         DeadlockError, r"M = 607", r"program 1 of the cluster never (releases|commits) slot \d+ of multicast pipe 'tiles'",
         r"\(program 0 of the cluster\)"),
+    # each field of a slot armed and delivered once (xsync/lowering/slot_fill.py)
+    "cluster_multicast_written_twice": same(
+        KernelSourceError, r"field 'shared' \(multicast\) of pipe 'ring' is written a second time \(first at line \d+\)",
+        r"TMA barrier expects each field's bytes exactly once"),
+    "cluster_leader_loads_by_hand": same(
+        KernelSourceError, r"field 'shared' \(multicast\) of pipe 'ring' is written under the condition at line \d+ "
+                           r"but not in the `else` branch", r"do not route the load to a leader by hand"),
+    "slot_field_never_written": same(
+        KernelSourceError, r"field 'b' of pipe 'ring' is never written between ring.acquire\(\) \(line \d+\) "
+                           r"and this commit", r"s.b = \.\.\."),
+    "slot_field_written_per_trip": same(
+        KernelSourceError, r"field 'a' of pipe 'ring' is written inside the loop over `q`", r"once per trip"),
     "cluster_multicast_offsets_depend_on_rank": same(
         KernelSourceError, r"field 'shared' of pipe 'ring' is multicast, but its load's offsets depend on "
                            r"xs.cluster_rank\(\)"),

@@ -88,12 +88,12 @@ def test_cluster_verdicts_agree_with_the_emulator():
 
     import xsync as xs
     from tests.core import corpus as C
-    from xsync.errors import LeftoverError, ProtocolError, StallError
+    from xsync.errors import KernelSourceError, LeftoverError, ProtocolError, StallError
 
     import inspect
 
     # the copy pipelines (x, y, n): the GEMM-shaped ones are run by test_corpus
-    names = [n for n in dir(C) if n.startswith("cluster") and n != "cluster_multicast_offsets_depend_on_rank"
+    names = [n for n in dir(C) if n.startswith("cluster")
              and list(inspect.signature(getattr(C, n).fn).parameters)[:3] == ["x", "y", "n"]]
     assert len(names) >= 4, names
     for name in names:
@@ -103,6 +103,8 @@ def test_cluster_verdicts_agree_with_the_emulator():
             verdict, at = "ok", None
         except ProtocolError as err:
             verdict, at = "rejected", int(re.search(r"with n = (\d+)", str(err)).group(1))
+        except KernelSourceError:
+            continue      # refused by the frontend: nothing runs (test_corpus checks the message)
         size = kernel.lower("cpu", check=False).kernel.cluster
         failed = set()
         for n in range(0, 9):

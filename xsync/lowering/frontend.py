@@ -21,7 +21,7 @@ import types
 from xsync import api
 from xsync.dtypes import DType
 from xsync.errors import KernelSourceError, SourceLoc
-from xsync.lowering import cluster, frontend_rules, holding, ir, shapes, tile_launch
+from xsync.lowering import cluster, frontend_rules, holding, ir, shapes, slot_fill, tile_launch
 from xsync.lowering.constexprs import constexpr_values
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -159,6 +159,7 @@ class _Frontend:
             cluster_loc=self.cluster_loc)
         kernel = cluster.lower(kernel)   # multicast fields' rules; cluster ops in program_id
         holding.check_release_order(kernel)   # release(slot) names the oldest slot held
+        slot_fill.check(kernel)   # each field of a slot written once before its commit
         int_scalars = shapes.check(kernel)   # every tile shape, before any backend meets one
         tile_launch.single_tile_counts(kernel)   # the host can check a one-tile-per-program grid
         return dataclasses.replace(kernel, int_scalars=tuple(sorted(int_scalars.items())))
@@ -325,8 +326,7 @@ class _Frontend:
         self.loop_vars.add(var)
         self.bind([var], ir.Const(0), s)
         body = self.block(s.body)
-        return ir.For(var, start, stop, step, tuple(body), self.loc(s), single_tile=single_tile,
-                      tile_loop=tile_loop)
+        return ir.For(var, start, stop, step, tuple(body), self.loc(s), single_tile=single_tile, tile_loop=tile_loop)
 
     def tile_range(self, s: ast.For):
         """``for tile in xs.tile_range(total, persistent=P)``: the persistent loop

@@ -86,6 +86,15 @@ def evaluate(e: ir.Expr, env: dict):
     raise NotConstant(type(e).__name__)
 
 
+def evaluated(e: ir.Expr, env: dict):
+    """:func:`evaluate`'s value, or None where ``e`` is not a constant over ``env`` (a name
+    outside it, or operands its operator does not take)."""
+    try:
+        return evaluate(e, env)
+    except (NotConstant, TypeError):
+        return None
+
+
 def text(e: ir.Expr) -> str:
     """Compact source-like text of an expression (keys and messages)."""
     if isinstance(e, ir.Const):

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from xsync.lowering import cluster, ir
 from xsync.lowering.passes import dataflow
-from xsync.lowering.protocol import NotConstant, evaluate
+from xsync.lowering.protocol import evaluated
 
 SPLIT_OPS = (ir.TileOp.ZEROS, ir.TileOp.FULL)
 ROW_BREAKERS = (ir.TileOp.ARANGE, ir.TileOp.TRANS, ir.TileOp.MAX, ir.TileOp.SUM)
@@ -170,13 +170,6 @@ def _inside(s, e, allowed) -> bool:
     return total == inside
 
 
-def _value(e, consts):
-    try:
-        return evaluate(e, consts)
-    except (NotConstant, TypeError):
-        return None
-
-
 def _check_uses(kernel, s, split, multicast, consts) -> str:
     """Rules 4 and 5 for one statement ("" when they hold)."""
     line = s.loc.line
@@ -187,9 +180,9 @@ def _check_uses(kernel, s, split, multicast, consts) -> str:
             v = _row_offset(offs[0], split)
             if v is None:
                 return f"rule 5: line {line}: the load into '{s.pipe}.{s.field}' has no per-rank row offset"
-            block = _value(split[v.id][2], consts)
-            if block is None or block != _value(shape[0], consts):
-                return (f"rule 4: line {line}: the load into '{s.pipe}.{s.field}' reads {_value(shape[0], consts)} "
+            block = evaluated(split[v.id][2], consts)
+            if block is None or block != evaluated(shape[0], consts):
+                return (f"rule 4: line {line}: the load into '{s.pipe}.{s.field}' reads {evaluated(shape[0], consts)} "
                         f"rows, its rank offset steps {block}")
             allowed.append(v)
     elif isinstance(s, ir.Store):
@@ -246,7 +239,7 @@ def _rewrite(kernel, split, multicast, consts, *spellings) -> CtaSplit:
 
     def scaled(shape_expr):
         items = shape_expr.items
-        return ir.TupleExpr((ir.Const(n * _value(items[0], consts)),) + tuple(items[1:]))
+        return ir.TupleExpr((ir.Const(n * evaluated(items[0], consts)),) + tuple(items[1:]))
 
     def one(s):
         """A statement made the cluster's (its nested blocks are rewritten already)."""
@@ -272,7 +265,7 @@ def _rewrite(kernel, split, multicast, consts, *spellings) -> CtaSplit:
         for f in p.fields)) for p in kernel.pipes)
     programs = tuple(dataclasses.replace(p, body=program(p.body)) for p in kernel.programs)
     out = dataclasses.replace(kernel, pipes=pipes, body=program(kernel.body), programs=programs)
-    descs = frozenset((w.value.args[0].id, tuple(_value(x, consts) for x in w.value.args[2].items))
+    descs = frozenset((w.value.args[0].id, tuple(evaluated(x, consts) for x in w.value.args[2].items))
                       for w in ir.walk(out.all_statements())
                       if isinstance(w, ir.SlotWrite) and (w.pipe, w.field) in multicast)
     return CtaSplit(n, out, multicast, descs)

@@ -25,7 +25,7 @@ from xsync.dtypes import DType
 from xsync.backends.nvidia.alloc import is_tma_pipe
 from xsync.errors import BackendError
 from xsync.lowering import ir
-from xsync.lowering.protocol import NotConstant, evaluate
+from xsync.lowering.protocol import NotConstant, evaluate, evaluated
 from xsync.lowering.slicing import agent_body
 
 DEFAULT_LAYOUTS = ("ROW_", "BLOCKED_")     # prefixes of the layouts a tile gets when nothing asks
@@ -136,10 +136,8 @@ class LayoutRules:
 
     def constant_truth(self, e):
         """True/False for a test of constexprs and literals, None for a run-time one."""
-        try:
-            return bool(evaluate(e, self.consts))
-        except (NotConstant, TypeError):
-            return None
+        v = evaluated(e, self.consts)
+        return None if v is None else bool(v)
 
     def shape_of(self, e, loc) -> tuple:
         items = e.items if isinstance(e, ir.TupleExpr) else (e,)
@@ -568,9 +566,7 @@ class LayoutInference(LayoutRules):
             if s.verb in (ir.Verb.ACQUIRE, ir.Verb.WAIT) and s.target:
                 self.env[s.target] = SCALAR
             elif s.verb is ir.Verb.RELEASE and s.guard is not None:
-                try:
-                    bool(evaluate(s.guard, self.consts))
-                except (NotConstant, TypeError):
+                if evaluated(s.guard, self.consts) is None:
                     self.type_of(s.guard, None, True)     # a predicated arrive spells the guard
 
     def assign(self, s: ir.Assign):

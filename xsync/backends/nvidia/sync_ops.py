@@ -11,7 +11,7 @@ from xsync.backends.nvidia.values import ValueSpeller
 from xsync.backends.source import Emitter
 from xsync.lowering import ir
 from xsync.lowering.placement import Placement
-from xsync.lowering.protocol import NotConstant, acting_role, evaluate
+from xsync.lowering.protocol import acting_role, evaluated
 
 
 @dataclass
@@ -220,10 +220,8 @@ class SyncSpeller:
         """True (no guard, or one that holds at compile time), False, or None (run time)."""
         if guard is None:
             return True
-        try:
-            return bool(evaluate(guard, self.values.consts))
-        except (NotConstant, TypeError):
-            return None
+        v = evaluated(guard, self.values.consts)
+        return None if v is None else bool(v)
 
 
 def counters(kernel: ir.KernelIR, placement: Placement, stmts) -> list[tuple[str, str]]:

@@ -53,7 +53,7 @@ from xsync.backends.nvidia.passes import common
 from xsync.lowering import ir
 from xsync.lowering.passes.dataflow import (is_full_wait, is_mma, leaves, mma_accumulator, mma_calls,
                                             replace, slot_of, stmt_exprs, writes)
-from xsync.lowering.protocol import NotConstant, evaluate
+from xsync.lowering.protocol import evaluated
 
 NAME = "defer-mma-wait"
 OPTION = "defer_mma_wait"     # the LowerOptions field
@@ -116,10 +116,7 @@ def _plan(loop: ir.For, kernel, placement):
         return f"rule 2: the mma at line {m.loc.line} is not waited to 0 pending later in the body"
     j = items[ji]
     # rule 1
-    try:
-        step = evaluate(loop.step, kernel.constexpr_values)
-    except (NotConstant, TypeError):
-        step = None
+    step = evaluated(loop.step, kernel.constexpr_values)
     if not (isinstance(step, int) and step > 0):
         return "rule 1: the loop's step is not a positive compile-time constant"
     # rule 3: the accumulator chain t -> c

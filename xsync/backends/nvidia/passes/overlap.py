@@ -71,7 +71,7 @@ from xsync.backends.nvidia.passes import common
 from xsync.lowering import ir
 from xsync.lowering.passes.dataflow import (fresh_name, is_full_wait, is_mma, leaves, mma_accumulator, mma_calls,
                                             own_exprs, reads, replica_dirty, replica_tainted, slot_of, writes)
-from xsync.lowering.protocol import NotConstant, evaluate
+from xsync.lowering.protocol import evaluated
 
 NAME = "overlap-softmax"
 OPTION = "overlap_softmax"     # the LowerOptions field
@@ -175,10 +175,7 @@ def _plan(loop: ir.For, kernel, placement):
     if j_s is None or j_pv is None:
         return "rule 2: a product is not waited to 0 pending after its mma"
     # rule 1 (the constant step)
-    try:
-        step = evaluate(loop.step, kernel.constexpr_values)
-    except (NotConstant, TypeError):
-        step = None
+    step = evaluated(loop.step, kernel.constexpr_values)
     if not isinstance(step, int) or step <= 0:
         return "rule 1: the loop's step is not a positive compile-time constant"
     # rule 3: the pipes behind the B operands
