@@ -72,6 +72,9 @@ def allocate(kernel: ir.KernelIR, placement: Placement, skeleton: Skeleton | Non
                                                                                          alloc.multicast_rows))
 
 
+OWN_COPY = "each program loads its own copy"     # a multicast field where the target has no multicast
+
+
 def cluster_rows(kernel: ir.KernelIR, target, decided: tuple[Row, ...] | None = None) -> tuple[Row, ...]:
     """What the target does with the kernel's cluster and its multicast fields (``decided``: the
     target's own rows for them)."""
@@ -81,9 +84,10 @@ def cluster_rows(kernel: ir.KernelIR, target, decided: tuple[Row, ...] | None = 
                 "cluster_id = program_id(0) // n, cluster_rank = program_id(0) % n; tiles dealt to clusters")]
     if decided is not None:
         return tuple(rows) + decided
-    for p in kernel.pipes:
-        for f in p.fields:
-            if f.multicast:
-                rows.append(Row(p.name, f"multicast {f.name}", target.multicast or "each program loads its own copy",
-                                target.multicast or target.multicast_missing))
-    return tuple(rows)
+    return tuple(rows) + multicast_field_rows(kernel, target.multicast or OWN_COPY,
+                                              target.multicast or target.multicast_missing)
+
+
+def multicast_field_rows(kernel: ir.KernelIR, how: str, why: str) -> tuple[Row, ...]:
+    """One row per multicast field of the kernel: what the target does with it, and why."""
+    return tuple(Row(p.name, f"multicast {f.name}", how, why) for p in kernel.pipes for f in p.fields if f.multicast)

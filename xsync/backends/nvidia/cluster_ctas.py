@@ -65,28 +65,17 @@ class Decision:
 
     def rows(self, kernel: ir.KernelIR, target) -> tuple:
         """The allocation table's rows of the kernel's multicast fields."""
-        from xsync.lowering.alloc import Row
+        from xsync.lowering.alloc import OWN_COPY, Row, multicast_field_rows
 
-        rows = []
-        if self.split is not None:
-            n = self.split.ctas
-            rows.append(Row("cluster", "Gluon program", f"one program over the {n} CTAs (num_ctas={n})",
-                            "launched one per cluster; the per-rank tiles are its CTA split by rows (CGA "
-                            "layouts)"))
+        if self.split is None:
+            return multicast_field_rows(kernel, OWN_COPY, f"{self.why}; {target.multicast_missing}")
+        n = self.split.ctas
+        rows = [Row("cluster", "Gluon program", f"one program over the {n} CTAs (num_ctas={n})",
+                    "launched one per cluster; the per-rank tiles are its CTA split by rows (CGA layouts)")]
+        rows += multicast_field_rows(kernel, f"TMA multicast to the {n} CTAs (lead CTA issues)", self.why)
         for p in kernel.pipes:
-            for f in p.fields:
-                if not f.multicast:
-                    continue
-                if self.split is None:
-                    rows.append(Row(p.name, f"multicast {f.name}", "each program loads its own copy",
-                                    f"{self.why}; {target.multicast_missing}"))
-                    continue
-                n = self.split.ctas
-                rows.append(Row(p.name, f"multicast {f.name}", f"TMA multicast to the {n} CTAs (lead CTA issues)",
-                                self.why))
-        for p in kernel.pipes:
-            if self.split is not None and p.multicast:
-                n, per = self.split.ctas, kernel.role(p.dst).replicas     # 1 -> N: each replica releases
+            if p.multicast:
+                per = kernel.role(p.dst).replicas     # 1 -> N: each replica releases
                 rows.append(Row(p.name, "multicast empty barriers",
                                 f"mbarrier[{p.stages}] on the lead CTA, count {n * per} ({per} per CTA"
                                 + (", 1 per consumer replica)" if per > 1 else ")"),
