@@ -18,10 +18,56 @@ def written_under_if_in_loop(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr)
             for q in range(2):
                 if q == 0:
                     s.a = xs.load(x, [(j + q) * BLOCK, 0], [BLOCK, BLOCK])
+                else:
+                    s.a = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
             ring.commit()
         with work:
             got = ring.wait()
             xs.store(y, [j * BLOCK, 0], got.a)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def rotated_slot(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the slot variable names the slot acquired at the end of the trip before: written once a trip
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, a=xs.tile([BLOCK, BLOCK], xs.float32))
+    m = xs.maximum(n, 0)
+    with load:
+        s = ring.acquire()
+        for k in range(m):
+            s.a = xs.load(x, [k * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+            s = ring.acquire()
+        s.a = xs.load(x, [m * BLOCK, 0], [BLOCK, BLOCK])
+        ring.commit()
+    with work:
+        for k in range(m + 1):
+            got = ring.wait()
+            xs.store(y, [k * BLOCK, 0], got.a)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def rotated_slot_left_empty(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    # the first slot is written before the loop, the ones acquired in it never
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, a=xs.tile([BLOCK, BLOCK], xs.float32))
+    m = xs.maximum(n, 0)
+    with load:
+        s = ring.acquire()
+        s.a = xs.load(x, [0, 0], [BLOCK, BLOCK])
+        for k in range(m):
+            ring.commit()
+            s = ring.acquire()
+        s.a = xs.load(x, [m * BLOCK, 0], [BLOCK, BLOCK])
+        ring.commit()
+    with work:
+        for k in range(m + 1):
+            got = ring.wait()
+            xs.store(y, [k * BLOCK, 0], got.a)
             ring.release()
 
 
@@ -97,3 +143,15 @@ def test_the_second_write_is_the_slip_named():
         second_slot_left_empty.lower("cpu")
     assert "is written a second time" in str(info.value) and info.value.loc.line == \
         second_slot_left_empty.fn.__code__.co_firstlineno + 10
+
+
+def test_a_slot_acquired_again_at_the_end_of_each_trip():
+    import torch
+
+    rotated_slot.lower("nvidia")
+    x, y = torch.randn(16 * 8, 16), torch.zeros(16 * 8, 16)
+    rotated_slot[(1,)](x, y, 4, BLOCK=16, STAGES=2, backend="cpu")
+    torch.testing.assert_close(y[:5 * 16], x[:5 * 16])
+    with pytest.raises(xs.KernelSourceError, match=r"field 'a' of pipe 'ring' is never written between "
+                                                   r"ring.acquire\(\) \(line \d+\) and this commit"):
+        rotated_slot_left_empty.lower("cpu")

@@ -6,12 +6,14 @@ copy engine has delivered the bytes its full barrier was armed with: each field'
 load counts in every CTA). A field left unwritten on some path never delivers its bytes (the
 consumer's wait hangs; on the emulator and Ascend it would read a stale tile), a field written
 twice delivers them twice (the transaction count overshoots and a later phase completes early).
-Rules, checked per role on the kernel as written:
+Rules, checked per role block on the kernel as written:
 
 1. between ``s = pipe.acquire()`` and the ``pipe.commit()`` that hands ``s`` over (commits hand
    slots over in acquire order), each field of the pipe is written exactly once on every path;
-2. a write under an ``if`` counts where the other branch writes the field too; a write in a loop
-   that runs between the acquire and the commit is refused (it would count once per trip);
+2. a write under an ``if`` counts where the other branch writes the field too; a loop's body is
+   walked for its first trip and for the later ones, which start with the slots the trip before
+   left open (``s = pipe.acquire()`` at the end of the body names the next trip's slot), and a
+   slot that a trip writes and leaves open is refused (it would be written once per trip);
 3. a multicast field is written by every program of the cluster alike: the backend, not the
    kernel, picks the program that loads it (the lead CTA on Hopper), so a write routed by hand
    (``if xs.cluster_rank() == 0:``) is rule 2's one-branch write, with that fix.
@@ -45,12 +47,11 @@ def check(kernel: ir.KernelIR) -> None:
     keys = itertools.count()
     for st in ir.walk(kernel.body):
         if isinstance(st, ir.RoleBlock):
-            _block(kernel, st.body, [], None, frozenset(), keys)
+            _block(kernel, st.body, [], keys)
 
 
-def _block(kernel, stmts, opened: list, loop: ir.For | None, outer: frozenset, keys) -> list:
-    """Walk ``stmts`` with ``opened`` (this path's open slots, oldest first; ``outer``: the keys
-    of those open when the innermost ``loop`` began); the slots open after them."""
+def _block(kernel, stmts, opened: list, keys) -> list:
+    """Walk ``stmts`` with ``opened`` (this path's open slots, oldest first); the slots open after."""
     for s in stmts:
         if isinstance(s, ir.SyncOp) and isinstance(kernel.sync_object(s.obj), ir.Pipe):
             pipe = kernel.sync_object(s.obj)
@@ -64,30 +65,40 @@ def _block(kernel, stmts, opened: list, loop: ir.For | None, outer: frozenset, k
         elif isinstance(s, ir.SlotWrite):
             mine = next((o for o in reversed(opened) if o.var == s.slot), None)
             if mine is not None:
-                _write(mine, s, loop if mine.key in outer else None)
+                _write(mine, s)
         elif isinstance(s, ir.If):
-            body = _block(kernel, s.body, [o.copy() for o in opened], loop, outer, keys)
-            orelse = _block(kernel, s.orelse, [o.copy() for o in opened], loop, outer, keys)
+            body = _block(kernel, s.body, [o.copy() for o in opened], keys)
+            orelse = _block(kernel, s.orelse, [o.copy() for o in opened], keys)
             opened = _merge(s, body, orelse)
         elif isinstance(s, ir.For):
-            # writes to the slots open before the loop are refused in it, so those come out as
-            # they went in (a loop may also run zero times); slots the body leaves open join them
-            after = _block(kernel, s.body, [o.copy() for o in opened], s, frozenset(o.key for o in opened), keys)
-            before = {o.key for o in opened}
-            opened = opened + [a for a in after if a.key not in before]
+            opened = _loop(kernel, s, opened, keys)
         elif isinstance(s, ir.RoleBlock):
-            opened = _block(kernel, s.body, opened, loop, outer, keys)
+            opened = _block(kernel, s.body, opened, keys)
     return opened
 
 
-def _write(mine: _Open, s: ir.SlotWrite, loop: ir.For | None) -> None:
-    if loop is not None:
-        _refuse(mine, s.field, s.loc,
-                f"is written inside the loop over `{loop.var}` (line {loop.loc.line}), which runs "
-                f"between {mine.pipe.name}.acquire() (line {mine.loc.line}) and its commit: it would be "
-                f"written once per trip",
-                "write the field once, outside the loop (build the tile in the loop, then write it), "
-                "or acquire and commit the slot inside the loop")
+def _loop(kernel, s: ir.For, opened: list, keys) -> list:
+    """The body walked for its first trip and again for every later one, which starts with the
+    slots the trip before left open (a slot variable the body acquires again at its end names
+    the new slot there). A slot open on entry to a trip that the trip writes and leaves open
+    would be written once per trip (rule 2)."""
+    for _ in range(2):
+        entry = {o.key: dict(o.writes) for o in opened}
+        after = _block(kernel, s.body, [o.copy() for o in opened], keys)
+        for o in after:
+            grown = [f for f, n in o.writes.items() if o.key in entry and n > entry[o.key].get(f, 0)]
+            if grown:
+                _refuse(o, grown[0], o.last[grown[0]],
+                        f"is written inside the loop over `{s.var}` (line {s.loc.line}), which runs between "
+                        f"{o.pipe.name}.acquire() (line {o.loc.line}) and its commit: it would be written once "
+                        f"per trip",
+                        "write the field once, outside the loop (build the tile in the loop, then write it), "
+                        "or acquire and commit the slot inside the loop")
+        opened = after
+    return opened
+
+
+def _write(mine: _Open, s: ir.SlotWrite) -> None:
     mine.writes[s.field] = mine.writes.get(s.field, 0) + 1
     if mine.writes[s.field] > 1:
         _refuse(mine, s.field, s.loc,
