@@ -97,12 +97,11 @@ def measure(shape, variants) -> dict:
     t_before = t_ref
     for name in variants:
         persistent, two = "_persistent" in name, "_2wg" in name
-        cluster = next((int(part[7:]) for part in name.split("_") if part.startswith("cluster")), 0)
+        cluster = _number(name, "cluster", 0)
         kernel = (gemm_cluster_2wg if two else gemm_cluster) if cluster else \
             {(False, False): gemm, (True, False): gemm_persistent,
              (False, True): gemm_2wg, (True, True): gemm_persistent_2wg}[persistent, two]
-        bm = next((int(part[2:]) for part in name.split("_") if part.startswith("bm")), 128)
-        bn = next((int(part[2:]) for part in name.split("_") if part.startswith("bn")), 128)
+        bm, bn = _number(name, "bm", 128), _number(name, "bn", 128)
         rows = bm * (2 if two else 1)             # a program's tile: rows x bn
         tiles = (triton.cdiv(M, rows), triton.cdiv(N, bn))
         per_sm = 2 if "_2cta" in name else 1      # two CTAs an SM: two persistent programs each
@@ -118,13 +117,10 @@ def measure(shape, variants) -> dict:
             at_lowering["defer_mma_wait"] = False
         if "_pp0" in name:
             at_lowering["pingpong"] = "0"
-        group = next((int(part[1:]) for part in name.split("_")[1:] if part[:1] == "g" and part[1:].isdigit()), 8)
-        smem_kb = next((int(part[4:]) for part in name.split("_") if part.startswith("smem")), None)
+        group, smem_kb = _number(name, "g", 8), _number(name, "smem", None)
         if smem_kb is not None:
             opts["staging_smem_limit"] = smem_kb * 1024
         consts = dict(BM=bm, BN=bn, BK=64, STAGES=stages, GROUP_M=group, **({"CLUSTER": cluster} if cluster else {}))
-        # the wait deferral is a pass and the register budgets the allocator's: both are
-        # lowering options (handed to compile_kernel they are a ConfigError)
         try:
             row = _time_variant(kernel, consts, out, at_lowering, opts, name, grid, a, b, outputs[out], ref, M, N, K)
         except Exception as e:    # one variant's refusal (shared memory, a register budget) is a result
@@ -153,6 +149,12 @@ def measure(shape, variants) -> dict:
     return results
 
 
+def _number(name: str, prefix: str, default):
+    """The number of a variant's ``_<prefix><N>`` part (``_bm64`` -> 64), or ``default``."""
+    return next((int(part[len(prefix):]) for part in name.split("_")[1:]
+                 if part.startswith(prefix) and part[len(prefix):].isdigit()), default)
+
+
 def _time_variant(kernel, consts, out, at_lowering, opts, name, grid, a, b, c, ref, M, N, K) -> dict:
     """Lower and compile one variant, check it against torch's product, time it."""
     import torch
@@ -161,6 +163,8 @@ def _time_variant(kernel, consts, out, at_lowering, opts, name, grid, a, b, c, r
     import xsync as xs
     from xsync.backends.nvidia import compile_kernel
 
+    # the wait deferral is a pass and the register budgets the allocator's: both are
+    # lowering options (handed to compile_kernel they are a ConfigError)
     lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, out)),
                            options=at_lowering)
     compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
