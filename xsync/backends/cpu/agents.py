@@ -26,6 +26,7 @@ class Agent:
         self.in_flight: list[tuple[int, tuple]] = []   # (mma id, slots it reads)
         self.mma_count = 0
         self.held: dict[str, list] = {}   # pipe -> slots waited and not yet released (FIFO)
+        self.stopped_at = None   # the frame it stopped in once the program failed (threads)
         skel = program.skel
         inst = skel.instances[instance]
         # this instance's endpoint on every pipe/event it uses (one role per side)

@@ -168,8 +168,8 @@ def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1), skel=None
                     ag.begin()
                 with caller_mode():
                     fn(ag, **args)
-            except Aborted:
-                pass
+            except Aborted as stop:
+                ag.stopped_at = _innermost_frame(stop.__traceback__)
             except BaseException as exc:  # noqa: BLE001 - reported by the launcher
                 mon.fail(exc)
             finally:
@@ -183,11 +183,18 @@ def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1), skel=None
     for t in threads:
         t.join(deadline.left())
     if any(t.is_alive() for t in threads):
-        mon.fail(_threads_overtime(compiled, pid, threads, agents, mon, deadline, progress))
+        with mon.cond:
+            status, overtime = dict(mon.status), mon.failure is None
+            if overtime:
+                mon.failure = Aborted("past the deadline")   # the report replaces it below
+            mon.cond.notify_all()
         # every agent stops at its next loop iteration or sync call: wait for that, so no
-        # thread still computes when the error reaches the caller (or the interpreter exits)
+        # thread still computes when the error reaches the caller (or the interpreter exits);
+        # each stopped agent left the frame it stopped in, read once its thread is gone
         for t in threads:
             t.join(_STOP_GRACE_S)
+        if overtime:
+            mon.failure = _threads_overtime(compiled, pid, threads, agents, status, deadline, progress)
     if mon.failure is None:
         left = program.leftovers()
         if left:
@@ -203,22 +210,27 @@ def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1), skel=None
     program.flush_adds()
 
 
-def _threads_overtime(compiled, pid, threads, agents, mon, deadline, progress) -> LaunchError:
-    """The timeout report of a threaded program: where each agent thread is now."""
-    import sys
+def _innermost_frame(tb):
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame if tb is not None else None
 
-    frames = sys._current_frames()
+
+def _threads_overtime(compiled, pid, threads, agents, status, deadline, progress) -> LaunchError:
+    """The timeout report of a threaded program: each agent's state when the deadline passed
+    (``status``, the monitor's) and, for one that was computing, where it stopped. Another
+    thread's live frames are never read: CPython 3.11 can crash walking a frame its thread is
+    leaving, so each agent records its own (``Agent.stopped_at``)."""
     where = {}
-    with mon.cond:
-        status = dict(mon.status)
     for t, ag in zip(threads, agents):
         st = status.get(ag.label)
-        if not t.is_alive() or st == "done":
+        frame = None if t.is_alive() else ag.stopped_at
+        if st == "done" or (frame is None and not t.is_alive()):   # finished before it saw the stop
             where[ag.label] = ("done", None, None)
-            continue
-        line, at = position(compiled, frames.get(t.ident))
-        if isinstance(st, tuple):        # ("blocked", what, line, at)
+        elif isinstance(st, tuple):        # ("blocked", what, line, at)
+            line, at = position(compiled, frame)
             where[ag.label] = (f"blocked: {st[1]}", st[2] or line, st[3] if st[3] is not None else at)
         else:
-            where[ag.label] = ("computing", line, at)
+            line, at = position(compiled, frame)
+            where[ag.label] = ("computing" if frame is not None else "computing (still running)", line, at)
     return timeout_error(compiled, pid, deadline, where, *progress)
