@@ -71,3 +71,20 @@ def test_every_ab_candidate_names_real_schedule_fields_and_options():
         with config.options(**options):
             pass
     assert {"prefetch", "exp2_quarter", "exp2_half"} <= set(ab.CANDIDATES)
+
+
+def test_attention_cluster_benchmark_names_the_multicast_decision():
+    """benchmarks/attention_cluster.py (the K/V multicast A/B, timed on a GPU) labels each row
+    with the allocation table's decision: multicast under Triton >= 3.8, own copies under 3.6."""
+    from xsync.backends.nvidia import gluon_compat
+
+    path = os.path.join(ROOT, "benchmarks", "attention_cluster.py")
+    spec = importlib.util.spec_from_file_location("xsync_bench_attention_cluster", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for d in (64, 128):
+        text = module.multicast_decision(d)
+        if gluon_compat.cluster_multicast():
+            assert text.startswith("TMA multicast to the 2 CTAs (lead CTA issues) rules 1-5"), text
+        else:
+            assert text.startswith("each program loads its own copy rule 1:"), text

@@ -11,6 +11,7 @@ import pytest
 from tests.core import cluster_kernels as C
 from tests.nvidia.conftest import gpu_reason
 from xsync.backends.nvidia import compile_ptx
+from xsync.kernels.flash_attn.cluster import attention_cluster, attention_fwd_cluster
 from xsync.kernels.gemm import gemm_cluster, gemm_cluster_2wg
 
 
@@ -112,6 +113,32 @@ def test_rank_rows_compiles():
     table = C.rank_rows.lower("nvidia", dict(BLOCK=64, STAGES=2, CLUSTER=4)).allocation.table()
     assert "each program loads its own copy" in table
     assert ("rule 3: line" in table) == _multicast_gluon()
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_attention_cluster_compiles(d):
+    """The attention forward with K/V multicast (xsync.kernels.flash_attn.cluster). Triton >= 3.8:
+    one program over the 2 CTAs -- each replica's Q rows split over them, K and V multicast by the
+    lead CTA, each CTA arming its K/V full barrier with the whole K and V tiles and its Q barriers
+    with its own rows, every release routed to the lead; the softmax's row reductions, P from
+    registers as the PV wgmma's A and K^T as the S wgmma's B all on CGA layouts. 3.6: the programs
+    compile independently, each loading its own K and V."""
+    cx = dict(BM=64, BN=128, D=d, STAGES=2, REPLICAS=2, CLUSTER=2)
+    r = compile_ptx(attention_fwd_cluster, cx)
+    code = _code(r.ptx)
+    assert re.search(r"wgmma\.mma_async", code) and len(r.cubin) > 10_000
+    table = attention_fwd_cluster.lower("nvidia", cx).allocation.table()
+    if not _multicast_gluon():
+        assert r.render.num_ctas == 1 and "multicast::cluster" not in code
+        assert "each program loads its own copy" in table
+        return
+    assert r.render.num_ctas == 2 and ".reqnctapercluster 2" in code
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes"
+                     r"\.multicast::cluster", code)
+    armed = set(re.findall(r"mbarrier\.arrive\.expect_tx\.shared::cta\.b64 _, \[%r\d+\], (\d+);", code))
+    assert armed == {str(2 * 128 * d * 2), str(64 * d * 2)}          # K + V whole; Q: its 64 rows
+    assert re.search(r"mbarrier\.arrive\.shared::cluster\.b64", code)
+    assert "TMA multicast to the 2 CTAs (lead CTA issues)" in table
 
 
 def _multicast_gluon() -> bool:
@@ -216,3 +243,21 @@ def test_cluster_gemm_2wg_numerics_on_gpu(stages, cluster, M, N, K):
         torch.cuda.synchronize()
         assert not c.isnan().any()
         assert ((c.double() - want).abs().max() / want.abs().max()).item() < tol
+
+
+@pytest.mark.skipif(bool(gpu_reason()), reason=f"needs a Hopper GPU: {gpu_reason()}")
+@pytest.mark.parametrize("cluster", [1, 2])
+@pytest.mark.parametrize("b,h,s,d", [(1, 2, 512, 64), (2, 3, 1024, 128), (1, 1, 256, 128)])
+def test_attention_cluster_numerics_on_gpu(cluster, b, h, s, d):
+    """attention_fwd_cluster on the GPU against SDPA in float64 (out and LSE): K/V multicast over
+    2 CTAs where this Triton has it, the same kernel without a cluster beside it."""
+    import torch
+
+    torch.manual_seed(b + h + s + d)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    o, lse = attention_cluster(q, k, v, cluster=cluster, backend="nvidia")
+    torch.cuda.synchronize()
+    want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    lse_want = torch.logsumexp(q.double() @ k.double().transpose(-1, -2) / d ** 0.5, -1)
+    assert (o.double() - want).abs().max().item() < 2e-2
+    assert (lse.double() - lse_want).abs().max().item() < 1e-2

@@ -27,22 +27,23 @@ Rules (the first that fails keeps the per-program fallback and is the allocation
 4. every such ``v`` is read only as the row offset -- ``v``, or ``v + t`` with ``t`` reading no such
    ``v`` (a replica's band: ``xs.replica_id() * S``) -- of an ``xs.load`` of ``B`` rows into a
    non-multicast field, or of an ``xs.store`` without bounds;
-5. every tile is split by rows: each load into a non-multicast field has such a row offset, tiles
-   are made 2-D (``xs.zeros`` / ``xs.full``) or from fields and wgmma, nothing reduces, transposes
-   or makes an index range, a multicast field is read only as a wgmma's B operand, and every
-   wgmma reads B from a multicast field and A from a split one.
+5. every tile is made of the programs' rows (:mod:`xsync.backends.nvidia.cta_rows`): split fields,
+   ``xs.zeros`` / ``xs.full`` of B rows, and what is made of them row by row -- elementwise math,
+   ``x[:, None]``, reductions along axis 1, a wgmma whose A is such a tile and whose B is a
+   multicast field (or its ``xs.trans``), the only read of a multicast field; nothing transposes
+   a tile, reduces along axis 0 or makes an index range.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
+from xsync.backends.nvidia import cta_rows
 from xsync.lowering import cluster, ir
 from xsync.lowering.passes import dataflow
 from xsync.lowering.protocol import evaluated
 
 SPLIT_OPS = (ir.TileOp.ZEROS, ir.TileOp.FULL)
-ROW_BREAKERS = (ir.TileOp.ARANGE, ir.TileOp.TRANS, ir.TileOp.MAX, ir.TileOp.SUM)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,9 @@ def plan(kernel: ir.KernelIR, placement, is_tma_pipe, gluon_multicast: bool | No
         bad = _check_uses(kernel, s, split, multicast, consts)
         if bad:
             return Decision(None, bad)
+    bad = cta_rows.check(kernel, multicast, {evaluated(v[2], consts) for v in split.values()}, consts)
+    if bad:
+        return Decision(None, bad)
     return Decision(_rewrite(kernel, split, multicast, consts, (cid, cluster.PROGRAM), (progs, cluster.PROGRAMS)),
                     f"rules 1-5: one program over {n} CTAs (num_ctas={n}): the lead CTA multicasts, "
                     f"each CTA arms its full barrier with the bytes it receives")
@@ -160,7 +164,7 @@ def _inside(s, e, allowed) -> bool:
 
 
 def _check_uses(kernel, s, split, multicast, consts) -> str:
-    """Rules 4 and 5 for one statement ("" when they hold)."""
+    """Rule 4 for one statement ("" when it holds)."""
     line = s.loc.line
     allowed = []                                    # the Name objects read as row offsets
     if isinstance(s, ir.SlotWrite) and isinstance(s.value, ir.Call) and s.value.op is ir.TileOp.LOAD:
@@ -179,23 +183,6 @@ def _check_uses(kernel, s, split, multicast, consts) -> str:
         if v is None or s.bounds is not None or s.reduce is not None:
             return f"rule 4: line {line}: the store to '{s.tensor}' is not at a per-rank row offset without bounds"
         allowed.append(v)
-    names = {f for _, f in multicast}
-    mc_reads = [e for e in dataflow.stmt_exprs(s) if _field(e) in names]
-    as_b = [e for e in dataflow.stmt_exprs(s) if isinstance(e, ir.Call) and e.op is ir.TileOp.MMA
-            and _field(e.args[1]) in names]
-    if len(mc_reads) > len(as_b):
-        return f"rule 5: line {line} reads a multicast field other than as a wgmma's B operand"
-    for e in dataflow.stmt_exprs(s):
-        if isinstance(e, ir.Call):
-            if e.op in ROW_BREAKERS:
-                return f"rule 5: line {line}: xs.{e.op} mixes or makes rows"
-            if e.op in SPLIT_OPS and len(e.args[0].items if isinstance(e.args[0], ir.TupleExpr) else (0,)) != 2:
-                return f"rule 5: line {line}: xs.{e.op} of a tile that is not 2-D"
-            if e.op is ir.TileOp.LOAD and not isinstance(s, ir.SlotWrite):
-                return f"rule 5: line {line}: xs.load into registers"
-            if e.op is ir.TileOp.MMA:
-                if not (_field(e.args[1]) in names and _field(e.args[0]) not in names):
-                    return f"rule 5: line {line}: the wgmma's B operand is not a multicast field (or A is)"
     reads = [e for e in dataflow.stmt_exprs(s) if isinstance(e, ir.Name) and e.id in split]
     if len(reads) > len(allowed):
         return f"rule 4: line {line} reads `{reads[0].id}` other than as a row offset"
@@ -214,12 +201,6 @@ def _row_offset(e, split):
             if isinstance(v, ir.Name) and v.id in split and not any(
                     isinstance(x, ir.Name) and x.id in split for x in ir.subexprs(t)):
                 return v
-    return None
-
-
-def _field(e):
-    if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name):
-        return e.attr
     return None
 
 
