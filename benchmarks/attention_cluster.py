@@ -5,9 +5,9 @@ beside the flagship forward and cuDNN SDPA, in one process, timed round after ro
 
     PYTHONPATH=. python3 benchmarks/attention_cluster.py [--s 1024 4096 8192] [--d 64 128] [--out DIR]
 
-bf16, non-causal, b*s = 16384, h*d = 2048 (the attention grid's shapes). The cluster kernel is
-FA2-shaped (softmax inline, no overlap of warpgroups), so the A/B is the cluster row against the
-no-cluster row; the flagship and cuDNN rows place both. Each row says whether the multicast
+bf16, non-causal, b*s = 16384, h*d = 2048 (the attention grid's shapes). The cluster kernel has
+the flagship's roles and Hopper schedule but not its tile table, Q ring or d64 third warpgroup,
+so the A/B is the cluster row against the no-cluster row; the flagship and cuDNN rows place both. Each row says whether the multicast
 lowering was used (``multicast``: the allocation table's cluster decision). Writes
 benchmarks/results/attention_cluster_<time>.json (and to --out).
 """
@@ -30,7 +30,7 @@ def multicast_decision(d: int) -> str:
     """The allocation table's reason for the cluster kernel's K field: multicast or not, why."""
     from xsync.kernels.flash_attn.cluster import attention_fwd_cluster
 
-    cx = dict(BM=64, BN=128, D=d, STAGES=2, REPLICAS=2, CLUSTER=2)
+    cx = dict(BM=64, BN=128, D=d, STAGES=3, REPLICAS=2, CLUSTER=2)
     lines = [line.split("multicast k", 1)[1].strip() for line in
              attention_fwd_cluster.lower("nvidia", cx).allocation.table().splitlines() if "multicast k " in line]
     return " ".join(lines[0].split()) if lines else "no multicast field"

@@ -1,19 +1,25 @@
 """Attention forward with K and V multicast over a cluster: the A/B of issue 39 (does sending one
 K/V tile to the CTAs of a cluster pay in attention, as B's multicast does in the GEMM?).
 
-Not the flagship (kernel.py): non-causal, dense [B*H*S, D] with S a multiple of the cluster's
-rows and of BN, the softmax inline in the matrix role (FA2's order: S, softmax, PV, no
-overlap between warpgroups). Its CLUSTER=1 specialization is the same kernel without multicast,
-so the two compare the multicast alone; benchmarks/attention_cluster.py times both beside the
-flagship.
+The flagship's roles and pipes (kernel.py), so Hopper gives it the flagship's schedule (the PV
+product fused into the accumulator, the softmax overlapped with the next S and the previous PV,
+K and V one ring from 3 stages on), with K and V multicast fields; what it leaves out keeps it
+inside the CTA-split rules (xsync/backends/nvidia/cluster_ctas.py): non-causal, dense
+[B*H*S, D] with S a multiple of the cluster's rows and of BN (no masks, no index ranges), tiles
+dealt in order (no tile table), no Q ring ahead. Its CLUSTER=1 specialization is the same kernel
+without multicast, so the two compare the multicast alone; benchmarks/attention_cluster.py times
+both beside the flagship and cuDNN.
 
-    load_q (copy, REPLICAS) --q_in (paired)--> mma (matrix, REPLICAS) <--kv_in (K, V multicast)-- load_kv
+    q_load (copy, REPLICAS) --q_in (paired)--> mma (matrix, REPLICAS) <--k_in, v_in (multicast)-- load
+                                                 |  s_out  ^ p_in  | pv_out
+                                                 v         |       v
+                                               softmax (vector, REPLICAS)
 
 A cluster of CLUSTER programs takes REPLICAS * CLUSTER * BM query rows of one (batch, head):
 replica r takes the band of CLUSTER * BM rows at r * CLUSTER * BM, program (rank) c its BM rows
 c * BM of it, so on Hopper (Triton >= 3.8) each replica's rows over the cluster are one block,
-the CTA split of xsync/backends/nvidia/cluster_ctas.py, and the lead CTA multicasts each K/V tile
-to every CTA. Elsewhere (Ascend, the CPU, Triton 3.6) every program loads its own K and V.
+the CTA split, and the lead CTA multicasts each K/V tile to every CTA. Elsewhere (Ascend, the
+CPU, Triton 3.6) every program loads its own K and V.
 """
 from __future__ import annotations
 
@@ -31,57 +37,87 @@ INF = float("inf")
 
 
 @xs.kernel(example=dict(q=xs.bfloat16, k=xs.bfloat16, v=xs.bfloat16, o=xs.bfloat16, lse=xs.float32,
-                        BM=64, BN=128, D=128, STAGES=2, REPLICAS=2, CLUSTER=2))
+                        BM=64, BN=128, D=128, STAGES=3, REPLICAS=2, CLUSTER=2))
 def attention_fwd_cluster(q, k, v, o, lse, S, BH, sm_scale, BM: xs.constexpr, BN: xs.constexpr,
                           D: xs.constexpr, STAGES: xs.constexpr, REPLICAS: xs.constexpr = 2,
                           CLUSTER: xs.constexpr = 2):
     xs.cluster(CLUSTER)
-    load_q = xs.role("load_q", kind="copy", replicas=REPLICAS)
-    load_kv = xs.role("load_kv", kind="copy")
+    load = xs.role("load", kind="copy")
+    q_load = xs.role("q_load", kind="copy", replicas=REPLICAS)
     mma = xs.role("mma", kind="matrix", replicas=REPLICAS)
-    q_in = xs.pipe(load_q, mma, stages=1, q=xs.tile([BM, D], q.dtype))                  # paired: r -> r
-    kv_in = xs.pipe(load_kv, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype, multicast=True),
-                    v=xs.tile([BN, D], v.dtype, multicast=True))                        # 1 -> every replica
+    softmax = xs.role("softmax", kind="vector", replicas=REPLICAS)
+    k_in = xs.pipe(load, mma, stages=STAGES, k=xs.tile([BN, D], k.dtype, multicast=True))
+    v_in = xs.pipe(load, mma, stages=STAGES, v=xs.tile([BN, D], v.dtype, multicast=True))
+    s_out = xs.pipe(mma, softmax, stages=3, s=xs.tile([BM, BN], xs.float32))
+    p_in = xs.pipe(softmax, mma, stages=2, p=xs.tile([BM, BN], q.dtype))
+    pv_out = xs.pipe(mma, softmax, stages=2, pv=xs.tile([BM, D], xs.float32))
+    q_in = xs.pipe(q_load, mma, stages=1, q=xs.tile([BM, D], q.dtype))
     qk_scale = sm_scale * LOG2E
     blocks_m = xs.cdiv(S, REPLICAS * CLUSTER * BM)
     for tile in xs.tile_range(BH * blocks_m):
         bh = tile // blocks_m
         row = bh * S + (tile % blocks_m) * (REPLICAS * CLUSTER * BM) + xs.cluster_rank() * BM
-        with load_q:
+        with q_load:
             qs = q_in.acquire()
             qs.q = xs.load(q, [row + xs.replica_id() * (CLUSTER * BM), 0], [BM, D])
             q_in.commit()
         with mma:
             qt = q_in.wait()
+        with softmax:
             m_i = xs.full([BM], -INF, xs.float32)
             l_i = xs.zeros([BM], xs.float32)
-            acc = xs.zeros([BM, D], xs.float32)
+            o_acc = xs.zeros([BM, D], xs.float32)
         for n in range(0, S, BN):
-            with load_kv:
-                kv = kv_in.acquire()
-                kv.k = xs.load(k, [bh * S + n, 0], [BN, D])
-                kv.v = xs.load(v, [bh * S + n, 0], [BN, D])
-                kv_in.commit()
+            with load:
+                ks = k_in.acquire()
+                ks.k = xs.load(k, [bh * S + n, 0], [BN, D])
+                k_in.commit()
+                vs = v_in.acquire()
+                vs.v = xs.load(v, [bh * S + n, 0], [BN, D])
+                v_in.commit()
             with mma:
-                t = kv_in.wait()
-                s = xs.mma(qt.q, xs.trans(t.k))
+                kt = k_in.wait()
+                s = xs.mma(qt.q, xs.trans(kt.k))
                 s = xs.mma_wait(s, pending=0)
-                m_new = xs.maximum(m_i, xs.max(s, 1) * qk_scale)
+                k_in.release()
+                so = s_out.acquire()
+                so.s = s
+                s_out.commit()
+            with softmax:
+                sc = s_out.wait()
+                x = sc.s
+                s_out.release()
+                m_new = xs.maximum(m_i, xs.max(x, 1) * qk_scale)
                 alpha = xs.exp2(m_i - m_new)
-                p = xs.exp2(s * qk_scale - m_new[:, None])
+                p = xs.exp2(x * qk_scale - m_new[:, None])
                 l_i = l_i * alpha + xs.sum(p, 1)
                 m_i = m_new
-                acc = xs.mma(p.to(q.dtype), t.v, acc * alpha[:, None])
-                acc = xs.mma_wait(acc, pending=0)
-                kv_in.release()
+                po = p_in.acquire()
+                po.p = p.to(q.dtype)
+                p_in.commit()
+            with mma:
+                pt = p_in.wait()
+                vt = v_in.wait()
+                pv = xs.mma(pt.p, vt.v)
+                pv = xs.mma_wait(pv, pending=0)
+                v_in.release()
+                p_in.release()
+                po2 = pv_out.acquire()
+                po2.pv = pv
+                pv_out.commit()
+            with softmax:
+                pvs = pv_out.wait()
+                o_acc = o_acc * alpha[:, None] + pvs.pv
+                pv_out.release()
         with mma:
             q_in.release()
-            xs.store(o, [row + xs.replica_id() * (CLUSTER * BM), 0], (acc / l_i[:, None]).to(o.dtype))
+        with softmax:
+            xs.store(o, [row + xs.replica_id() * (CLUSTER * BM), 0], (o_acc / l_i[:, None]).to(o.dtype))
             xs.store(lse, [row + xs.replica_id() * (CLUSTER * BM)], (m_i + xs.log2(l_i)) * LN2)
 
 
 def attention_cluster(q, k, v, *, cluster: int = 2, block_m: int = 64, block_n: int = 128,
-                      stages: int = 2, replicas: int = 2, backend: str | None = None):
+                      stages: int = 3, replicas: int = 2, backend: str | None = None):
     """Non-causal attention of [B, H, S, D] tensors (equal heads, S_q = S_k) by
     :func:`attention_fwd_cluster`; returns (out [B, H, S, D], lse [B, H, S]). S must be a multiple
     of ``replicas * cluster * block_m`` and of ``block_n``."""

@@ -16,7 +16,7 @@ from test_ascend_hivm import specializations
 from xsync.backends.ascend import hivm, memory
 from xsync.errors import AllocationError
 from xsync.kernels.flash_attn.backward import attention_bwd_dkdv, attention_bwd_dq
-from xsync.kernels.gemm import gemm
+from xsync.kernels.gemm import gemm, gemm_cluster_2wg, gemm_persistent_2wg
 from xsync.kernels.gemm_softmax import gemm_softmax
 from xsync.lowering.placement import Unit
 
@@ -33,6 +33,10 @@ SAMPLE = [  # (kernel, constexprs): fits and overflows on both sides of the boun
     # the cube: L1 full without multi-buffering (fits), then over (cbuf overflow), L0C over
     (gemm, dict(BM=128, BN=128, BK=1024)), (gemm, dict(BM=256, BN=128, BK=1024)),
     (gemm, dict(BM=256, BN=256, BK=256)),
+    # two matrix replicas in lockstep, each reading its own A ring beside the one B: 384 KB fit,
+    # 768 KB overflow (rule 7: a slot per replica pair of an N -> N pipe)
+    (gemm_persistent_2wg, dict(BM=128, BN=128, BK=512)), (gemm_persistent_2wg, dict(BM=128, BN=128, BK=1024)),
+    (gemm_cluster_2wg, dict(BM=128, BN=128, BK=1024, CLUSTER=2)),
     # the cube runs the replicas of dK/dV's and dQ's mma in lockstep, each with its own
     # accumulators and products (rule 7): 128 keys or rows a program fit, 256 overflow L0C
     (attention_bwd_dkdv, dict(BM=32, BN=128, D=128, CAUSAL=0)),

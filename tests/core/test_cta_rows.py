@@ -1,8 +1,10 @@
 """Rule 5 of the Hopper CTA split (xsync/backends/nvidia/cta_rows.py): every tile of a cluster's
 program is made of its programs' rows. The attention forward with K/V multicast
-(xsync.kernels.flash_attn.cluster) passes it -- row reductions, row vectors, P from registers as
-a wgmma's A, ``xs.trans`` of a multicast K -- and its cluster program computes, on the CPU emulator,
-what the cluster's programs compute; each way of mixing rows across programs is refused by line."""
+(xsync.kernels.flash_attn.cluster: the flagship's roles and pipes) passes it -- row reductions,
+row vectors, S, P and PV handed between roles, P as a wgmma's A, ``xs.trans`` of a multicast K --
+also after the Hopper schedule passes rewrote its consumer, and its cluster program computes, on
+the CPU emulator, what the cluster's programs compute; each way of mixing rows across programs
+is refused by line."""
 import dataclasses
 import math
 
@@ -31,9 +33,10 @@ def test_attention_cluster_splits_over_the_ctas(replicas, cluster):
     d = _decide(attention_fwd_cluster, dict(ATTN, REPLICAS=replicas, CLUSTER=cluster))
     assert d.split is not None and d.why.startswith("rules 1-5"), d.why
     k = d.split.kernel
-    assert d.split.multicast == {("kv_in", "k"), ("kv_in", "v")}
+    assert d.split.multicast == {("k_in", "k"), ("v_in", "v")}
     assert k.sync_object("q_in").fields[0].shape == (cluster * 64, 128)
-    assert [f.shape for f in k.sync_object("kv_in").fields] == [(128, 128), (128, 128)]
+    assert k.sync_object("s_out").fields[0].shape == (cluster * 64, 128)       # register hand-offs
+    assert [k.sync_object(p).fields[0].shape for p in ("k_in", "v_in")] == [(128, 128), (128, 128)]
     made = [e for st in ir.walk(k.all_statements()) for e in dataflow.stmt_exprs(st)
             if isinstance(e, ir.Call) and e.op in (ir.TileOp.ZEROS, ir.TileOp.FULL)]
     assert made and all(e.args[0].items[0] == ir.Const(cluster * 64) for e in made)   # 1-D and 2-D
@@ -144,3 +147,17 @@ def test_rule_5_refuses_each_way_of_mixing_rows(mix, why):
     assert d.split is None and d.why.startswith("rule 5: line") and why in d.why, d.why
     line = int(d.why.split("line ")[1].split(":")[0])
     assert f"MIX == {mix}" in open(__file__).read().splitlines()[line - 2], (line, d.why)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_attention_cluster_keeps_the_flagship_schedule(d):
+    """With 3 stages the Hopper passes merge K and V into one ring, fuse PV into the accumulator
+    and overlap the softmax with the next S and the previous PV -- and the cluster's program is
+    still one over the CTAs, both fields of the merged ring multicast."""
+    cx = dict(ATTN, D=d, STAGES=3)
+    lw = attention_fwd_cluster.lower("nvidia", cx)
+    applied = {n.pass_name for n in lw.passes.notes if n.applied}
+    assert {"merge-pipes", "fuse-accumulating-mma", "overlap-softmax"} <= applied, applied
+    split = _decide(attention_fwd_cluster, cx).split
+    assert split is not None and len(split.multicast) == 2
+    assert {f for _, f in split.multicast} == {"k", "v"}

@@ -118,12 +118,13 @@ def test_rank_rows_compiles():
 @pytest.mark.parametrize("d", [64, 128])
 def test_attention_cluster_compiles(d):
     """The attention forward with K/V multicast (xsync.kernels.flash_attn.cluster). Triton >= 3.8:
-    one program over the 2 CTAs -- each replica's Q rows split over them, K and V multicast by the
-    lead CTA, each CTA arming its K/V full barrier with the whole K and V tiles and its Q barriers
-    with its own rows, every release routed to the lead; the softmax's row reductions, P from
-    registers as the PV wgmma's A and K^T as the S wgmma's B all on CGA layouts. 3.6: the programs
-    compile independently, each loading its own K and V."""
-    cx = dict(BM=64, BN=128, D=d, STAGES=2, REPLICAS=2, CLUSTER=2)
+    one program over the 2 CTAs -- each replica's Q rows split over them, K and V (one ring: the
+    merge-pipes pass) multicast by the lead CTA, each CTA arming its K/V full barrier with the whole
+    K and V tiles and its Q barriers with its own rows, every release routed to the lead; the
+    softmax's row reductions, P from registers as the PV wgmma's A and K^T as the S wgmma's B all on
+    CGA layouts, with the flagship's overlapped schedule. 3.6: the programs compile independently,
+    each loading its own K and V."""
+    cx = dict(BM=64, BN=128, D=d, STAGES=3, REPLICAS=2, CLUSTER=2)
     r = compile_ptx(attention_fwd_cluster, cx)
     code = _code(r.ptx)
     assert re.search(r"wgmma\.mma_async", code) and len(r.cubin) > 10_000

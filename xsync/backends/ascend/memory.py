@@ -46,7 +46,10 @@ Rules (a tile is a value with a shape; scalars cost nothing):
    plan-memory places it). Sub-tile replicas (``passes/subtile_replicas.py``: more replicas than
    the two vector cores) store each product before the next replica's, so L0C holds one
    replica's (attention d128, 4 x 32 rows x 512 keys: 64 KB, as plan-memory places it). A
-   transpose of an L1 tile feeding the cube is no copy (the L1 -> L0B load transposes).
+   transpose of an L1 tile feeding the cube is no copy (the L1 -> L0B load transposes). A
+   same-core pipe between N replica pairs (N -> N) holds a slot per pair: each replica reads its
+   own (``gemm_persistent_2wg``'s A tiles, two of them beside the one B tile); sub-tile replicas
+   count one (calibrated on attention dQ d96/d128).
 8. **Replicas and sub-block binding.** A vector agent with replicas runs them in lockstep in
    one device function. Without a cube (an ``aiv`` kernel) that function holds every
    replica's named tiles (x replicas); a statement's temporaries die before the next
@@ -384,6 +387,15 @@ class _Walker:
             return self.call(e, step, loops)
         return _Value((), int32)
 
+    def rings(self, pipe: ir.Pipe) -> int:
+        """Rule 7: the rings of a same-core pipe the cube holds at once -- one per replica pair
+        of an N -> N pipe (its replicas run in lockstep, each reading its own slot), else one.
+        Sub-tile replicas are calibrated at one: the compiler places attention dQ's four 32-row
+        Q/dO slots within what the rest of the estimate already over-counts."""
+        n = self.kernel.role(pipe.src).replicas
+        paired = n > 1 and n == self.kernel.role(pipe.dst).replicas and pipe.interleave == 1
+        return n if paired and not subtiled(self.kernel, self.placement, pipe.dst) else 1
+
     def attr(self, e: ir.Attr, step, loops) -> _Value:
         if isinstance(e.value, ir.Name) and e.value.id in self.slots:
             pipe = self.pipes[self.slots[e.value.id]]
@@ -393,10 +405,12 @@ class _Walker:
                 if self.crosses(pipe.name) and not self.cube:     # rule 6: read from GM into UB
                     v = self.fresh(shape, spec.dtype, step, f"{pipe.name}.{e.attr}")
                     return self.multi(v, loops)
-                if self.cube:       # a same-core slot: the L1 buffer of the pipe
+                if self.cube:       # a same-core slot: the L1 buffer of the pipe (per ring)
                     key = f"{pipe.name}.{e.attr}" + ("" if e.part is None else f"[{e.part}]")
                     size = _Value(shape, spec.dtype).bytes * (MULTI_BUFFER if loops else 1)
                     self.sizes[key] = (max(size, self.sizes.get(key, (0, ""))[0]), Memory.L1)
+                    if self.rings(pipe) > 1:
+                        self.copies[key] = self.rings(pipe)
                     step.reads.add(key)
                     step.defines.add(key)
                     return _Value(shape, spec.dtype, named=key)
