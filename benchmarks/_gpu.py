@@ -1,4 +1,4 @@
-"""The check every H200 benchmark makes before it measures anything."""
+"""The check every H200 benchmark makes before it measures anything, and where a result goes."""
 from __future__ import annotations
 
 import os
@@ -16,3 +16,19 @@ def cuda_missing(script: str) -> bool:
         return True
     os.environ.setdefault("XSYNC_BACKEND", "nvidia")
     return False
+
+
+def write_result(results: dict, stem: str, out: str | None = None) -> str:
+    """``results`` as ``<stem>_<time>.json`` in benchmarks/results and in ``out`` (if given);
+    returns the file name."""
+    import json
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    name = f"{stem}_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    text = json.dumps(results, indent=2) + "\n"
+    for folder in filter(None, [os.path.join(root, "benchmarks", "results"), out]):
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(text)
+    return name

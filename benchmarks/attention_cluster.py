@@ -12,7 +12,6 @@ lowering was used (``multicast``: the allocation table's cluster decision). Writ
 benchmarks/results/attention_cluster_<time>.json (and to --out).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -20,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks._gpu import cuda_missing  # noqa: E402
+from benchmarks._gpu import cuda_missing, write_result  # noqa: E402
 from benchmarks.attention import flops, interleaved, sdpa_runner  # noqa: E402
 
 ROUNDS = 5
@@ -86,12 +85,7 @@ def main(argv=None) -> int:
             t = row["tflops"]
             print(f"d{d} s{s}: " + "  ".join(f"{n} {x:6.1f}" for n, x in t.items())
                   + f"  multicast/no-cluster {row.get('multicast_speedup', float('nan')):.3f}", flush=True)
-    text = json.dumps(results, indent=2)
-    name = f"attention_cluster_{time.strftime('%Y%m%d-%H%M%S')}.json"
-    for folder in filter(None, [os.path.join(ROOT, "benchmarks", "results"), args.out]):
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, name), "w") as f:
-            f.write(text + "\n")
+    write_result(results, "attention_cluster", args.out)
     return 0
 
 

@@ -31,13 +31,14 @@ by default ``STAGING_SMEM_LIMIT``, 216 KB: above it C leaves through masked regi
 ``s3_2cta`` / ``s3_2cta_nodefer`` when 3 is among them.
 """
 import argparse
-import json
 import os
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from benchmarks._gpu import write_result  # noqa: E402
 
 
 def main(argv=None):
@@ -53,12 +54,7 @@ def main(argv=None):
         (["s3_2cta", "s3_2cta_nodefer"] if 3 in args.stages else [])
     shape = tuple(args.shape) if args.shape else (args.size,) * 3
     results = measure(shape, variants)
-    text = json.dumps(results, indent=2)
-    name = f"gemm_{'x'.join(map(str, shape))}_{time.strftime('%Y%m%d-%H%M%S')}.json"
-    for d in filter(None, [os.path.join(ROOT, "benchmarks", "results"), args.out]):
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, name), "w") as f:
-            f.write(text + "\n")
+    write_result(results, f"gemm_{'x'.join(map(str, shape))}", args.out)
     return 0
 
 
