@@ -27,11 +27,12 @@ Rules (the first that fails keeps the per-program fallback and is the allocation
 4. every such ``v`` is read only as the row offset -- ``v``, or ``v + t`` with ``t`` reading no such
    ``v`` (a replica's band: ``xs.replica_id() * S``) -- of an ``xs.load`` of ``B`` rows into a
    non-multicast field, or of an ``xs.store`` without bounds;
-5. every tile is made of the programs' rows (:mod:`xsync.backends.nvidia.cta_rows`): split fields,
-   ``xs.zeros`` / ``xs.full`` of B rows, and what is made of them row by row -- elementwise math,
-   ``x[:, None]``, reductions along axis 1, a wgmma whose A is such a tile and whose B is a
-   multicast field (or its ``xs.trans``), the only read of a multicast field; nothing transposes
-   a tile, reduces along axis 0 or makes an index range.
+5. every tile is made of the programs' rows (:mod:`xsync.backends.nvidia.cta_rows`): split fields
+   (each load into one at a per-rank row offset), ``xs.zeros`` / ``xs.full`` of B rows, and what
+   is made of them row by row -- elementwise math, ``x[:, None]``, reductions along axis 1, a
+   wgmma whose A is such a tile and whose B is a multicast field (or its ``xs.trans``), the only
+   read of a multicast field; nothing transposes a tile, reduces along axis 0 or makes an index
+   range.
 """
 from __future__ import annotations
 
