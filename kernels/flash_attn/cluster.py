@@ -126,6 +126,11 @@ def attention_cluster(q, k, v, *, cluster: int = 2, block_m: int = 64, block_n: 
             q.shape != k.shape or q.shape != v.shape:
         raise LaunchError("attention_cluster: q, k and v must be [B, H, S, D] tensors of one shape",
                           loc=where, objects=("q", "k", "v"), fix="pass equal [B, H, S, D] tensors")
+    if len({t.dtype for t in (q, k, v)}) > 1 or q.dtype not in (torch.bfloat16, torch.float16, torch.float32) \
+            or len({t.device for t in (q, k, v)}) > 1:
+        raise LaunchError(f"attention_cluster: q, k and v are {q.dtype} / {k.dtype} / {v.dtype} on "
+                          f"{q.device} / {k.device} / {v.device}", loc=where, objects=("q", "k", "v"),
+                          fix="pass bfloat16 or float16 tensors (float32 on the CPU emulator) of one dtype on one device")
     b, h, s, d = q.shape
     rows = replicas * cluster * block_m
     if s % rows or s % block_n:

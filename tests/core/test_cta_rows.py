@@ -87,11 +87,17 @@ def test_the_attention_cluster_program_computes_what_its_programs_computed(repli
     torch.testing.assert_close(lse_one, lse.reshape(-1), rtol=1e-6, atol=1e-6)
 
 
-def test_attention_cluster_refuses_lengths_it_does_not_cover():
+def test_attention_cluster_refuses_what_it_does_not_cover():
     q = torch.randn(1, 1, 96, 32)
     with pytest.raises(xs.LaunchError, match="not a multiple of 128 query rows") as info:
         attention_cluster(q, q, q, block_m=32, backend="cpu")
     assert "flash_attn.attention" in info.value.fix
+    ints = torch.ones(1, 1, 128, 32, dtype=torch.int32)
+    with pytest.raises(xs.LaunchError, match="torch.int32") as info:
+        attention_cluster(ints, ints, ints, block_m=32, backend="cpu")
+    assert "bfloat16 or float16" in info.value.fix
+    with pytest.raises(xs.LaunchError, match="one shape"):
+        attention_cluster(q, q[:, :, :64], q, backend="cpu")
 
 
 @xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=64, BN=64, MIX=0))
