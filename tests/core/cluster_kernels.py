@@ -1,9 +1,47 @@
 """Cluster kernels (xs.cluster, multicast pipe fields) for tests/core/test_cluster.py, the ascend
 simulator and the nvidia compile tests: correct ones, and ones the frontend refuses (a line
-marked ``# BUG`` is where the error must point)."""
+marked ``# BUG`` is where the error must point); and the two steps the Hopper CTA-split tests
+share (:func:`decide`, :func:`cluster_program`)."""
+import dataclasses
+
 import xsync as xs
 
 EX = dict(x=xs.float32, y=xs.float32, BLOCK=16, STAGES=2, CLUSTER=2)
+
+
+def decide(kernel, cx, gluon=True):
+    """xsync/backends/nvidia/cluster_ctas.py's decision for ``kernel`` lowered for nvidia at
+    ``cx``, rule 1's fact given (no Triton needed)."""
+    from xsync.backends.nvidia import cluster_ctas
+    from xsync.backends.nvidia.alloc import is_tma_pipe
+
+    lw = kernel.lower("nvidia", cx)
+    return cluster_ctas.plan(lw.kernel, lw.placement, is_tma_pipe, gluon)
+
+
+def cluster_program(kernel, cx, dtypes):
+    """The cluster's one program (the CTA-split rewrite, decided on the kernel as parsed) as an
+    ordinary kernel compiled for the CPU emulator, one program per cluster, after the verifier
+    proved its protocol as one program."""
+    from xsync.backends import get
+    from xsync.backends.cpu import compile_kernel
+    from xsync.backends.nvidia import cluster_ctas
+    from xsync.backends.nvidia.alloc import is_tma_pipe
+    from xsync.lowering.alloc import allocate
+    from xsync.lowering.frontend import parse_kernel
+    from xsync.lowering.protocol import derive
+    from xsync.lowering.verify import verify
+
+    consts, dtypes = kernel.specialization(cx, dtypes)
+    parsed = parse_kernel(kernel.fn, consts, dtypes)
+    split = cluster_ctas.plan(parsed, get("nvidia").place(parsed), is_tma_pipe, True).split
+    one = dataclasses.replace(split.kernel, cluster=1, pipes=tuple(
+        dataclasses.replace(p, fields=tuple(dataclasses.replace(f, multicast=False) for f in p.fields))
+        for p in split.kernel.pipes))
+    placement = get("cpu").place(one)
+    skeleton = derive(one, placement)
+    assert verify(one, placement, skeleton).proven
+    return compile_kernel(one, placement, allocate(one, placement, skeleton))
 
 
 @xs.kernel(example=EX)

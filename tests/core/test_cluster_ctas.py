@@ -5,18 +5,11 @@ import pytest
 
 import xsync as xs
 from tests.core import cluster_kernels as C
-from xsync.backends.nvidia import cluster_ctas
-from xsync.backends.nvidia.alloc import is_tma_pipe
 from xsync.kernels.gemm import gemm_cluster, gemm_cluster_2wg
 from xsync.lowering import ir
 from xsync.lowering.passes import dataflow
 
 GEMM = dict(BM=128, BN=128, BK=64, STAGES=4, CLUSTER=2)
-
-
-def _decide(kernel, cx, gluon=True):
-    lw = kernel.lower("nvidia", cx)
-    return cluster_ctas.plan(lw.kernel, lw.placement, is_tma_pipe, gluon)
 
 
 @xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=64, BN=64, BK=64, STAGES=2, CLUSTER=2))
@@ -48,7 +41,7 @@ def cluster_b_in_registers(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr,
 
 
 def test_gemm_cluster_splits_over_the_ctas():
-    d = _decide(gemm_cluster, GEMM)
+    d = C.decide(gemm_cluster, GEMM)
     assert d.split is not None and d.why.startswith("rules 1-5")
     k = d.split.kernel
     assert d.split.ctas == 2 and d.split.multicast == {("tiles", "b")}
@@ -70,7 +63,7 @@ def test_gemm_cluster_2wg_splits_each_replica_band_over_the_ctas():
     becomes n times taller (its band's rows over the cluster, split by rows), B stays one tile
     multicast to every CTA, and the lead's group barrier counts both replicas of every CTA."""
     for n in (2, 4):
-        d = _decide(gemm_cluster_2wg, dict(GEMM, CLUSTER=n))
+        d = C.decide(gemm_cluster_2wg, dict(GEMM, CLUSTER=n))
         assert d.split is not None and d.why.startswith("rules 1-5"), d.why
         k = d.split.kernel
         assert d.split.multicast == {("b_in", "b")} and d.split.broadcast_descs == {("b", (64, 128))}
@@ -80,7 +73,7 @@ def test_gemm_cluster_2wg_splits_each_replica_band_over_the_ctas():
         rid = [e for e in ops if isinstance(e, ir.Call) and e.op is ir.TileOp.REPLICA_ID]
         assert rid and ir.BinOp("%", ir.Call(ir.TileOp.PROGRAM_ID, (ir.Const(0),)), ir.Const(n)) not in ops
     lw = gemm_cluster_2wg.lower("nvidia", GEMM)
-    d = _decide(gemm_cluster_2wg, GEMM)
+    d = C.decide(gemm_cluster_2wg, GEMM)
     rows = {(r.obj, r.what): r for r in d.rows(lw.kernel, lw.placement.target)}
     assert rows[("b_in", "multicast b")].resource == "TMA multicast to the 2 CTAs (lead CTA issues)"
     assert lw.allocation.mbarrier("b_in", "empty").arrive_count == 2      # x 2 CTAs on the lead
@@ -136,7 +129,7 @@ def cluster_offset_reads_rank_twice(a, b, c, M, BM: xs.constexpr, BN: xs.constex
 
 
 def test_four_ctas():
-    d = _decide(gemm_cluster, dict(GEMM, CLUSTER=4))
+    d = C.decide(gemm_cluster, dict(GEMM, CLUSTER=4))
     assert d.split.ctas == 4 and d.split.bases(2, True) == [[1, 0], [2, 0]]
 
 
@@ -151,26 +144,26 @@ def test_four_ctas():
 ])
 def test_rules(kernel, cx, rule):
     if rule is None:
-        assert _decide(kernel, cx).split is not None
-        d = _decide(kernel, cx, gluon=False)
+        assert C.decide(kernel, cx).split is not None
+        d = C.decide(kernel, cx, gluon=False)
         assert d.split is None and d.why.startswith("rule 1:")
         return
-    d = _decide(kernel, cx)
+    d = C.decide(kernel, cx)
     assert d.split is None and d.why.startswith(rule), d.why
 
 
 def test_no_cluster_no_decision():
     from xsync.kernels.gemm import gemm
-    assert _decide(gemm, None) is None
+    assert C.decide(gemm, None) is None
 
 
 def test_table_rows():
-    d = _decide(gemm_cluster, GEMM)
+    d = C.decide(gemm_cluster, GEMM)
     lw = gemm_cluster.lower("nvidia", GEMM)
     rows = {(r.obj, r.what): r for r in d.rows(lw.kernel, lw.placement.target)}
     assert rows[("tiles", "multicast b")].resource == "TMA multicast to the 2 CTAs (lead CTA issues)"
     assert "count 2 (1 per CTA)" in rows[("tiles", "multicast empty barriers")].resource
-    off = _decide(gemm_cluster, GEMM, gluon=False).rows(lw.kernel, lw.placement.target)
+    off = C.decide(gemm_cluster, GEMM, gluon=False).rows(lw.kernel, lw.placement.target)
     assert [r.resource for r in off] == ["each program loads its own copy"]
     assert rows[("cluster", "Gluon program")].resource == "one program over the 2 CTAs (num_ctas=2)"
 
@@ -182,29 +175,10 @@ def test_the_cluster_program_computes_what_the_cluster_computed(cluster, kernel,
     offset gone; with two replicas, each replica's band of the n programs' rows one block), run as
     an ordinary kernel on the CPU emulator with one program per cluster, gives the GEMM that the
     cluster's programs give; the verifier proves its protocol as one program."""
-    import dataclasses
-
     import torch
 
-    from xsync.backends import get
-    from xsync.backends.cpu import compile_kernel
-    from xsync.lowering.alloc import allocate
-    from xsync.lowering.frontend import parse_kernel
-    from xsync.lowering.protocol import derive
-    from xsync.lowering.verify import verify
-
     cx = dict(BM=16, BN=16, BK=16, STAGES=2, CLUSTER=cluster)
-    consts, dtypes = kernel.specialization(cx, dict(a=xs.float32, b=xs.float32, c=xs.float32))
-    parsed = parse_kernel(kernel.fn, consts, dtypes)
-    split = cluster_ctas.plan(parsed, get("nvidia").place(parsed), is_tma_pipe, True).split
-    one = dataclasses.replace(split.kernel, cluster=1, pipes=tuple(
-        dataclasses.replace(p, fields=tuple(dataclasses.replace(f, multicast=False) for f in p.fields))
-        for p in split.kernel.pipes))
-    cpu = get("cpu")
-    placement = cpu.place(one)
-    skeleton = derive(one, placement)
-    assert verify(one, placement, skeleton).proven
-    compiled = compile_kernel(one, placement, allocate(one, placement, skeleton))
+    compiled = C.cluster_program(kernel, cx, dict(a=xs.float32, b=xs.float32, c=xs.float32))
 
     torch.manual_seed(0)
     M, N, K = 2 * rows * cluster * 16, 3 * 16, 4 * 16

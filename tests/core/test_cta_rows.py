@@ -5,32 +5,23 @@ row vectors, S, P and PV handed between roles, P as a wgmma's A, ``xs.trans`` of
 also after the Hopper schedule passes rewrote its consumer, and its cluster program computes, on
 the CPU emulator, what the cluster's programs compute; each way of mixing rows across programs
 is refused by line."""
-import dataclasses
 import math
 
 import pytest
 import torch
 
 import xsync as xs
-from xsync.backends import get
-from xsync.backends.nvidia import cluster_ctas
-from xsync.backends.nvidia.alloc import is_tma_pipe
+from tests.core import cluster_kernels as C
 from xsync.kernels.flash_attn.cluster import attention_cluster, attention_fwd_cluster
 from xsync.lowering import ir
 from xsync.lowering.passes import dataflow
 
 ATTN = dict(BM=64, BN=128, D=128, STAGES=2, REPLICAS=2, CLUSTER=2)
-INF = float("inf")
-
-
-def _decide(kernel, cx, gluon=True):
-    lw = kernel.lower("nvidia", cx)
-    return cluster_ctas.plan(lw.kernel, lw.placement, is_tma_pipe, gluon)
 
 
 @pytest.mark.parametrize("replicas, cluster", [(1, 2), (2, 2), (2, 4)])
 def test_attention_cluster_splits_over_the_ctas(replicas, cluster):
-    d = _decide(attention_fwd_cluster, dict(ATTN, REPLICAS=replicas, CLUSTER=cluster))
+    d = C.decide(attention_fwd_cluster, dict(ATTN, REPLICAS=replicas, CLUSTER=cluster))
     assert d.split is not None and d.why.startswith("rules 1-5"), d.why
     k = d.split.kernel
     assert d.split.multicast == {("k_in", "k"), ("v_in", "v")}
@@ -40,7 +31,7 @@ def test_attention_cluster_splits_over_the_ctas(replicas, cluster):
     made = [e for st in ir.walk(k.all_statements()) for e in dataflow.stmt_exprs(st)
             if isinstance(e, ir.Call) and e.op in (ir.TileOp.ZEROS, ir.TileOp.FULL)]
     assert made and all(e.args[0].items[0] == ir.Const(cluster * 64) for e in made)   # 1-D and 2-D
-    assert _decide(attention_fwd_cluster, ATTN, gluon=False).why.startswith("rule 1:")
+    assert C.decide(attention_fwd_cluster, ATTN, gluon=False).why.startswith("rule 1:")
 
 
 @pytest.mark.parametrize("replicas, cluster", [(1, 2), (2, 2), (1, 4)])
@@ -50,24 +41,8 @@ def test_the_attention_cluster_program_computes_what_its_programs_computed(repli
     emulator, one program per cluster, gives the output and LSE of the cluster's programs (to the
     last bits a taller matmul may round differently in: 1e-6), which match SDPA; the verifier
     proves its protocol as one program."""
-    from xsync.backends.cpu import compile_kernel
-    from xsync.lowering.alloc import allocate
-    from xsync.lowering.frontend import parse_kernel
-    from xsync.lowering.protocol import derive
-    from xsync.lowering.verify import verify
-
     cx = dict(BM=16, BN=32, D=32, STAGES=2, REPLICAS=replicas, CLUSTER=cluster)
-    dtypes = {n: xs.float32 for n in ("q", "k", "v", "o", "lse")}
-    consts, dtypes = attention_fwd_cluster.specialization(cx, dtypes)
-    parsed = parse_kernel(attention_fwd_cluster.fn, consts, dtypes)
-    split = cluster_ctas.plan(parsed, get("nvidia").place(parsed), is_tma_pipe, True).split
-    one = dataclasses.replace(split.kernel, cluster=1, pipes=tuple(
-        dataclasses.replace(p, fields=tuple(dataclasses.replace(f, multicast=False) for f in p.fields))
-        for p in split.kernel.pipes))
-    placement = get("cpu").place(one)
-    skeleton = derive(one, placement)
-    assert verify(one, placement, skeleton).proven
-    compiled = compile_kernel(one, placement, allocate(one, placement, skeleton))
+    compiled = C.cluster_program(attention_fwd_cluster, cx, {n: xs.float32 for n in ("q", "k", "v", "o", "lse")})
 
     torch.manual_seed(0)
     B, H, S, D = 1, 2, 2 * replicas * cluster * 16, 32
@@ -146,7 +121,7 @@ def mixes_rows(a, b, c, BM: xs.constexpr, BN: xs.constexpr, MIX: xs.constexpr):
     (7, None),
 ])
 def test_rule_5_refuses_each_way_of_mixing_rows(mix, why):
-    d = _decide(mixes_rows, dict(BM=64, BN=64, MIX=mix))
+    d = C.decide(mixes_rows, dict(BM=64, BN=64, MIX=mix))
     if why is None:
         assert d.split is not None, d.why
         return
@@ -164,6 +139,6 @@ def test_attention_cluster_keeps_the_flagship_schedule(d):
     lw = attention_fwd_cluster.lower("nvidia", cx)
     applied = {n.pass_name for n in lw.passes.notes if n.applied}
     assert {"merge-pipes", "fuse-accumulating-mma", "overlap-softmax"} <= applied, applied
-    split = _decide(attention_fwd_cluster, cx).split
+    split = C.decide(attention_fwd_cluster, cx).split
     assert split is not None and len(split.multicast) == 2
     assert {f for _, f in split.multicast} == {"k", "v"}
