@@ -409,8 +409,9 @@ class _Walker:
                     key = f"{pipe.name}.{e.attr}" + ("" if e.part is None else f"[{e.part}]")
                     size = _Value(shape, spec.dtype).bytes * (MULTI_BUFFER if loops else 1)
                     self.sizes[key] = (max(size, self.sizes.get(key, (0, ""))[0]), Memory.L1)
-                    if self.rings(pipe) > 1:
-                        self.copies[key] = self.rings(pipe)
+                    rings = self.rings(pipe)
+                    if rings > 1:
+                        self.copies[key] = rings
                     step.reads.add(key)
                     step.defines.add(key)
                     return _Value(shape, spec.dtype, named=key)

@@ -140,7 +140,7 @@ class _Walk:
             kind, rank = self.expr(e.value)
             if kind is Kind.ROWS and (not e.index or e.index[0] != ":"):
                 raise Refused("`x[None, ...]` turns the program's rows into columns")
-            return kind, (sum(1 for i in e.index) if kind is Kind.ROWS else 0)
+            return kind, (len(e.index) if kind is Kind.ROWS else 0)
         if isinstance(e, ir.Call):
             return self.call(e)
         if isinstance(e, ir.TupleExpr):
