@@ -34,6 +34,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -64,9 +65,6 @@ def measure(shape, variants) -> dict:
     import torch
     import triton
 
-    from xsync.kernels.gemm import gemm, gemm_cluster, gemm_cluster_2wg, gemm_persistent, gemm_persistent_2wg
-    from xsync.kernels.gemm_variants import gemm_2wg
-
     M, N, K = (shape,) * 3 if isinstance(shape, int) else shape
     flops = 2.0 * M * N * K
     torch.manual_seed(0)
@@ -90,43 +88,22 @@ def measure(shape, variants) -> dict:
     results["torch_matmul"] = {"ms": t_ref, "tflops": tflops(t_ref)}
     print(f"torch.matmul          {t_ref:8.3f} ms  {tflops(t_ref):7.1f} TFLOP/s")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    operands = dict(a=a, b=b, M=M, N=N, K=K)
     t_before = t_ref
     for name in variants:
-        persistent, two = "_persistent" in name, "_2wg" in name
-        cluster = _number(name, "cluster", 0)
-        kernel = (gemm_cluster_2wg if two else gemm_cluster) if cluster else \
-            {(False, False): gemm, (True, False): gemm_persistent,
-             (False, True): gemm_2wg, (True, True): gemm_persistent_2wg}[persistent, two]
-        bm, bn = _number(name, "bm", 128), _number(name, "bn", 128)
-        rows = bm * (2 if two else 1)             # a program's tile: rows x bn
-        tiles = (triton.cdiv(M, rows), triton.cdiv(N, bn))
-        per_sm = 2 if "_2cta" in name else 1      # two CTAs an SM: two persistent programs each
-        grid = (min(per_sm * sms, tiles[0] * tiles[1]),) if persistent else tiles
-        if cluster:   # whole clusters, one program an SM; a cluster's tile: cluster x rows
-            grid = (min(sms // cluster, triton.cdiv(M, cluster * rows) * tiles[1]) * cluster,)
-        stages = int(name.split("_")[0][1:])
-        out = "bfloat16" if "_bf16" in name else "float32"
-        opts, at_lowering = {}, {}
-        if "_2cta" in name:
-            at_lowering.update(maxnreg=128, producer_regs=24, consumer_regs=232)
-        if "_nodefer" in name:
-            at_lowering["defer_mma_wait"] = False
-        if "_pp0" in name:
-            at_lowering["pingpong"] = "0"
-        group, smem_kb = _number(name, "g", 8), _number(name, "smem", None)
-        if smem_kb is not None:
-            opts["staging_smem_limit"] = smem_kb * 1024
-        consts = dict(BM=bm, BN=bn, BK=64, STAGES=stages, GROUP_M=group, **({"CLUSTER": cluster} if cluster else {}))
+        variant = Variant.parse(name, M, N, sms)
         try:
-            row = _time_variant(kernel, consts, out, at_lowering, opts, name, grid, a, b, outputs[out], ref, M, N, K)
+            row = _time_variant(variant, operands, outputs[variant.out], ref)
         except Exception as e:    # one variant's refusal (shared memory, a register budget) is a result
-            results["xsync"].append({"variant": name, "kernel": kernel.__name__, "error": f"{type(e).__name__}: {e}"[:2000]})
+            results["xsync"].append({"variant": name, "kernel": variant.kernel.__name__,
+                                     "error": f"{type(e).__name__}: {e}"[:2000]})
             print(f"xsync gemm {name:16s} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
             continue
         t = row["ms"]
         t_after = time_torch()
-        row.update({"programs": grid, "BM": rows, "BN": bn, "BK": 64, "stages": stages, "group_m": group,
-                    "c_dtype": out, "tflops": tflops(t), "ratio_vs_torch": t_ref / t,
+        row.update({"programs": variant.grid, "BM": variant.rows, "BN": variant.consts["BN"], "BK": 64,
+                    "stages": variant.consts["STAGES"], "group_m": variant.consts["GROUP_M"],
+                    "c_dtype": variant.out, "tflops": tflops(t), "ratio_vs_torch": t_ref / t,
                     "torch_ms_around": [t_before, t_after], "ratio_vs_torch_around": (t_before + t_after) / 2 / t})
         results["xsync"].append(row)
         print(f"xsync gemm {name:16s} {t:8.3f} ms  {tflops(t):7.1f} TFLOP/s  "
@@ -151,7 +128,54 @@ def _number(name: str, prefix: str, default):
                  if part.startswith(prefix) and part[len(prefix):].isdigit()), default)
 
 
-def _time_variant(kernel, consts, out, at_lowering, opts, name, grid, a, b, c, ref, M, N, K) -> dict:
+@dataclass(frozen=True)
+class Variant:
+    """One benchmarked GEMM, parsed from its name (the grammar is in the module docstring)."""
+    name: str
+    kernel: object            # the xsync kernel
+    consts: dict              # its constexprs
+    out: str                  # C's dtype: "float32" or "bfloat16"
+    at_lowering: dict         # lowering options (passes, register budgets)
+    opts: dict                # renderer options
+    grid: tuple
+    rows: int                 # a program's output rows
+
+    @classmethod
+    def parse(cls, name: str, M: int, N: int, sms: int) -> "Variant":
+        import triton
+
+        from xsync.kernels.gemm import gemm, gemm_cluster, gemm_cluster_2wg, gemm_persistent, gemm_persistent_2wg
+        from xsync.kernels.gemm_variants import gemm_2wg
+
+        persistent, two = "_persistent" in name, "_2wg" in name
+        cluster = _number(name, "cluster", 0)
+        kernel = (gemm_cluster_2wg if two else gemm_cluster) if cluster else \
+            {(False, False): gemm, (True, False): gemm_persistent,
+             (False, True): gemm_2wg, (True, True): gemm_persistent_2wg}[persistent, two]
+        bm, bn = _number(name, "bm", 128), _number(name, "bn", 128)
+        rows = bm * (2 if two else 1)             # a program's tile: rows x bn
+        tiles = (triton.cdiv(M, rows), triton.cdiv(N, bn))
+        per_sm = 2 if "_2cta" in name else 1      # two CTAs an SM: two persistent programs each
+        grid = (min(per_sm * sms, tiles[0] * tiles[1]),) if persistent else tiles
+        if cluster:   # whole clusters, one program an SM; a cluster's tile: cluster x rows
+            grid = (min(sms // cluster, triton.cdiv(M, cluster * rows) * tiles[1]) * cluster,)
+        at_lowering, opts = {}, {}
+        if "_2cta" in name:
+            at_lowering.update(maxnreg=128, producer_regs=24, consumer_regs=232)
+        if "_nodefer" in name:
+            at_lowering["defer_mma_wait"] = False
+        if "_pp0" in name:
+            at_lowering["pingpong"] = "0"
+        smem_kb = _number(name, "smem", None)
+        if smem_kb is not None:
+            opts["staging_smem_limit"] = smem_kb * 1024
+        consts = dict(BM=bm, BN=bn, BK=64, STAGES=int(name.split("_")[0][1:]), GROUP_M=_number(name, "g", 8),
+                      **({"CLUSTER": cluster} if cluster else {}))
+        return cls(name, kernel, consts, "bfloat16" if "_bf16" in name else "float32", at_lowering, opts,
+                   grid, rows)
+
+
+def _time_variant(variant: Variant, operands: dict, c, ref) -> dict:
     """Lower and compile one variant, check it against torch's product, time it."""
     import torch
     import triton
@@ -161,19 +185,20 @@ def _time_variant(kernel, consts, out, at_lowering, opts, name, grid, a, b, c, r
 
     # the wait deferral is a pass and the register budgets the allocator's: both are
     # lowering options (handed to compile_kernel they are a ConfigError)
-    lowered = kernel.lower("nvidia", consts, dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, out)),
-                           options=at_lowering)
-    compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, opts)
-    kargs = dict(a=a, b=b, c=c, M=M, N=N, K=K)
+    lowered = variant.kernel.lower("nvidia", variant.consts,
+                                   dict(a=xs.bfloat16, b=xs.bfloat16, c=getattr(xs, variant.out)),
+                                   options=variant.at_lowering)
+    compiled = compile_kernel(lowered.kernel, lowered.placement, lowered.allocation, variant.opts)
+    kargs = dict(operands, c=c)
 
     def run():
-        compiled.launch(grid, kargs)
+        compiled.launch(variant.grid, kargs)
     c.zero_()
     run()
     torch.cuda.synchronize()
     err = (c.float() - ref.float()).abs().max().item() / ref.float().abs().max().item()
-    return {"variant": name, "kernel": kernel.__name__, "options": opts,
-            "staging_smem_kb": opts.get("staging_smem_limit", 0) // 1024 or None,
+    return {"variant": variant.name, "kernel": variant.kernel.__name__, "options": variant.opts,
+            "staging_smem_kb": variant.opts.get("staging_smem_limit", 0) // 1024 or None,
             "tma_store": any(kind == "store_desc" for _, kind, _ in compiled.result.params),
             "ms": triton.testing.do_bench(run, warmup=25, rep=200), "max_rel_err_vs_torch": err}
 
