@@ -152,6 +152,38 @@ def rows_copy(x, y, n, BLOCK: xs.constexpr):
             xs.store(y, [i * BLOCK, 0], xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK]))
 
 
+@xs.kernel(example=EX)
+def keyword_arguments(x, y, n, BLOCK: xs.constexpr):
+    work = xs.role("work", kind="vector")
+    with work:
+        t = xs.load(x, offsets=[0, 0], shape=[BLOCK, BLOCK])
+        xs.store(y, [0, 0], t - xs.max(t, axis=1)[:, None] + xs.sum(x=t, axis=0)[None, :])
+
+
+@xs.kernel(example=EX)
+def unknown_keyword(x, y, n, BLOCK: xs.constexpr):
+    work = xs.role("work", kind="vector")
+    with work:
+        t = xs.load(x, [0, 0], [BLOCK, BLOCK])
+        xs.store(y, [0, 0], xs.max(t, dim=1)[:, None])  # BUG
+
+
+@xs.kernel(example=EX)
+def argument_twice(x, y, n, BLOCK: xs.constexpr):
+    work = xs.role("work", kind="vector")
+    with work:
+        t = xs.load(x, [0, 0], [BLOCK, BLOCK])
+        xs.store(y, [0, 0], xs.sum(t, 1, axis=1)[:, None])  # BUG
+
+
+@xs.kernel(example=EX)
+def argument_missing(x, y, n, BLOCK: xs.constexpr):
+    work = xs.role("work", kind="vector")
+    with work:
+        t = xs.load(x, [0, 0], shape=[BLOCK, BLOCK])
+        xs.store(y, [0, 0], xs.sum(t)[:, None])  # BUG
+
+
 def bug_line(kernel) -> int:
     lines, first = inspect.getsourcelines(kernel.fn)
     return first + next(i for i, text in enumerate(lines) if "# BUG" in text)
@@ -177,6 +209,9 @@ REFUSED = [
     (mma_inner_dimensions, "inner dimensions differ (32 vs 16)", "[K, N]"),
     (broadcast_mismatch, "[16, 16], [8, 16] do not broadcast", "None"),
     (reduce_wrong_axis, "axis 2 of a [16, 16] value", "axis is 0..1"),
+    (unknown_keyword, "xs.max has no keyword 'dim'", "xs.max(x, axis)"),
+    (argument_twice, "xs.sum got 'axis' twice", "xs.sum(x, axis)"),
+    (argument_missing, "xs.sum takes 2 arguments (x, axis), got 1", "xs.sum(x, axis)"),
 ]
 
 
@@ -194,6 +229,16 @@ def test_refused_before_the_emulator_runs():
     with pytest.raises(KernelSourceError) as err:
         slot_field_of_another_shape[(1,)](x, y, 1, BLOCK=16, backend="cpu")
     assert_names_bug(err.value, slot_field_of_another_shape, "ring")
+
+
+def test_arguments_by_parameter_name():
+    # xs.max(t, axis=1), xs.load(x, offsets=..., shape=...): Python's spelling of the same call
+    x, y = torch.randn(16, 16), torch.zeros(16, 16)
+    keyword_arguments[(1,)](x, y, 1, BLOCK=16, backend="cpu")
+    ref = x - x.max(dim=1, keepdim=True).values + x.sum(dim=0, keepdim=True)
+    assert torch.allclose(y, ref, atol=1e-5)
+    for backend in BACKENDS:
+        keyword_arguments.lower(backend)
 
 
 def test_compile_time_comparisons_fold():

@@ -745,15 +745,9 @@ class _Frontend:
                            fix="write `for tile in xs.tile_range(total, persistent=PERSISTENT):`")
             self.error(node, f"`{ast.unparse(f)}` is not an xsync tile op",
                        fix="available: " + ", ".join(sorted(api.TILE_OPS)))
-        lo, hi, keywords = api.TILE_OPS[name]
-        if not lo <= len(node.args) <= hi:
-            self.error(node, f"xs.{name} takes {lo}{'' if lo == hi else f'-{hi}'} positional arguments, "
-                             f"got {len(node.args)}")
-        for k in node.keywords:
-            if k.arg not in keywords:
-                self.error(node, f"xs.{name} has no keyword {k.arg!r}")
+        args, keywords = frontend_rules.bind_arguments(self, node, name, *api.TILE_OPS[name])
         if name in ("zeros", "full"):
-            dtype = self.dtype_of(node.args[-1])
+            dtype = self.dtype_of(args[-1])
             if dtype is None:
                 self.error(node, f"xs.{name} needs a dtype as its last argument (e.g. xs.float32)")
         if name == "replica_id" and self.role_ctx is None:
@@ -768,12 +762,12 @@ class _Frontend:
                        fix="matrix multiplies run in a role of kind 'matrix' (the wgmma warpgroup / "
                            "the Ascend cube core)", objects=(r.name,))
         if name in ("load", "load_scalar") and not (
-                isinstance(node.args[0], ast.Name) and node.args[0].id in self.tensor_dtypes):
-            self.error(node, f"xs.{name} source `{ast.unparse(node.args[0])}` is not a tensor parameter")
+                isinstance(args[0], ast.Name) and args[0].id in self.tensor_dtypes):
+            self.error(node, f"xs.{name} source `{ast.unparse(args[0])}` is not a tensor parameter")
         if name == "pow":
-            return frontend_rules.power(self, node, *node.args)
-        args = tuple(self.expr(a) for a in node.args)
-        kwargs = tuple((k.arg, self.expr(k.value)) for k in node.keywords)
+            return frontend_rules.power(self, node, *args)
+        args = tuple(self.expr(a) for a in args)
+        kwargs = tuple((k.arg, self.expr(k.value)) for k in keywords)
         return ir.Call(ir.TileOp(name), args, kwargs)
 
     def attribute(self, node: ast.Attribute):
