@@ -49,7 +49,9 @@ count: xsync derives them (``python -m xsync check module:kernel`` prints them).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 
 from xsync.dtypes import DTYPES, DType, bfloat16, constexpr, float16, float32, int1, int32  # noqa: F401
 
@@ -64,16 +66,26 @@ def _outside(name: str):
         f"kernel[grid](*args).")
 
 
-# Each entry: name -> (min positional args, max positional args, allowed keywords).
-# The frontend checks calls against this table; renderers must render every entry.
-TILE_OPS: dict[str, tuple[int, int, tuple[str, ...]]] = {}
+@dataclasses.dataclass(frozen=True)
+class TileOpSignature:
+    """What a call of a tile op may pass; the frontend checks calls against it."""
+    min_args: int
+    max_args: int
+    params: tuple[str, ...]      # the positional parameters' names, in order (also passable by name)
+    keywords: tuple[str, ...]    # keyword-only options
+
+
+# name -> its signature; renderers must render every entry.
+TILE_OPS: dict[str, TileOpSignature] = {}
 SYNC_DECLS = ("role", "pipe", "event", "barrier")
 CLUSTER_SIZES = (1, 2, 4, 8)   # programs a cluster may hold (Hopper's portable cluster sizes)
 
 
 def _tile_op(min_args: int, max_args: int, keywords: tuple[str, ...] = ()):
     def wrap(fn):
-        TILE_OPS[fn.__name__] = (min_args, max_args, keywords)
+        params = tuple(p.name for p in inspect.signature(fn).parameters.values()
+                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))[:max_args]
+        TILE_OPS[fn.__name__] = TileOpSignature(min_args, max_args, params, keywords)
 
         @functools.wraps(fn)
         def marker(*args, **kwargs):

@@ -745,7 +745,7 @@ class _Frontend:
                            fix="write `for tile in xs.tile_range(total, persistent=PERSISTENT):`")
             self.error(node, f"`{ast.unparse(f)}` is not an xsync tile op",
                        fix="available: " + ", ".join(sorted(api.TILE_OPS)))
-        args, keywords = frontend_rules.bind_arguments(self, node, name, *api.TILE_OPS[name])
+        args, keywords = frontend_rules.bind_arguments(self, node, name, api.TILE_OPS[name])
         if name in ("zeros", "full"):
             dtype = self.dtype_of(args[-1])
             if dtype is None:

@@ -253,34 +253,28 @@ def num_replicas(fe, node: ast.Call) -> ir.Const:
     return ir.Const(fe.roles[arg.id].replicas)
 
 
-def bind_arguments(fe, node: ast.Call, name: str, lo: int, hi: int, keywords: tuple) -> tuple:
-    """The positional arguments of ``xs.<name>(...)`` -- those passed by the name of their
-    parameter (``xs.max(x, axis=1)``) put in place -- and its keyword-only ones, or a
-    KernelSourceError naming the call's parameters."""
-    import inspect
-
-    from xsync import api
-
-    params = [p for p in inspect.signature(getattr(api, name)).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:hi]
-    names = [p.name for p in params]
-    args, rest = list(node.args), []
-    by_name = {}
+def bind_arguments(fe, node: ast.Call, name: str, sig) -> tuple:
+    """The positional arguments of ``xs.<name>(...)`` (``sig``: its ``api.TileOpSignature``) --
+    those passed by their parameter's name (``xs.max(x, axis=1)``) put in place -- and its
+    keyword-only ones, or a KernelSourceError naming the call's parameters."""
+    params = ", ".join(sig.params)
+    args, options, by_name = list(node.args), [], {}
     for k in node.keywords:
-        if k.arg in keywords:
-            rest.append(k)
-        elif k.arg in names and names.index(k.arg) >= len(node.args) and k.arg not in by_name:
+        if k.arg in sig.keywords:
+            options.append(k)
+        elif k.arg in sig.params[len(node.args):]:
             by_name[k.arg] = k.value
         else:
-            taken = k.arg in names
-            fe.error(node, f"xs.{name} {'got ' + repr(k.arg) + ' twice' if taken else 'has no keyword ' + repr(k.arg)}",
-                     fix=f"its parameters: xs.{name}({', '.join(names + [f'{kw}=' for kw in keywords])})")
-    for param in names[len(args):]:
+            fe.error(node, f"xs.{name} got {k.arg!r} twice" if k.arg in sig.params
+                     else f"xs.{name} has no keyword {k.arg!r}",
+                     fix=f"its parameters: xs.{name}({', '.join(sig.params + tuple(f'{kw}=' for kw in sig.keywords))})")
+    for param in sig.params[len(args):]:
         if param not in by_name:
             break
         args.append(by_name.pop(param))
-    if by_name or not lo <= len(args) <= hi:
-        fe.error(node, f"xs.{name} takes {lo}{'' if lo == hi else f'-{hi}'} arguments "
-                       f"({', '.join(names)}), got {len(node.args) + len(node.keywords) - len(rest)}",
-                 fix=f"call it as xs.{name}({', '.join(names[:lo])})")
-    return args, rest
+    if by_name or not sig.min_args <= len(args) <= sig.max_args:
+        span = sig.min_args if sig.min_args == sig.max_args else f"{sig.min_args}-{sig.max_args}"
+        fe.error(node, f"xs.{name} takes {span} arguments ({params}), "
+                       f"got {len(node.args) + len(node.keywords) - len(options)}",
+                 fix=f"call it as xs.{name}({', '.join(sig.params[:sig.min_args])})")
+    return args, options
