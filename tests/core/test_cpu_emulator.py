@@ -81,9 +81,11 @@ def test_agent_failure_is_reported_and_others_stop(monkeypatch):
     monkeypatch.setattr(runtime, "load", broken_load)
     a = torch.randn(8, 8).bfloat16()
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match="injected load failure"):
+    with pytest.raises(xs.LaunchError, match="injected load failure") as info:
         gemm[(1, 1)](a, a, torch.zeros(8, 8), 8, 8, 8, BM=16, BN=16, BK=16, STAGES=1, backend="cpu")
     assert time.monotonic() - start < 5
+    assert "raised RuntimeError in role 'load'" in str(info.value) and info.value.loc.line
+    assert isinstance(info.value.__cause__, RuntimeError)
 
 
 def test_float_loop_bound_is_refused_at_launch():

@@ -70,6 +70,16 @@ def ping(x, y, n, BLOCK: xs.constexpr):
             ring.release()
 
 
+@xs.kernel(example=EX)
+def divides(x, y, d, BLOCK: xs.constexpr):
+    w = xs.role("w", kind="vector")
+    with w:
+        t = xs.load(x, [0, 0], [BLOCK, BLOCK])
+        t = xs.exp(xs.exp(xs.exp(xs.exp(t * 0.0))))
+        t = xs.exp(xs.exp(xs.exp(xs.exp(t * 0.0))))
+        xs.store(y, [BLOCK // d, 0], t)  # DIVIDES
+
+
 def marker_line(kernel, marker):
     lines, first = inspect.getsourcelines(kernel.fn)
     return first + next(i for i, text in enumerate(lines) if f"# {marker}" in text)
@@ -185,3 +195,29 @@ def test_the_recorder_stops_at_its_op_budget():
     err = info.value
     assert f"passed {MAX_OPS} sync ops" in str(err) and err.loc.file.endswith(HERE)
     assert "--set" in err.fix
+
+
+@pytest.mark.parametrize("mode", ["threads", "cooperative"])
+def test_the_kernels_own_error_names_its_line_role_and_scalars(mode):
+    """Was: a raw ZeroDivisionError whose traceback ended in the generated source."""
+    x, y = _tensors()
+    with xs.options(cpu_mode=mode), pytest.raises(xs.LaunchError) as info:
+        divides[(1,)](x, y, 0, BLOCK=16, backend="cpu")
+    err, msg = info.value, str(info.value)
+    assert err.loc.file.endswith(HERE) and err.loc.line == marker_line(divides, "DIVIDES")
+    assert "raised ZeroDivisionError in role 'w'" in msg and "d = 0" in msg
+    assert isinstance(err.__cause__, ZeroDivisionError)
+    assert not y.any()
+
+
+def test_an_agent_that_fails_past_the_deadline_is_reported_failed_not_done():
+    """Was: an agent whose own error stopped it after the deadline read as "done". Eight
+    exponentials of a 2048 x 2048 tile take longer than the timeout, and straight-line code
+    has no loop iteration or sync call to stop at, so the error comes past the deadline."""
+    x, y = torch.ones(2048, 2048), torch.zeros(2048, 2048)
+    with xs.options(cpu_timeout=0.005, cpu_mode="threads"), pytest.raises(xs.LaunchError) as info:
+        divides[(1,)](x, y, 0, BLOCK=2048, backend="cpu")
+    msg = str(info.value)
+    assert "did not finish within" in msg, msg
+    assert "w: failed: ZeroDivisionError: integer division or modulo by zero at " in msg
+    assert f"{HERE}:{marker_line(divides, 'DIVIDES')}" in msg

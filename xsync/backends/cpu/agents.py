@@ -27,6 +27,7 @@ class Agent:
         self.mma_count = 0
         self.held: dict[str, list] = {}   # pipe -> slots waited and not yet released (FIFO)
         self.stopped_at = None   # the frame it stopped in once the program failed (threads)
+        self.stopped_by = None   # the error it raised itself, if that is what stopped it
         skel = program.skel
         inst = skel.instances[instance]
         # this instance's endpoint on every pipe/event it uses (one role per side)

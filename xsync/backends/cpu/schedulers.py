@@ -9,11 +9,11 @@ import time
 import torch
 
 from xsync.backends.cpu.agents import Agent, CoopAgent
-from xsync.backends.cpu.channels import Aborted, Monitor, Program, leftover_error, stall_error
+from xsync.backends.cpu.channels import Aborted, Monitor, Program, at_text, leftover_error, stall_error
 from xsync.backends.cpu.watchdog import Deadline, Overtime, position, timeout_error
 from xsync.backends.cpu.recording import (ProgramTrace, RecordingAgent, RecordingMonitor, active_trace,
                                           link_pairs, object_infos)
-from xsync.errors import LaunchError
+from xsync.errors import LaunchError, SourceLoc, XSyncError
 from xsync.lowering.cluster_protocol import ClusterSkeleton, expand
 from xsync.lowering.ir import ParamKind
 from xsync.lowering.verifier.check import run_time_verdict
@@ -102,6 +102,11 @@ def _run_coop(compiled, pid, grid, args, deadline, progress=(0, 1), skel=None):
                 finished = True
             except Overtime as over:
                 raise _coop_overtime(compiled, pid, live, done, sched, ag, over, progress) from None
+            except XSyncError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the kernel's own code failed
+                raise _agent_raised(compiled, pid, ag.label, exc, _innermost_frame(exc.__traceback__),
+                                    _scalar_note(k, args, skel, pid)) from exc
         if sched.moves == before and not finished and len(done) < len(live):
             status = {ag.label: ("done" if ag.label in done else
                                  (sched.status[ag.label][0](),) + sched.status[ag.label][1:])
@@ -171,6 +176,7 @@ def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1), skel=None
             except Aborted as stop:
                 ag.stopped_at = _innermost_frame(stop.__traceback__)
             except BaseException as exc:  # noqa: BLE001 - reported by the launcher
+                ag.stopped_at, ag.stopped_by = _innermost_frame(exc.__traceback__), exc
                 mon.fail(exc)
             finally:
                 if trace is not None:
@@ -205,8 +211,13 @@ def _run_program(compiled, pid, grid, args, deadline, progress=(0, 1), skel=None
         prog.ops.sort(key=lambda op: (op.t_start, op.t_end))
         prog.error = mon.failure
         link_pairs(prog)
-    if mon.failure is not None:
-        raise mon.failure
+    failure = mon.failure
+    if isinstance(failure, Exception) and not isinstance(failure, XSyncError):
+        ag = next((a for a in agents if a.stopped_by is failure), None)
+        if ag is not None:
+            raise _agent_raised(compiled, pid, ag.label, failure, ag.stopped_at, scalars) from failure
+    if failure is not None:
+        raise failure
     program.flush_adds()
 
 
@@ -214,6 +225,22 @@ def _innermost_frame(tb):
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return tb.tb_frame if tb is not None else None
+
+
+def _agent_raised(compiled, pid, label, exc, frame, scalars) -> LaunchError:
+    """An exception the kernel's own code raised in an agent (a division by zero, a torch
+    error): reported at the kernel line it ran, with the role and the scalars, not as a
+    traceback through the generated source. Every bad argument is refused before launch,
+    so this is the kernel's arithmetic."""
+    k = compiled.kernel
+    line, at = position(compiled, frame)
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return LaunchError(
+        f"kernel '{k.name}' raised {type(exc).__name__} in role '{label}' on the CPU emulator "
+        f"(program {pid}){at_text(at)}" + (f": {text}" if text else ""),
+        loc=SourceLoc(k.file, line, k.name) if line else None, objects=(label,), details=scalars.rstrip(),
+        fix="the kernel's own code failed at this line with these scalars: guard the value it "
+            "computes (on a GPU the same code gives an undefined result, not an error)")
 
 
 def _threads_overtime(compiled, pid, threads, agents, status, deadline, progress) -> LaunchError:
@@ -225,7 +252,10 @@ def _threads_overtime(compiled, pid, threads, agents, status, deadline, progress
     for t, ag in zip(threads, agents):
         st = status.get(ag.label)
         frame = None if t.is_alive() else ag.stopped_at
-        if st == "done" or (frame is None and not t.is_alive()):   # finished before it saw the stop
+        if ag.stopped_by is not None and not t.is_alive():   # its own error, raised past the deadline
+            line, at = position(compiled, frame)
+            where[ag.label] = (f"failed: {type(ag.stopped_by).__name__}: {ag.stopped_by}", line, at)
+        elif st == "done" or (frame is None and not t.is_alive()):   # finished before it saw the stop
             where[ag.label] = ("done", None, None)
         elif isinstance(st, tuple):        # ("blocked", what, line, at)
             line, at = position(compiled, frame)
