@@ -89,6 +89,18 @@ def test_hopper_spells_interleaved_slots_and_phases():
     assert "[4, 64, 32]" in src    # one ring of 4 slots, not 2 rings x 4
 
 
+def test_hopper_passes_count_an_interleaved_pairs_slots():
+    """Was: at stages=2, interleave=2 (one slot per pair) defer_mma_wait held the previous
+    slot back, and the verifier then refused the user's correct kernel as a deadlock."""
+    notes = {}
+    for stages in (2, 4):
+        low = H.interleaved_gemm.lower("nvidia", dict(H.GEMM, STAGES=stages))
+        assert low.report.proven, low.report
+        (notes[stages],) = [n for n in low.passes.notes if n.pass_name == "defer-mma-wait"]
+    assert not notes[2].applied and "pipe 'ring' has 1 stage per replica pair" in notes[2].why
+    assert notes[4].applied
+
+
 def test_hopper_pair_sums_has_split_counters():
     src = _source(H.pair_sums, "nvidia")
     assert "ring_waited += 1" in src and "ring_released += 1" in src

@@ -37,7 +37,8 @@ and branches entered), numbered as in the log:
    to c later at the top level (``c = t``, the fused split form); nothing else in the body
    reads or writes t or c.
 4. Every shared-memory operand of M is a slot field (``s.f``, ``trans(s.f)``) of a wait W on
-   a pipe P that crosses agents and has at least 2 stages; P is waited once in the body,
+   a pipe P that crosses agents and has at least 2 stages per replica pair (``lane_stages``:
+   an interleaved ring gives each pair stages / interleave); P is waited once in the body,
    before M, and released once, after J. Every register operand is loop-invariant (a wgmma
    in flight reads its registers).
 5. The body synchronizes with no other agent except through those waits and releases
@@ -148,8 +149,9 @@ def _plan(loop: ir.For, kernel, placement):
         pipe = kernel.sync_object(w.obj) if w is not None else None
         if not isinstance(pipe, ir.Pipe) or not placement.crosses(pipe):
             return f"rule 4: operand `{slot}` of the mma at line {m.loc.line} is not a slot of a pipe from another agent"
-        if pipe.stages < 2:
-            return f"rule 4: pipe '{pipe.name}' has {pipe.stages} stage: its next wait would need our own release"
+        if pipe.lane_stages < 2:
+            return (f"rule 4: pipe '{pipe.name}' has {pipe.lane_stages} stage per replica pair: its next "
+                    f"wait would need our own release")
         waits[pipe.name] = w
     if not waits:
         return f"rule 4: the mma at line {m.loc.line} reads no pipe slot"

@@ -47,7 +47,7 @@ and branches entered), the statements identified by use-def chains, not by posit
 2. The body holds exactly two mmas and two mma_waits, all at its top level: S without an
    accumulator and PV with one, each waited to 0 pending (J_S, J_PV) after it.
 3. S reads its B operand from the slot of a wait W_K on a pipe K that crosses agents with at
-   least 2 stages, and its other inputs are loop-invariant; PV reads its B operand from the
+   least 2 stages per replica pair (``lane_stages``), and its other inputs are loop-invariant; PV reads its B operand from the
    slot of a wait W_V on such a pipe V. K and V are each waited once and released once in the
    body (R_K after J_S, R_V after J_PV). K and V may be one pipe (both tiles in one slot: one
    wait before S, one release after J_PV): then the slot is read by S and PV only, and in the
@@ -274,9 +274,9 @@ def _operand_pipe(items, m, j, kernel, placement):
     k = items.index(m)
     w = next((x for x in items[:k] if isinstance(x, ir.SyncOp) and x.verb is ir.Verb.WAIT and slot and x.target == slot), None)
     pipe = kernel.sync_object(w.obj) if w is not None else None
-    if not isinstance(pipe, ir.Pipe) or not placement.crosses(pipe) or pipe.stages < 2:
+    if not isinstance(pipe, ir.Pipe) or not placement.crosses(pipe) or pipe.lane_stages < 2:
         return (f"rule 3: the mma at line {m.loc.line} does not read B from a pipe from another agent "
-                f"with at least 2 stages", None, None)
+                f"with at least 2 stages per replica pair", None, None)
     ops = [x for x in items if isinstance(x, ir.SyncOp) and x.obj == pipe.name]
     nested = [x for x in ir.walk(tuple(items)) if isinstance(x, ir.SyncOp) and x.obj == pipe.name]
     rels = [x for x in ops if x.verb is ir.Verb.RELEASE]
