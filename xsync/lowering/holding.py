@@ -21,9 +21,11 @@ interleaved rings (docs/verifier.md, "Holding several slots").
 from __future__ import annotations
 
 import ast
+import dataclasses
 
 from xsync.errors import SlotOrderError
 from xsync.lowering import ir
+from xsync.lowering.passes import dataflow
 
 
 def interleave(fe, kw: dict, s, name: str, stages: int, src, dst) -> int:
@@ -70,43 +72,82 @@ def release_slot(fe, pipe, call: ast.Call, s) -> str | None:
 
 
 def check_release_order(kernel: ir.KernelIR) -> None:
-    """Refuse a ``release(slot)`` that names a slot other than the oldest one its role holds.
+    """Refuse a ``release(slot)`` that names a slot other than the oldest one its role holds,
+    and a read of a slot's field after the release that freed it (the producer may already be
+    refilling it: a race on every backend).
 
     Walks the kernel once per role with, per pipe, the slot names the role waited and has not
     yet released (oldest first), across all its role blocks; a loop body is walked twice (its
     second iteration starts where the first ended), and where branches or loops leave different
     lists the pipe's order is unknown and its later named releases are not checked. A name
-    bound by several held waits means the newest of them."""
+    bound by several held waits means the newest of them. A released name stays released
+    until a wait binds it again, on any path that reaches the read."""
     for role in kernel.roles:
-        _walk(kernel, kernel.body, {}, role.name, False)
+        _walk(kernel, kernel.body, _Held({}, {}), role.name, False)
 
 
-def _walk(kernel, stmts, held: dict, role: str, inside: bool) -> dict:
+@dataclasses.dataclass
+class _Held:
+    slots: dict    # pipe -> slot names waited and not yet released, oldest first (None: unknown)
+    gone: dict     # slot name -> (pipe, line of the release that freed it), until waited again
+
+    def copy(self) -> "_Held":
+        return _Held(dict(self.slots), dict(self.gone))
+
+
+def _walk(kernel, stmts, held: _Held, role: str, inside: bool) -> _Held:
     for st in stmts:
+        if inside:
+            _check_reads(kernel, st, held.gone, role)
         if isinstance(st, ir.SyncOp) and inside and isinstance(kernel.sync_object(st.obj), ir.Pipe):
-            names = held.get(st.obj, [])
-            if st.verb is ir.Verb.WAIT and names is not None:
-                held[st.obj] = names + [st.target or "?"]
+            names = held.slots.get(st.obj, [])
+            if st.verb is ir.Verb.WAIT:
+                held.gone.pop(st.target, None)
+                if names is not None:
+                    held.slots[st.obj] = names + [st.target or "?"]
             elif st.verb is ir.Verb.RELEASE and names is not None:
                 if st.slot is not None:
                     _check(kernel, st, names)
-                held[st.obj] = names[1:]
+                freed = st.slot or (names[0] if names else None)
+                if freed and freed != "?" and freed not in names[1:]:
+                    held.gone[freed] = (st.obj, st.loc.line)
+                held.slots[st.obj] = names[1:]
         elif isinstance(st, ir.For):
-            once = _walk(kernel, st.body, dict(held), role, inside)
-            twice = _walk(kernel, st.body, dict(once), role, inside) if once != held else once
+            once = _walk(kernel, st.body, held.copy(), role, inside)
+            twice = _walk(kernel, st.body, once.copy(), role, inside) if once != held else once
             held = _merge(held, once, twice)
         elif isinstance(st, ir.If):
-            held = _merge(_walk(kernel, st.body, dict(held), role, inside),
-                          _walk(kernel, st.orelse, dict(held), role, inside))
+            held = _merge(_walk(kernel, st.body, held.copy(), role, inside),
+                          _walk(kernel, st.orelse, held.copy(), role, inside))
         elif isinstance(st, ir.RoleBlock) and st.role == role:
             held = _walk(kernel, st.body, held, role, True)
     return held
 
 
-def _merge(*states: dict) -> dict:
+def _merge(*states: _Held) -> _Held:
+    return _Held(_merge_lists(*(x.slots for x in states)),
+                 {k: v for x in states for k, v in x.gone.items()})   # released on some path
+
+
+def _merge_lists(*states: dict) -> dict:
     keys = set().union(*states)
     return {k: (states[0].get(k, []) if all(x.get(k, []) == states[0].get(k, []) for x in states)
                 else None) for k in keys}
+
+
+def _check_reads(kernel, st, gone: dict, role: str) -> None:
+    """A field read of a released slot in ``st`` itself (not the statements inside it)."""
+    if not gone:
+        return
+    for e in dataflow.stmt_exprs(st):
+        if isinstance(e, ir.Attr) and isinstance(e.value, ir.Name) and e.value.id in gone:
+            name = e.value.id
+            pipe, line = gone[name]
+            raise SlotOrderError(
+                f"`{name}.{e.attr}` reads slot `{name}` of pipe '{pipe}' after its release at line "
+                f"{line}: the producer may already be refilling it", loc=st.loc, objects=(pipe, role),
+                fix=(f"read every field of `{name}` before releasing it: move the release after this "
+                     f"line (releases free the oldest held slot first, so keep the order of waits)"))
 
 
 def _check(kernel, st: ir.SyncOp, names: list) -> None:
@@ -156,9 +197,10 @@ def most_held(kernel: ir.KernelIR) -> dict[str, int]:
             elif isinstance(st, ir.For):
                 once = visit(st.body, dict(held), role, inside)
                 twice = visit(st.body, dict(once), role, inside) if once != held else once
-                held = _merge(held, once, twice)
+                held = _merge_lists(held, once, twice)
             elif isinstance(st, ir.If):
-                held = _merge(visit(st.body, dict(held), role, inside), visit(st.orelse, dict(held), role, inside))
+                held = _merge_lists(visit(st.body, dict(held), role, inside),
+                                    visit(st.orelse, dict(held), role, inside))
             elif isinstance(st, ir.RoleBlock) and st.role == role:
                 held = visit(st.body, held, role, True)
         return held
