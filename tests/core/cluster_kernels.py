@@ -219,9 +219,114 @@ def tile_unknown_keyword(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLU
             ring.release()
 
 
+@xs.kernel(example=EX)
+def multicast_offsets_carried(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    """The rank reaches the offsets around the loop: from the second iteration on."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    row = 0
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [row, 0], [BLOCK, BLOCK])  # BUG
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [(j * CLUSTER + xs.cluster_rank()) * BLOCK, 0], got.t)
+            ring.release()
+        row = row + BLOCK + xs.cluster_rank() * BLOCK
+
+
+@xs.kernel(example=EX)
+def multicast_offsets_by_branch(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    """The offsets are assigned in a branch on the rank: each arm a rank-free value."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    for tile in xs.tile_range(n):
+        if xs.cluster_rank() == 0:
+            row = tile * BLOCK
+        else:
+            row = tile * BLOCK + BLOCK
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [row, 0], [BLOCK, BLOCK])  # BUG
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [(tile * CLUSTER + xs.cluster_rank()) * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def multicast_written_by_branch(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    """Each arm of a branch on the rank writes the field once, from another row."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    for tile in xs.tile_range(n):
+        with load:
+            s = ring.acquire()
+            if xs.cluster_rank() == 0:
+                s.t = xs.load(x, [tile * BLOCK, 0], [BLOCK, BLOCK])  # BUG
+            else:
+                s.t = xs.load(x, [tile * BLOCK + BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [(tile * CLUSTER + xs.cluster_rank()) * BLOCK, 0], got.t)
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def multicast_by_grid_row(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    """A 2-D grid, clusters along axis 0: program_id(1) is the same for a cluster's programs,
+    so it may place a multicast load (each grid row its own column block of x)."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    col = xs.program_id(1) * BLOCK
+    for tile in xs.tile_range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [tile * BLOCK, col], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [(tile * CLUSTER + xs.cluster_rank()) * BLOCK, col], got.t + xs.cluster_rank())
+            ring.release()
+
+
+@xs.kernel(example=EX)
+def multicast_without_cluster(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    """No xs.cluster: every program is a cluster of one, so the tile of xs.tile_range (its
+    program id) may place a multicast load, as with xs.cluster(1)."""
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    for tile in xs.tile_range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [tile * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            got = ring.wait()
+            xs.store(y, [tile * BLOCK, 0], got.t)
+            ring.release()
+
+
 REFUSED = (
     (multicast_offsets_by_rank, "depend on `row` (computed from xs.cluster_rank())"),
-    (multicast_offsets_by_program_id, "depend on `j` (computed from xs.program_id())"),
+    (multicast_offsets_by_program_id,
+     "depend on `j` (computed from xs.program_id(), through the bounds of the loop at line"),
+    (multicast_offsets_carried, "depend on `row` (computed from xs.cluster_rank())"),
+    (multicast_offsets_by_branch, "depend on `row` (computed from xs.cluster_rank(), through the branch at line"),
+    (multicast_written_by_branch, "slot `s`, acquired before the branch at line"),
     (multicast_computed, "not written by xs.load"),
     (multicast_from_vector, "producer 'make' is a vector role"),
     (cluster_after_role, "after a role declaration"),

@@ -100,6 +100,29 @@ def test_allocation_says_what_multicast_becomes(backend):
     assert "multicast b" in table and "each program loads its own copy" in table
 
 
+@pytest.mark.parametrize("cluster", [1, 2, 4])
+def test_program_id_of_axis_1_may_place_a_multicast_load(cluster):
+    """A cluster is programs of axis 0, so program_id(1) is the same for all of them."""
+    x = torch.randn(3 * 16, 32)
+    y = torch.zeros(3 * cluster * 16, 32)
+    C.multicast_by_grid_row[(cluster, 2)](x, y, 3, BLOCK=16, STAGES=2, CLUSTER=cluster, backend="cpu")
+    rank = torch.arange(cluster).repeat(3).repeat_interleave(16)[:, None]
+    expected = x.reshape(3, 1, 16, 32).expand(3, cluster, 16, 32).reshape(-1, 32) + rank
+    torch.testing.assert_close(y, expected)
+    for backend in BACKENDS:
+        assert C.multicast_by_grid_row.lower(backend, dict(BLOCK=16, STAGES=2, CLUSTER=cluster)).report.proven
+
+
+def test_a_multicast_field_without_a_cluster_is_a_cluster_of_one():
+    """Was: refused at the load as depending on xs.program_id(), the tile of xs.tile_range."""
+    x = torch.randn(64, 16)
+    y = torch.zeros_like(x)
+    C.multicast_without_cluster[(2,)](x, y, 4, BLOCK=16, STAGES=2, backend="cpu")
+    torch.testing.assert_close(y, x)
+    for backend in BACKENDS:
+        assert C.multicast_without_cluster.lower(backend).report.proven
+
+
 def test_no_cluster_rows_for_a_cluster_of_one():
     low = C.rank_rows.lower("cpu", dict(BLOCK=16, STAGES=2, CLUSTER=1), dict(x=xs.float32, y=xs.float32))
     assert "consecutive programs" not in low.allocation.table()

@@ -15,9 +15,12 @@ Rules (each a :class:`~xsync.errors.KernelSourceError` at the user's line):
    ``slot.f = xs.load(tensor, offsets, shape)``: the copy engine delivers a load to several
    programs, not a computed value.
 3. The offsets of that load do not depend on the program inside the cluster: no
-   ``xs.cluster_rank()``, ``xs.program_id()`` or ``xs.replica_id()``, and no name or loop bound
-   computed from one (followed through assignments in program order). ``xs.cluster_id()``,
-   ``xs.num_clusters()`` and the tile of ``xs.tile_range`` are the same for all of them.
+   ``xs.cluster_rank()``, ``xs.program_id(0)`` or ``xs.replica_id()``, and no name computed
+   from one -- through assignments, through a branch or loop trip count that depends on one,
+   or around a loop -- and the load itself runs under no such branch or loop.
+   ``xs.cluster_id()``, ``xs.num_clusters()``, ``xs.program_id(1)`` and up, and the tile of
+   ``xs.tile_range`` are the same for all of them (with clusters of one program,
+   ``xs.program_id(0)`` is the cluster).
 
 Whether every program of a cluster waits, and releases, as many slots of a multicast pipe is a
 property of the protocol, decided by the verifier (a program that skips a release leaves the
@@ -84,65 +87,129 @@ def multicast_flag(fe, fnode: ast.Call, s, pipe: str, field: str) -> bool:
 
 
 # ---------------------------------------------------------------- rules 2 and 3
-def _program_dependent(e, tainted: dict[str, str]) -> str | None:
-    """What makes ``e`` differ between the programs of a cluster (traced to the call it comes
-    from), or None."""
-    for x in ir.subexprs(e):
-        if isinstance(x, ir.Call) and x.op in PROGRAM_DEPENDENT:
-            return f"xs.{x.op}()"
-        if isinstance(x, ir.Name) and x.id in tainted:
-            return f"`{x.id}` (computed from {tainted[x.id]})"
-    return None
+@dataclasses.dataclass
+class _Branch:
+    """The outermost branch on a program-dependent condition that a statement runs in, and the
+    slots acquired inside it (a slot acquired before it gets a different tile in each arm)."""
+    why: str       # the call the condition comes from
+    line: int
+    acquired: set = dataclasses.field(default_factory=set)
+
+
+@dataclasses.dataclass
+class _Taint:
+    """Rule 3's data flow: which names differ between the programs of a cluster, each with the
+    call it comes from. A name is tainted by a value computed from one; where paths join -- after
+    a branch on such a condition, after a loop whose trip count depends on one -- by being
+    assigned on them; and around a loop by what a later iteration assigns (the loop head joins
+    entry and back edge). Inside a branch or loop every program that runs a statement computes
+    the same values, so how often a multicast load runs is left to the verifier (a program that
+    takes fewer slots is a deadlock with a counterexample)."""
+    kernel: ir.KernelIR
+    multicast: set
+    names: dict = dataclasses.field(default_factory=dict)     # name -> where it comes from
+
+    def source(self, e) -> str | None:
+        """What makes ``e`` differ between the programs of a cluster, or None. ``program_id``
+        of axis 1 and up is the same for them (a cluster is programs of axis 0), and with
+        clusters of one program ``program_id(0)`` is the cluster."""
+        for x in ir.subexprs(e):
+            if isinstance(x, ir.Call) and x.op in PROGRAM_DEPENDENT and not self._same_in_cluster(x):
+                return f"xs.{x.op}()"
+            if isinstance(x, ir.Name) and x.id in self.names:
+                return f"`{x.id}` (computed from {self.names[x.id]})"
+        return None
+
+    def _same_in_cluster(self, call: ir.Call) -> bool:
+        if call.op is not ir.TileOp.PROGRAM_ID:
+            return False
+        axis = call.args[0] if call.args else ir.Const(0)
+        return isinstance(axis, ir.Const) and (axis.value != 0 or self.kernel.cluster == 1)
+
+    def assign(self, names, hit: str | None) -> None:
+        for n in names:
+            if hit:
+                self.names[n] = _root(hit)
+            else:
+                self.names.pop(n, None)
+
+    def joined(self, stmts, hit: str, where: str) -> None:
+        """Taint what ``stmts`` assign: after them their values depend on ``hit``."""
+        for n in set().union(*map(dataflow.assigned, stmts)):
+            self.names[n] = f"{_root(hit)}, through {where}"
+
+    def walk(self, stmts, branch: _Branch | None = None) -> None:
+        for s in stmts:
+            if isinstance(s, ir.Assign):
+                self.assign(s.targets, self.source(s.value))
+            elif isinstance(s, ir.For):
+                self.loop(s, branch)
+            elif isinstance(s, ir.If):
+                hit = self.source(s.cond)
+                inner = branch or (_Branch(_root(hit), s.loc.line) if hit else None)
+                entry = dict(self.names)
+                self.walk(s.body, inner)
+                taken = self.names
+                self.names = dict(entry)
+                self.walk(s.orelse, inner)
+                self.names = {**self.names, **taken}
+                if hit:
+                    self.joined(s.body + s.orelse, hit, f"the branch at line {s.loc.line}")
+            elif isinstance(s, ir.RoleBlock):
+                self.walk(s.body, branch)
+            elif isinstance(s, ir.SyncOp) and s.verb is ir.Verb.ACQUIRE and branch and s.target:
+                branch.acquired.add(s.target)
+            elif isinstance(s, ir.SlotWrite) and (s.pipe, s.field) in self.multicast:
+                self.check_write(s, branch)
+
+    def loop(self, s: ir.For, branch: _Branch | None) -> None:
+        first = next(filter(None, map(self.source, (s.start, s.step))), None)   # per-trip values
+        trips = first or self.source(s.stop)
+        where = f"the bounds of the loop at line {s.loc.line}"
+        entry = dict(self.names)
+        while True:      # to the fixpoint: taint only grows, over finitely many names
+            self.names = dict(entry)
+            self.assign((s.var,), first and f"computed from {_root(first)}, through {where})")
+            self.walk(s.body, branch)
+            joined = {**self.names, **entry}
+            if joined.keys() == entry.keys():
+                break
+            entry = joined
+        self.names = joined      # no iteration (entry) or the last one's end
+        if trips:
+            self.joined((s,), trips, where)
+
+    def check_write(self, s: ir.SlotWrite, branch: _Branch | None) -> None:
+        pipe = next(p for p in self.kernel.pipes if p.name == s.pipe)
+        where = f"field '{s.field}' of pipe '{pipe.name}' is multicast"
+        if not (isinstance(s.value, ir.Call) and s.value.op is ir.TileOp.LOAD):
+            raise KernelSourceError(
+                f"{where}, but `{s.slot}.{s.field}` is not written by xs.load", loc=s.loc,
+                objects=(pipe.name,),
+                fix=(f"a multicast field is a tile the copy engine delivers to every program of the "
+                     f"cluster: write it as `{s.slot}.{s.field} = xs.load(tensor, offsets, shape)`, or "
+                     f"declare the field without multicast=True"))
+        hit = next(filter(None, map(self.source, s.value.args[1:2])), None)
+        if hit:
+            what = f"its load's offsets depend on {hit}"
+        elif branch and s.slot not in branch.acquired:
+            what = (f"slot `{s.slot}`, acquired before the branch at line {branch.line} on {branch.why}, "
+                    f"is filled inside it")
+        else:
+            return
+        who = ("the replicas of its copy role" if "xs.replica_id()" in (_root(hit) if hit else branch.why)
+               else "the programs of the cluster")
+        raise KernelSourceError(
+            f"{where}, but {what}: {who} would load different tiles into one slot", loc=s.loc,
+            objects=(pipe.name,),
+            fix=("compute the offsets of a multicast load from xs.cluster_id(), the tile of "
+                 "xs.tile_range, scalars and the counters of loops whose bounds are the same in "
+                 "every program, outside branches on the program; a tile that differs by program "
+                 "is an ordinary field (drop multicast=True)"))
 
 
 def _root(hit: str) -> str:
     return hit.split("computed from ", 1)[1][:-1] if "computed from " in hit else hit
-
-
-def _taint(tainted: dict[str, str], names, hit: str | None) -> None:
-    for n in names:
-        if hit:
-            tainted[n] = _root(hit)
-        else:
-            tainted.pop(n, None)
-
-
-def _check_writes(kernel: ir.KernelIR, stmts, tainted: dict[str, str], multicast: dict) -> None:
-    for s in stmts:
-        if isinstance(s, ir.Assign):
-            _taint(tainted, s.targets, _program_dependent(s.value, tainted))
-        elif isinstance(s, ir.For):
-            _taint(tainted, (s.var,), _program_dependent(s.start, tainted) or _program_dependent(s.stop, tainted)
-                   or _program_dependent(s.step, tainted))
-            _check_writes(kernel, s.body, tainted, multicast)
-        elif isinstance(s, ir.If):
-            _check_writes(kernel, s.body, tainted, multicast)
-            _check_writes(kernel, s.orelse, tainted, multicast)
-        elif isinstance(s, ir.RoleBlock):
-            _check_writes(kernel, s.body, tainted, multicast)
-        elif isinstance(s, ir.SlotWrite) and (s.pipe, s.field) in multicast:
-            _check_multicast_write(kernel, s, tainted)
-
-
-def _check_multicast_write(kernel: ir.KernelIR, s: ir.SlotWrite, tainted: dict[str, str]) -> None:
-    pipe = next(p for p in kernel.pipes if p.name == s.pipe)
-    where = f"field '{s.field}' of pipe '{pipe.name}' is multicast"
-    if not (isinstance(s.value, ir.Call) and s.value.op is ir.TileOp.LOAD):
-        raise KernelSourceError(
-            f"{where}, but `{s.slot}.{s.field}` is not written by xs.load", loc=s.loc,
-            objects=(pipe.name,),
-            fix=(f"a multicast field is a tile the copy engine delivers to every program of the "
-                 f"cluster: write it as `{s.slot}.{s.field} = xs.load(tensor, offsets, shape)`, or "
-                 f"declare the field without multicast=True"))
-    for off in s.value.args[1:2]:
-        hit = _program_dependent(off, tainted)
-        if hit:
-            raise KernelSourceError(
-                f"{where}, but its load's offsets depend on {hit}: the programs of the cluster "
-                f"would need different tiles", loc=s.loc, objects=(pipe.name,),
-                fix=("compute the offsets of a multicast load from xs.cluster_id(), the tile of "
-                     "xs.tile_range, loop counters and scalars only; a tile that differs by program "
-                     "is an ordinary field (drop multicast=True)"))
 
 
 def lower(kernel: ir.KernelIR) -> ir.KernelIR:
@@ -157,7 +224,7 @@ def lower(kernel: ir.KernelIR) -> ir.KernelIR:
                 fix=(f"multicast is a copy engine's delivery: produce the pipe from a role of kind "
                      f"'copy', or drop multicast=True"))
     if multicast:
-        _check_writes(kernel, kernel.body, {}, multicast)
+        _Taint(kernel, multicast).walk(kernel.body)
     return _spelled(kernel)
 
 

@@ -157,9 +157,9 @@ class _Frontend:
             roles=tuple(self.roles.values()), pipes=pipes, events=events, barriers=barriers,
             body=tuple(body), loc=self.loc(fdef), source=self.source, cluster=self.cluster,
             cluster_loc=self.cluster_loc)
-        kernel = cluster.lower(kernel)   # multicast fields' rules; cluster ops in program_id
-        holding.check_release_order(kernel)   # release(slot) names the oldest slot held
         slot_fill.check(kernel)   # each field of a slot written once before its commit
+        kernel = cluster.lower(kernel)   # multicast fields' rules; cluster ops in program_id
+        holding.check_release_order(kernel)   # release order; no slot read after its release
         int_scalars = shapes.check(kernel)   # every tile shape, before any backend meets one
         tile_launch.single_tile_counts(kernel)   # the host can check a one-tile-per-program grid
         return dataclasses.replace(kernel, int_scalars=tuple(sorted(int_scalars.items())))
