@@ -9,7 +9,7 @@ import torch
 
 import xsync as xs
 from tests.core import holding_kernels as H
-from xsync.errors import KernelSourceError
+from xsync.errors import SlotOrderError, KernelSourceError
 
 
 @pytest.mark.parametrize("n", [0, 1, 3])
@@ -144,6 +144,35 @@ def test_release_names_a_waited_slot(call, needle):
     with pytest.raises(KernelSourceError) as info:
         k.lower("cpu")
     assert needle in str(info.value) and info.value.loc.line == 17
+
+
+@pytest.mark.parametrize("consumer,line,release_line", [
+    # the plain release frees the one slot held
+    ("            a = ring.wait()\n            ring.release()\n            xs.store(y, [i * BLOCK, 0], a.t)\n",
+     17, 16),
+    # a named release of the older of two held slots, then a read of it
+    ("            a = ring.wait()\n            b = ring.wait()\n            ring.release(a)\n"
+     "            xs.store(y, [i * BLOCK, 0], a.t + b.t)\n            ring.release(b)\n", 18, 17),
+    # read in a branch after the release
+    ("            a = ring.wait()\n            ring.release()\n            if i > 0:\n"
+     "                xs.store(y, [i * BLOCK, 0], a.t)\n", 18, 16),
+    # released on one arm of a branch only
+    ("            a = ring.wait()\n            if i % 2 == 0:\n                ring.release(a)\n"
+     "            else:\n                ring.release()\n            xs.store(y, [i * BLOCK, 0], a.t * 2.0)\n",
+     20, 19),
+])
+def test_a_slot_is_not_read_after_its_release(consumer, line, release_line):
+    """Was: accepted on every backend; the emulator then read a slot the producer had refilled."""
+    with pytest.raises(SlotOrderError) as info:
+        _kernel(consumer).lower("cpu")
+    err = info.value
+    assert err.loc.line == line and f"reads slot `a` of pipe 'ring' after its release at line {release_line}" in str(err)
+    assert err.objects == ("ring", "work") and "move the release after this line" in err.fix
+
+
+def test_a_slot_waited_again_may_be_read():
+    k = _kernel("            a = ring.wait()\n            xs.store(y, [i * BLOCK, 0], a.t)\n            ring.release(a)\n")
+    assert k.lower("cpu").report.proven
 
 
 def test_named_release_matches_release():
