@@ -9,6 +9,8 @@ import tempfile
 
 import pytest
 
+import xsync as xs
+
 from tests.core import corpus, protogen
 from tests.snapshot.render import _library
 from xsync import backends as registry
@@ -93,3 +95,40 @@ def test_check_reports_render_time_refusals(library_and_corpus):
     assert refused, "no corpus or library kernel is refused at a render step"
     for name, out in refused:
         assert "REJECTED:" in out, (name, out)
+
+
+@xs.kernel(example=dict(x=xs.float32, y=xs.float32, BLOCK=64, STAGES=2, DT=xs.float32))
+def square_rows(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, DT: xs.constexpr):
+    make = xs.role("make", kind="vector", placement="own")
+    mma = xs.role("mma", kind="matrix")
+    ring = xs.pipe(make, mma, stages=STAGES, t=xs.tile([BLOCK, BLOCK], DT))
+    for i in range(n):
+        with make:
+            o = ring.acquire()
+            o.t = (xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK]) * 2.0).to(DT)
+            ring.commit()
+        with mma:
+            u = ring.wait()
+            acc = xs.mma(u.t, xs.trans(u.t))
+            acc = xs.mma_wait(acc, pending=0)
+            ring.release(u)
+            xs.store(y, [i * BLOCK, 0], acc)
+
+
+def _check_dtype(dtype, target):
+    constexprs, dtypes = square_rows.specialization()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        return cli.check_kernel(square_rows, dict(constexprs, DT=dtype), dtypes, [registry.get(target)]), \
+            out.getvalue()
+
+
+def test_check_refuses_an_mma_the_hopper_lowering_cannot_multiply():
+    """Was: check said OK for float32 wgmma operands, and Triton then aborted in NVGPUToLLVM
+    ('WGMMA type or shape is not supported'): the accumulator layout's instruction is K=16."""
+    code, out = _check_dtype(xs.float32, "nvidia")
+    assert code == 1 and "REJECTED: BackendError" in out, out
+    assert "xs.mma's A operand is float32" in out and ".to(xs.bfloat16)" in out
+    for target in TARGETS:
+        assert _check_dtype(xs.bfloat16, target)[0] == 0, target
+    assert _check_dtype(xs.float32, "cpu")[0] == 0

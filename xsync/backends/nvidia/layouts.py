@@ -30,6 +30,7 @@ from xsync.lowering.slicing import agent_body
 
 DEFAULT_LAYOUTS = ("ROW_", "BLOCKED_")     # prefixes of the layouts a tile gets when nothing asks
 WALKS = 4                                  # a fixpoint takes two walks in every kernel so far
+WGMMA_DTYPES = ("bfloat16", "float16")     # operand types the accumulator layout's K=16 wgmma takes
 
 
 class ValueKind(StrEnum):
@@ -406,6 +407,12 @@ class LayoutRules:
             self.fail("the B operand of xs.mma must come from a pipe slot (wgmma reads B from shared "
                       "memory)", loc=self.loc, fix="pass B through a pipe from its producer role")
         at = self.type_of(a) if self.smem_operand_type(a) is None else self.smem_operand_type(a)
+        for name, t in (("A", at), ("B", bt)):
+            if t.dtype is not None and t.dtype.name not in WGMMA_DTYPES and not self.dead:
+                self.fail(f"xs.mma's {name} operand is {t.dtype.name}: the Hopper lowering multiplies 16-bit tiles (wgmma with bf16 or "
+                          f"fp16 operands)", loc=self.loc,
+                          fix="convert the operand where it is made (`slot.f = (...).to(xs.bfloat16)`, or "
+                              "declare the pipe field bfloat16/float16); the accumulator stays float32")
         m, n = at.shape[0], bt.shape[1]
         acc_l = self.layout2d((m, n))
         # a branch a constexpr turns off (`if FUSED_DQ:`) is never compiled (Gluon drops it):
