@@ -320,6 +320,40 @@ def multicast_without_cluster(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr
             ring.release()
 
 
+@xs.kernel(example=dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=64, BN=64, BK=32, CLUSTER=2))
+def gemm_holds_two_multicast_slots(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.constexpr, BK: xs.constexpr,
+                                   CLUSTER: xs.constexpr):
+    """The matrix role holds two slots (wait, wait, release, release): fine on its own agent;
+    on Ascend copy and matrix share the cube, where a pipe holds one value at a time."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    mma = xs.role("mma", kind="matrix")
+    tiles = xs.pipe(load, mma, stages=2, a=xs.tile([BM, BK], a.dtype), b=xs.tile([BK, BN], b.dtype, multicast=True))
+    off_m = (xs.cluster_id() * CLUSTER + xs.cluster_rank()) * BM
+    with mma:
+        acc = xs.zeros([BM, BN], xs.float32)
+    for k in range(0, K, 2 * BK):
+        with load:
+            s = tiles.acquire()
+            s.a = xs.load(a, [off_m, k], [BM, BK])
+            s.b = xs.load(b, [k, 0], [BK, BN])
+            tiles.commit()
+            s2 = tiles.acquire()
+            s2.a = xs.load(a, [off_m, k + BK], [BM, BK])
+            s2.b = xs.load(b, [k + BK, 0], [BK, BN])
+            tiles.commit()
+        with mma:
+            g1 = tiles.wait()
+            g2 = tiles.wait()
+            acc = xs.mma(g1.a, g1.b, acc)
+            acc = xs.mma(g2.a, g2.b, acc)
+            acc = xs.mma_wait(acc, pending=0)
+            tiles.release(g1)
+            tiles.release(g2)
+    with mma:
+        xs.store(c, [off_m, 0], acc)
+
+
 REFUSED = (
     (multicast_offsets_by_rank, "depend on `row` (computed from xs.cluster_rank())"),
     (multicast_offsets_by_program_id,

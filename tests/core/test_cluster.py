@@ -123,6 +123,19 @@ def test_a_multicast_field_without_a_cluster_is_a_cluster_of_one():
         assert C.multicast_without_cluster.lower(backend).report.proven
 
 
+def test_a_deadlock_of_one_programs_placement_does_not_blame_the_cluster():
+    """Was: "program 1 of the cluster never releases slot 0 ... ('mma' releases 2 of its 2
+    waits)" and a fix about xs.cluster_rank() branches, for a kernel that deadlocks on Ascend
+    with clusters of one program too (copy and matrix share the cube)."""
+    k = C.gemm_holds_two_multicast_slots
+    for cluster in (1, 2):
+        assert k.lower("cpu", dict(BM=64, BN=64, BK=32, CLUSTER=cluster)).report.proven
+        with pytest.raises(xs.DeadlockError) as info:
+            k.lower("ascend", dict(BM=64, BN=64, BK=32, CLUSTER=cluster))
+        msg = str(info.value)
+        assert "share agent 'cube'" in msg and "cluster:" not in msg and "xs.cluster_rank()" not in msg, msg
+
+
 def test_no_cluster_rows_for_a_cluster_of_one():
     low = C.rank_rows.lower("cpu", dict(BLOCK=16, STAGES=2, CLUSTER=1), dict(x=xs.float32, y=xs.float32))
     assert "consecutive programs" not in low.allocation.table()

@@ -222,7 +222,9 @@ def cluster_text(skel, text: str) -> str:
 def cluster_blame(run, state, stuck) -> str:
     """For a deadlock of a cluster's programs: which program keeps a multicast slot from which
     (``program 1 of the cluster never releases slot 0 of multicast pipe 'ring'; program 0's
-    'load' waits for it``), or "" where no multicast pipe crosses programs in the deadlock."""
+    'load' waits for it``), or "" where no multicast pipe crosses programs in the deadlock.
+    "Never" is over the whole run: a program that releases the slot later, once something
+    else unblocks it, is stuck for another reason (its own placement), not the cluster's."""
     skel = run.skel
     if not isinstance(skel, ClusterSkeleton):
         return ""
@@ -234,7 +236,7 @@ def cluster_blame(run, state, stuck) -> str:
         mine = run.count((a.endpoint, a.verb, a.obj), state)
         if a.verb is Verb.ACQUIRE:
             cap = run.links[a.obj].capacity
-            late = [d for d in ch.consumers if run.count((d, Verb.RELEASE, a.obj), state) <= mine - cap
+            late = [d for d in ch.consumers if run.total((d, Verb.RELEASE, a.obj)) <= mine - cap
                     and skel.program_of(d.instance) != me]
             if late:
                 d = late[0]
@@ -243,7 +245,7 @@ def cluster_blame(run, state, stuck) -> str:
                         f"{run.total((d, Verb.RELEASE, a.obj))} of its {run.total((d, Verb.WAIT, a.obj))} "
                         f"waits); program {me}'s '{a.endpoint.role}' waits for it to fill the slot again")
         elif a.verb is Verb.WAIT:
-            late = [q for q in ch.producers if run.count((q, Verb.COMMIT, a.obj), state) <= mine
+            late = [q for q in ch.producers if run.total((q, Verb.COMMIT, a.obj)) <= mine
                     and skel.program_of(q.instance) != me]
             if late:
                 q = late[0]
