@@ -141,7 +141,9 @@ def plan(kernel: ir.KernelIR, placement, is_tma_pipe, gluon_multicast: bool | No
                 return Decision(None, f"rule 3: line {s.loc.line} reads xs.cluster_rank() as a value")
             if isinstance(e, ir.Call) and e.op in (ir.TileOp.PROGRAM_ID, ir.TileOp.NUM_PROGRAMS) \
                     and not _inside(s, e, (rank, cid, progs)):
-                return Decision(None, f"rule 3: line {s.loc.line} reads the program id of a program")
+                what = "xs.program_id" if e.op is ir.TileOp.PROGRAM_ID else "xs.num_programs"
+                return Decision(None, f"rule 3: line {s.loc.line} reads {what}({_axis(e)}) other than "
+                                      f"through the cluster ops")
     if not split:
         return Decision(None, "rule 3: no tile is split by xs.cluster_rank()")
     multicast = frozenset((p.name, f.name) for p in mpipes for f in p.fields if f.multicast)
@@ -155,6 +157,10 @@ def plan(kernel: ir.KernelIR, placement, is_tma_pipe, gluon_multicast: bool | No
     return Decision(_rewrite(kernel, split, multicast, consts, (cid, cluster.PROGRAM), (progs, cluster.PROGRAMS)),
                     f"rules 1-5: one program over {n} CTAs (num_ctas={n}): the lead CTA multicasts, "
                     f"each CTA arms its full barrier with the bytes it receives")
+
+
+def _axis(call: ir.Call) -> str:
+    return str(call.args[0].value) if call.args and isinstance(call.args[0], ir.Const) else "..."
 
 
 def _inside(s, e, allowed) -> bool:
@@ -176,8 +182,9 @@ def _check_uses(kernel, s, split, multicast, consts) -> str:
                 return f"rule 5: line {line}: the load into '{s.pipe}.{s.field}' has no per-rank row offset"
             block = evaluated(split[v.id][2], consts)
             if block is None or block != evaluated(shape[0], consts):
+                step = "by a value known only at run time" if block is None else f"{block}"
                 return (f"rule 4: line {line}: the load into '{s.pipe}.{s.field}' reads {evaluated(shape[0], consts)} "
-                        f"rows, its rank offset steps {block}")
+                        f"rows, its rank offset steps {step}")
             allowed.append(v)
     elif isinstance(s, ir.Store):
         v = _row_offset(s.offsets[0], split)
