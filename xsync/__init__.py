@@ -5,11 +5,12 @@ import os as _os
 from xsync import _source_kernels
 
 _source_kernels.install(_os.path.dirname(_os.path.abspath(__file__)))
-from xsync.api import (  # noqa: F401
-    DType, arange, barrier, bfloat16, cdiv, constexpr, event, exp2, float16, float32, full,
-    int32, kernel, load, load_scalar, log2, max, maximum, minimum, mma, mma_wait, num_programs,
-    num_replicas, pipe,
-    program_id, replica_id, role, signal, store, sum, tile, tile_range, trans, wait, where, zeros,
+from xsync.api import (  # noqa: F401  (the vocabulary: every tile op and declaration)
+    DType, abs, arange, barrier, bfloat16, cdiv, cluster, cluster_id, cluster_rank, constexpr, erf,
+    event, exp, exp2, float16, float32, full, int1, int32, kernel, load, load_scalar, log, log2, max,
+    maximum, minimum, mma, mma_wait, num_clusters, num_programs, num_replicas, pipe, pow,
+    program_id, replica_id, role, rsqrt, sigmoid, signal, sqrt, store, sum, tanh, tile, tile_range,
+    trans, wait, where, zeros,
 )
 from xsync.config import ConfigError, options  # noqa: F401
 from xsync.errors import (  # noqa: F401

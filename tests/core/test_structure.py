@@ -263,3 +263,17 @@ def test_module_and_function_sizes():
     _fail_on(violations, _report("modules or functions too long (split them, or name them in TOO_LONG "
                                  "with the reason)", violations))
     _fail_on(stale, "TOO_LONG entries that are not too long any more (remove them):\n  " + "\n  ".join(stale))
+
+
+def test_the_whole_vocabulary_is_an_attribute_of_xsync():
+    """Was: xs.exp, xs.sqrt, xs.cluster, xs.cluster_rank ... were spelled only in kernel source
+    (the frontend reads names), so help(xs.exp) and an IDE's completion failed."""
+    import xsync
+    from xsync import api
+
+    declared = {n for n, v in vars(api).items() if not n.startswith("_") and (
+        isinstance(v, api.DType) or (callable(v) and getattr(v, "__module__", "") == "xsync.api"
+                                     and not isinstance(v, type)))}
+    assert set(api.TILE_OPS) <= declared
+    missing = sorted(n for n in declared if getattr(xsync, n, None) is not vars(api)[n])
+    assert missing == [], missing
