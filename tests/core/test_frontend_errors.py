@@ -285,3 +285,28 @@ def test_cli_imports_a_kernel_file_with_its_folder_on_the_path(tmp_path, monkeyp
     monkeypatch.setattr(sys, "path", list(sys.path))
     assert cli.main(["check", f"{tmp_path / 'kern.py'}:rows_copy", "--backend", "cpu"]) == 0, \
         capsys.readouterr().err
+
+
+@xs.kernel(example=dict(a=xs.float32, y=xs.float32, B=16))
+def misspelt_example(at, y, B: xs.constexpr):
+    ld = xs.role("ld", kind="copy")
+    wk = xs.role("wk", kind="vector")
+    r = xs.pipe(ld, wk, stages=1, t=xs.tile([B, B], at.dtype))
+    with ld:
+        s = r.acquire()
+        s.t = xs.load(at, [0, 0], [B, B])
+        r.commit()
+    with wk:
+        g = r.wait()
+        xs.store(y, [0, 0], g.t)
+        r.release()
+
+
+def test_a_misspelt_example_key_is_named_in_the_error_it_leads_to():
+    """Was: example key 'a' (for parameter 'at') was dropped without a word, and the error
+    blamed `at.dtype` only."""
+    with pytest.raises(xs.KernelSourceError) as err:
+        misspelt_example.lower("cpu")
+    assert "the specialization names 'a' (did you mean 'at'?), which no parameter of 'misspelt_example' has" \
+        in err.value.fix
+    assert misspelt_example.lower("cpu", dict(B=16), dict(at=xs.float32, y=xs.float32)).report.proven

@@ -77,6 +77,7 @@ class _Frontend:
                          self.fn.__name__)
 
     def error(self, node, what, fix="", objects=()):
+        fix += frontend_rules.stray_specialization(self)     # a misspelt example= key hides there
         raise KernelSourceError(what, loc=self.loc(node), objects=tuple(objects), fix=fix)
 
     def is_xs(self, node) -> str | None:

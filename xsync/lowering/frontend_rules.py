@@ -4,6 +4,7 @@ with a meaning only at compile time: arithmetic in declarations (``stages=2 ** 3
 from __future__ import annotations
 
 import ast
+import inspect
 import operator
 
 from xsync.dtypes import DType
@@ -278,3 +279,19 @@ def bind_arguments(fe, node: ast.Call, name: str, sig) -> tuple:
                        f"got {len(node.args) + len(node.keywords) - len(options)}",
                  fix=f"call it as xs.{name}({', '.join(sig.params[:sig.min_args])})")
     return args, options
+
+
+def stray_specialization(fe) -> str:
+    """A note for an error's fix naming the specialization's names (``example=`` keys, launch
+    keywords) that are no parameter of the kernel, with the nearest parameter: such a name is
+    ignored, and the error it leads to (a dtype or constexpr without a value) hides the slip."""
+    import difflib
+
+    params = list(inspect.signature(fe.fn).parameters)
+    stray = [k for k in (*fe.tensor_dtypes, *fe.constexprs) if k not in params]
+    notes = []
+    for k in dict.fromkeys(stray):
+        near = difflib.get_close_matches(k, params, n=1)
+        notes.append(f"'{k}'" + (f" (did you mean '{near[0]}'?)" if near else ""))
+    return (f"; note: the specialization names {', '.join(notes)}, which no parameter of "
+            f"'{fe.fn.__name__}' has") if notes else ""
