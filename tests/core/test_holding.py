@@ -239,3 +239,35 @@ def test_emulator_stalls_where_the_verifier_rejects(name, stages):
     with pytest.raises(StallError) as info, xs.options(verify=False, cpu_timeout=5):
         getattr(C, name)[(1,)](x, y, 1, BLOCK=16, STAGES=stages, backend="cpu")
     assert "ring" in str(info.value)
+
+
+@xs.kernel(example=dict(x=xs.float32, y=xs.float32, BLOCK=16, STAGES=3))
+def hold_grows_with_the_trip_count(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            for j in range(2):
+                s = ring.acquire()
+                s.t = xs.load(x, [(2 * i + j) * BLOCK, 0], [BLOCK, BLOCK])
+                ring.commit()
+        with work:
+            a = ring.wait()
+            b = ring.wait()
+            xs.store(y, [i * BLOCK, 0], a.t + b.t)
+            ring.release()        # one of the two: the other stays held
+    for i in range(n):
+        with work:
+            ring.release()
+
+
+@pytest.mark.parametrize("stages", [3, 6])
+def test_a_hold_that_grows_with_the_trip_count_is_not_cured_by_stages(stages):
+    """Was: "raise stages to at least S + 1" at every S, though the hold grows by one slot an
+    iteration."""
+    with pytest.raises(xs.DeadlockError) as info:
+        hold_grows_with_the_trip_count.lower("cpu", dict(BLOCK=16, STAGES=stages))
+    fix = info.value.fix
+    assert "holding 1 more slot(s) of pipe 'ring'" in fix and "more stages only move the deadlock" in fix, fix
+    assert "raise stages" not in fix

@@ -286,6 +286,15 @@ def diagnose(run: Run, state, stuck) -> tuple[int, str, list]:
                     return i, _missing_release_fix(run, a, d, w, r), []
                 if link.register_handoff:
                     return i, _one_agent_pipe_fix(run, link), []
+                growth = _hold_growth(run, d, a.obj, state)
+                if growth:
+                    var, gain = growth
+                    return i, (f"'{d.role}' ends every iteration of its loop over `{var}` holding {gain} "
+                               f"more slot(s) of pipe '{a.obj}' than it began with (each iteration of this "
+                               f"run waits there more often than it releases): what it holds grows with "
+                               f"the trip count, so more stages only move the deadlock to a later `{var}`; "
+                               f"release inside the loop as often as it waits (a hold may span a fixed "
+                               f"number of slots: docs/tutorial.md §14)"), []
                 return i, (f"'{d.role}' holds {held} slot(s) of pipe '{a.obj}' and waits for "
                            f"another before it releases one, while '{a.endpoint.role}' needs a "
                            f"free slot to commit it: release each slot as soon as it is read, or "
@@ -306,6 +315,42 @@ def diagnose(run: Run, state, stuck) -> tuple[int, str, list]:
         return stuck[0], ("the listed agents wait on each other in a cycle; reorder the waits so that "
                           "every signal/commit a role needs is issued before it blocks"), []
     return 0, "", []
+
+
+def _hold_growth(run, d, obj, state) -> tuple[str, int] | None:
+    """(loop variable, slots gained per iteration) where every iteration of the innermost loop
+    consumer ``d`` is stopped in runs the same waits and releases of ``obj`` (the same source
+    lines, in this run's whole unrolled program) and ends holding more than it began with; None
+    otherwise -- a hold that grows only in some iterations may be bounded, and stages cure it."""
+    steps, p = run.progs[d.instance], state[d.instance]
+    if p >= len(steps) or not steps[p].iters:
+        return None
+    outer, (var, _) = steps[p].iters[:-1], steps[p].iters[-1]
+
+    def same_loop(st) -> bool:
+        return len(st.iters) > len(outer) and st.iters[:len(outer)] == outer and st.iters[len(outer)][0] == var
+
+    def trip(k) -> int:
+        return steps[k].iters[len(outer)][1]
+
+    # the steps of this run of the loop: a later loop over the same name starts its count again
+    first, last = p, p
+    while first > 0 and same_loop(steps[first - 1]) and trip(first - 1) <= trip(first):
+        first -= 1
+    while last + 1 < len(steps) and same_loop(steps[last + 1]) and trip(last + 1) >= trip(last):
+        last += 1
+    trips: dict = {}       # iteration -> (source lines of its waits/releases, slots gained)
+    for st in steps[first:last + 1]:
+        a = st.action
+        if a.obj == obj and a.endpoint == d and a.verb in (Verb.WAIT, Verb.RELEASE):
+            lines, gain = trips.get(st.iters[len(outer)][1], ((), 0))
+            trips[st.iters[len(outer)][1]] = (lines + ((a.verb, a.loc.line),),
+                                              gain + (1 if a.verb is Verb.WAIT else -1))
+    shapes = set(trips.values())
+    if len(trips) < 3 or len(shapes) != 1:
+        return None
+    gain = shapes.pop()[1]
+    return (var, gain) if gain > 0 else None
 
 
 def _missing_release_fix(run, a, d, waits, releases) -> str:
