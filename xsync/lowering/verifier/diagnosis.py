@@ -403,12 +403,39 @@ def _ring_self_wait_fix(run, a, state) -> str | None:
                     f"before it releases one: release each slot as soon as it is read, or raise "
                     f"stages to at least {_enough(link, held)}")
     agent = run.skel.instances[link.channels[0].producers[0].instance].agent
-    return (f"pipe '{link.obj}' runs from '{link.src}' to '{link.dst}', which share agent "
-            f"'{agent}' on the {run.skel.backend} placement: it is a ring of {link.stages} slot(s) "
-            f"and the agent runs its roles in source order, so '{link.src}' cannot run more than "
-            f"{link.stages} step(s) ahead. Put both roles' steps in one shared loop (`for ...: "
-            f"with {link.src}: ... {link.obj}.commit()` then `with {link.dst}: ... "
+    where = (f"pipe '{link.obj}' runs from '{link.src}' to '{link.dst}', which share agent '{agent}' "
+             f"on the {run.skel.backend} placement, and the agent runs its roles in source order")
+    in_a_row = _acquires_in_a_row(run, a, state)
+    if in_a_row > link.capacity:
+        pairs = f" (interleave={link.interleave}: {link.capacity} per replica pair)" if link.interleave > 1 else ""
+        return (f"{where}: '{link.src}' acquires {in_a_row} slots in a row before '{link.dst}' takes "
+                f"one, and the ring has {link.capacity}{pairs}. Raise stages to at least "
+                f"{in_a_row * link.interleave} (now {link.stages}), or move the `with {link.dst}:` "
+                f"block that reads a slot between the acquires")
+    return (f"{where}: it is a ring of {link.capacity} slot(s) a replica pair, so '{link.src}' cannot "
+            f"run more than {link.capacity} step(s) ahead. Put both roles' steps in one shared loop "
+            f"(`for ...: with {link.src}: ... {link.obj}.commit()` then `with {link.dst}: ... "
             f"{link.obj}.wait() ... {link.obj}.release()`)")
+
+
+def _acquires_in_a_row(run, a, state) -> int:
+    """How many acquires of ``a``'s pipe its agent runs from the last release before the stuck
+    one to the next wait after it (the slots the producer fills before the consumer, later in
+    source order, frees one), counting the slots the consumer still holds there."""
+    i = a.endpoint.instance
+    steps, p = run.progs[i], state[i]
+    ends = {a.endpoint, *run.links[a.obj].channel_of(a.endpoint).consumers}     # this ring's two ends
+
+    def mine(st, verb) -> bool:
+        return st.action.obj == a.obj and st.action.verb is verb and st.action.endpoint in ends
+    k = p
+    while k > 0 and not mine(steps[k - 1], Verb.RELEASE):
+        k -= 1
+    held = sum(1 if mine(st, Verb.WAIT) else -1 if mine(st, Verb.RELEASE) else 0 for st in steps[:k])
+    n = k
+    while n < len(steps) and not mine(steps[n], Verb.WAIT):
+        n += 1
+    return held + sum(1 for st in steps[k:n] if mine(st, Verb.ACQUIRE))
 
 
 def _gather_wait_fix(run, a, ch) -> str:
@@ -424,12 +451,16 @@ def _gather_wait_fix(run, a, ch) -> str:
 
 def _one_agent_pipe_fix(run, link) -> str:
     agent = run.skel.instances[link.channels[0].producers[0].instance].agent
+    own = (f"; or give '{link.dst}' a warpgroup of its own (`xs.role(..., placement=\"own\")`), where "
+           f"the pipe is a ring of {link.stages} slot(s) that may hold several (tutorial §14)"
+           if run.skel.backend == "nvidia" else "")
     return (f"pipe '{link.obj}' runs from '{link.src}' to '{link.dst}', which share agent '{agent}' "
-            f"on the {run.skel.backend} placement: there it holds one value at a time and the agent "
-            f"runs its roles in source order, so stages do not help. Let the producer run at most one "
-            f"step ahead: put both roles' steps in one shared loop (`for ...: with {link.src}: ... "
-            f"{link.obj}.commit()` then `with {link.dst}: ... {link.obj}.wait() ... "
-            f"{link.obj}.release()`), and release each slot before the next acquire")
+            f"on the {run.skel.backend} placement: there it holds one value at a time (so no slot "
+            f"is held while another is waited) and the agent runs its roles in source order, so "
+            f"stages do not help. Let the producer run at most one step ahead: put both roles' steps "
+            f"in one shared loop (`for ...: with {link.src}: ... {link.obj}.commit()` then `with "
+            f"{link.dst}: ... {link.obj}.wait() ... {link.obj}.release()`), and release each slot "
+            f"before the next acquire{own}")
 
 
 def _leftover_fix(run, left) -> str:
