@@ -170,6 +170,15 @@ def test_a_slot_is_not_read_after_its_release(consumer, line, release_line):
     assert err.objects == ("ring", "work") and "move the release after this line" in err.fix
 
 
+def test_releasing_a_rebound_name_says_so():
+    k = _kernel("            a = ring.wait()\n            a = ring.wait()\n"
+                "            xs.store(y, [i * BLOCK, 0], a.t)\n            ring.release(a)\n            ring.release()\n",
+                "stages=4")
+    with pytest.raises(SlotOrderError) as info:
+        k.lower("cpu")
+    assert "give that wait a name of its own, or free the oldest slot with `ring.release()`" in info.value.fix
+
+
 def test_a_slot_waited_again_may_be_read():
     k = _kernel("            a = ring.wait()\n            xs.store(y, [i * BLOCK, 0], a.t)\n            ring.release(a)\n")
     assert k.lower("cpu").report.proven

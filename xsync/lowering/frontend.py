@@ -712,7 +712,9 @@ class _Frontend:
         if n in self.home:
             self.check_owner(n, node)
             if n in self.slots:
-                self.error(node, f"slot `{n}` is used as a value; read one of its fields: `{n}.<field>`")
+                self.error(node, f"slot `{n}` is used as a value; read one of its fields: `{n}.<field>`",
+                           fix="a slot is a name bound by wait() or acquire(); to carry a held slot into "
+                               "the next iteration, alternate two names (tutorial §14, sliding sums)")
             return ir.Name(n)
         if n in self.constexprs:
             return ir.Name(n)

@@ -166,7 +166,11 @@ def _check(kernel, st: ir.SyncOp, names: list) -> None:
                 f"(held, oldest first: {held})")
     why = (f": pipe '{st.obj}' counts waits and releases apart (split counters), so the k-th "
            f"release frees the k-th slot waited")
-    if where:
+    if where and names[0] == st.slot:     # the name was bound again while its older slot is held
+        fix = (f"`{st.slot}` names the newest of the slots bound to it, since a later "
+               f"`{st.slot} = {st.obj}.wait()` rebound it while the older one is still held: give that "
+               f"wait a name of its own, or free the oldest slot with `{st.obj}.release()`{why}")
+    elif where:
         fix = f"release `{names[0]}` first{why}; reorder the releases or keep the slot longer"
     else:
         fix = (f"`{st.slot}` was released earlier on this path (in a loop: by the iteration before) "
