@@ -412,7 +412,8 @@ def _ring_self_wait_fix(run, a, state) -> str | None:
                 f"one, and the ring has {link.capacity}{pairs}. Raise stages to at least "
                 f"{in_a_row * link.interleave} (now {link.stages}), or move the `with {link.dst}:` "
                 f"block that reads a slot between the acquires")
-    return (f"{where}: it is a ring of {link.capacity} slot(s) a replica pair, so '{link.src}' cannot "
+    pair = " a replica pair" if link.interleave > 1 else ""
+    return (f"{where}: it is a ring of {link.capacity} slot(s){pair}, so '{link.src}' cannot "
             f"run more than {link.capacity} step(s) ahead. Put both roles' steps in one shared loop "
             f"(`for ...: with {link.src}: ... {link.obj}.commit()` then `with {link.dst}: ... "
             f"{link.obj}.wait() ... {link.obj}.release()`)")
@@ -421,7 +422,8 @@ def _ring_self_wait_fix(run, a, state) -> str | None:
 def _acquires_in_a_row(run, a, state) -> int:
     """How many acquires of ``a``'s pipe its agent runs from the last release before the stuck
     one to the next wait after it (the slots the producer fills before the consumer, later in
-    source order, frees one), counting the slots the consumer still holds there."""
+    source order, frees one), counting the slots the consumer still holds there; 0 where they
+    span iterations of a loop the wait is not in (per-role loops)."""
     i = a.endpoint.instance
     steps, p = run.progs[i], state[i]
     ends = {a.endpoint, *run.links[a.obj].channel_of(a.endpoint).consumers}     # this ring's two ends
@@ -435,7 +437,12 @@ def _acquires_in_a_row(run, a, state) -> int:
     n = k
     while n < len(steps) and not mine(steps[n], Verb.WAIT):
         n += 1
-    return held + sum(1 for st in steps[k:n] if mine(st, Verb.ACQUIRE))
+    acquires = [st for st in steps[k:n] if mine(st, Verb.ACQUIRE)]
+    # only within one iteration of the loops around the wait: acquires over several of them
+    # come from a loop of the producer's own, which more stages do not mend
+    if n == len(steps) or any(st.iters[:len(steps[n].iters)] != steps[n].iters for st in acquires):
+        return 0
+    return held + len(acquires)
 
 
 def _gather_wait_fix(run, a, ch) -> str:
