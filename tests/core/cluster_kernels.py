@@ -354,6 +354,30 @@ def gemm_holds_two_multicast_slots(a, b, c, M, N, K, BM: xs.constexpr, BN: xs.co
         xs.store(c, [off_m, 0], acc)
 
 
+@xs.kernel(example=EX)
+def consumer_trips_by_rank(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr, CLUSTER: xs.constexpr):
+    """The consumer's loop is one trip shorter in every program but the first: program 1's
+    last slot is left committed and never waited (a leftover, not a deadlock)."""
+    xs.cluster(CLUSTER)
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32, multicast=True))
+    with work:
+        acc = xs.zeros([BLOCK, BLOCK], xs.float32)
+    for j in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [j * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+    for j2 in range(n - xs.cluster_rank()):
+        with work:
+            got = ring.wait()
+            acc = acc + got.t
+            ring.release()
+    with work:
+        xs.store(y, [xs.program_id(0) * BLOCK, 0], acc)
+
+
 REFUSED = (
     (multicast_offsets_by_rank, "depend on `row` (computed from xs.cluster_rank())"),
     (multicast_offsets_by_program_id,

@@ -136,6 +136,14 @@ def test_a_deadlock_of_one_programs_placement_does_not_blame_the_cluster():
         assert "share agent 'cube'" in msg and "cluster:" not in msg and "xs.cluster_rank()" not in msg, msg
 
 
+def test_a_leftover_that_differs_by_program_names_the_cluster_rule():
+    with pytest.raises(xs.LeftoverError) as info:
+        C.consumer_trips_by_rank.lower("cpu")
+    assert "(program 1 of the cluster)" in str(info.value)
+    assert info.value.fix.startswith("every program of the cluster must wait and release")
+    assert C.consumer_trips_by_rank.lower("cpu", dict(BLOCK=16, STAGES=2, CLUSTER=1)).report.proven
+
+
 def test_no_cluster_rows_for_a_cluster_of_one():
     low = C.rank_rows.lower("cpu", dict(BLOCK=16, STAGES=2, CLUSTER=1), dict(x=xs.float32, y=xs.float32))
     assert "consecutive programs" not in low.allocation.table()

@@ -4,7 +4,8 @@ interleaving that leads there, where each agent stands and why), the fix each na
 from __future__ import annotations
 
 from xsync.errors import DeadlockError, LeftoverError, SlotOrderError, XSyncError
-from xsync.lowering.cluster_protocol import CLUSTER_FIX, cluster_blame, cluster_loop_text, cluster_text
+from xsync.lowering.cluster_protocol import (CLUSTER_FIX, ClusterSkeleton, cluster_blame, cluster_loop_text,
+                                             cluster_text)
 from xsync.lowering.ir import Verb
 from xsync.lowering.verifier.candidates import Scalars
 from xsync.lowering.verifier.counterexample import Counterexample
@@ -190,6 +191,8 @@ def leftover_error(run, left) -> LeftoverError:
     if st is not None:
         where = f"the first one: line {st.action.loc.line}{iter_note(st, inline=True)}\n"
     fix = _leftover_fix(run, left)
+    if _programs_differ(run, left):
+        fix = f"{CLUSTER_FIX}; {fix}"     # a cluster's programs run its multicast pipes in step
     path: list = []
     run.greedy([0] * len(run.ids), path=path)
     return LeftoverError(
@@ -199,6 +202,26 @@ def leftover_error(run, left) -> LeftoverError:
                  + placement_notes(run, objects)
                  + f"an interleaving that ends this way ({len(path)} steps):\n"
                  + format_path(run, path)))
+
+
+def _programs_differ(run, left) -> bool:
+    """Whether the programs of a cluster commit, wait or release a multicast pipe that is left
+    with slots over different numbers of times."""
+    skel = run.skel
+    if not isinstance(skel, ClusterSkeleton):
+        return False
+    for obj in {o for o, _, _ in left if o in skel.multicast}:
+        link = run.links[obj]
+        for verb in (Verb.COMMIT, Verb.WAIT, Verb.RELEASE):
+            side = "producers" if verb is Verb.COMMIT else "consumers"
+            counts: dict = {}
+            for ch in link.channels:
+                for e in getattr(ch, side):
+                    p = skel.program_of(e.instance)
+                    counts[p] = counts.get(p, 0) + run.total((e, verb, obj))
+            if len(set(counts.values())) > 1:
+                return True
+    return False
 
 
 def object_loc(run, obj):
