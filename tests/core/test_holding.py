@@ -75,6 +75,9 @@ def test_allocation_tables_show_the_counters():
     assert "2 interleaved ring(s) x 2" in asc and "ring r's slot i at (i % 2) * 2 + r" in asc
     held = H.held_scores.lower("ascend").allocation.table()
     assert "'soft' holds up to 2 slot(s) at once" in held
+    in_core = H.pair_sums.lower("ascend").allocation.table()     # a GM ring inside one vector core
+    assert "split counters" in in_core and "xs_ring_acq (producer), xs_ring_got (consumer)" in in_core
+    assert "'work' holds up to 2 slot(s) at once (waits minus releases); the ring gives it" in in_core
 
 
 def _source(kernel, backend):

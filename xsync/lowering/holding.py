@@ -224,8 +224,10 @@ def counter_row(kernel: ir.KernelIR, link, spelled: str, held: dict[str, int]):
     most = held.get(link.obj, 1)
     if n == 1 and most <= 1:
         return None
-    rule = (f"'{link.dst}' holds up to {most} slot(s) at once (waited - released, at most {cap}: "
-            f"the verifier proves it)" if most > 1 else f"'{link.dst}' holds one slot at a time")
+    per = " per replica pair" if n > 1 else ""
+    rule = (f"'{link.dst}' holds up to {most} slot(s) at once (waits minus releases); the ring gives "
+            f"it {cap}{per}, and the verifier proves the holds fit" if most > 1
+            else f"'{link.dst}' holds one slot at a time")
     if n > 1:
         rule += (f"; interleave={n}: the {n} replica pairs share one ring of {link.stages}, pair r "
                  f"takes its k-th slot at r + {n} * (k % {cap}), phase (k // {cap}) & 1")

@@ -142,6 +142,9 @@ def allocate(kernel, placement, skel, options=None) -> AscendAllocation:
             continue
         if link.in_memory:
             rows.append(Row(p.name, "same core", "no flag", "a GM ring written and read in program order"))
+            row = holding.counter_row(kernel, link, f"xs_{p.name}_acq (producer), xs_{p.name}_got "
+                                      f"(consumer); program order on one core", held)
+            rows += [row] if row else []
         else:
             if p.stages > ASCEND_FLAG_MAX_PENDING:
                 raise AllocationError(
