@@ -16,8 +16,9 @@ Rules (each a :class:`~xsync.errors.KernelSourceError` at the user's line):
    programs, not a computed value.
 3. The offsets of that load do not depend on the program inside the cluster: no
    ``xs.cluster_rank()``, ``xs.program_id(0)`` or ``xs.replica_id()``, and no name computed
-   from one -- through assignments, through a branch or loop trip count that depends on one,
-   or around a loop -- and the load itself runs under no such branch or loop.
+   from one -- through assignments, assigned under a branch or in a loop whose condition or
+   bounds depend on one, or around a loop -- and a slot acquired before such a branch is not
+   filled inside it (each arm would give it another tile).
    ``xs.cluster_id()``, ``xs.num_clusters()``, ``xs.program_id(1)`` and up, and the tile of
    ``xs.tile_range`` are the same for all of them (with clusters of one program,
    ``xs.program_id(0)`` is the cluster).
