@@ -13,6 +13,26 @@ def backend_for(backend=None):
     return select(backend)
 
 
+def check_block(block, size: int, name: str = "block") -> tuple:
+    """``block`` (a tuple of ``size`` positive ints), or a ValueError naming the argument."""
+    if not (isinstance(block, (tuple, list)) and len(block) == size
+            and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise ValueError(f"{name}={block!r}: give {size} positive integers (tile sizes)")
+    return tuple(block)
+
+
+def check_matrix(name: str, t: torch.Tensor) -> None:
+    if t.dim() != 2:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}: give a 2-D tensor [rows, columns]")
+
+
+def check_vector(name: str, t: torch.Tensor, n: int) -> None:
+    """``t`` has exactly ``n`` elements (a per-column weight or bias of a [*, n] input)."""
+    if t.numel() != n:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}: the last dimension of the input is {n}, "
+                         f"so {name} needs {n} elements")
+
+
 def pow2(n: int, least: int = 16) -> int:
     """The smallest power of two >= max(n, least): tiles are powers of two, a bound masks the rest."""
     p = least

@@ -18,7 +18,7 @@ import torch
 
 import xsync as xs
 
-from ._host import backend_for, readable
+from ._host import backend_for, check_block, check_matrix, check_vector, readable
 from ._host import programs as _programs
 
 ACTIVATIONS = {"none": 0, "gelu": 1, "gelu_tanh": 2}
@@ -74,13 +74,16 @@ def matmul_bias_act(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None 
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation {activation!r}: use one of {', '.join(ACTIVATIONS)}")
     backend = backend_for(backend)
+    check_matrix("a", a)
+    check_matrix("b", b)
     (m, k), n = a.shape, b.shape[1]
     if b.shape[0] != k:
         raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: inner dimensions differ")
     if bias is None:
         bias = torch.zeros(n, dtype=torch.float32, device=a.device)
+    check_vector("bias", bias, n)
+    bm, bn, bk = check_block(block, 3)
     c = torch.empty(m, n, dtype=out_dtype or a.dtype, device=a.device)
-    bm, bn, bk = block
     tiles = -(-m // bm) * -(-n // bn)
     grid = (_programs(backend, tiles, a.device, programs),)
     gemm_bias_act[grid](readable(a), readable(b), readable(bias.reshape(1, n)), c, m, n, k,

@@ -21,11 +21,13 @@ is a thread.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 import xsync as xs
 
-from ._host import backend_for, launch_rows, pow2, readable
+from ._host import backend_for, check_block, check_vector, launch_rows, pow2, readable
 
 RMS_FWD = dict(x=xs.bfloat16, w=xs.float32, y=xs.bfloat16, BM=16, BN=256, STAGES=2)
 RMS_BWD = dict(x=xs.bfloat16, w=xs.float32, dy=xs.bfloat16, dx=xs.bfloat16, dw=xs.float32,
@@ -160,13 +162,24 @@ def layernorm_bwd(x, w, dy, dx, dw, db, M, N, eps, BM: xs.constexpr, BN: xs.cons
 
 # ---------------------------------------------------------------- torch-facing functions
 def _rows(x: torch.Tensor) -> torch.Tensor:
-    return readable(x.reshape(-1, x.shape[-1]))
+    if x.dim() == 0:
+        raise ValueError("x is a 0-d tensor: a norm reduces over the last dimension")
+    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])     # -1 cannot be inferred at N = 0
+    return readable(rows) if x.numel() else rows
 
 
 def _launch(kernel, args, n: int, m: int, device, backend, block_rows, programs_):
+    if m == 0 or n == 0:
+        return                                             # nothing to normalize
     bn = pow2(n)
-    bm = block_rows or max(1, min(16, 8192 // bn))        # a [BM, BN] fp32 tile of <= 32 KB
+    bm = check_block((block_rows,), 1, "block_rows")[0] if block_rows is not None else \
+        max(1, min(16, 8192 // bn))                      # a [BM, BN] fp32 tile of <= 32 KB
     launch_rows(kernel, args, m, device, backend, dict(BN=bn, STAGES=2), bm, programs_)
+
+
+def _weight(name: str, t: torch.Tensor, n: int) -> torch.Tensor:
+    check_vector(name, t, n)
+    return readable(t.reshape(1, n)) if n else t.reshape(1, n)
 
 
 def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, backend=None,
@@ -176,7 +189,7 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *
     x2 = _rows(x)
     m, n = x2.shape
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    _launch(rmsnorm_fwd, (x2, readable(weight.reshape(1, n)), y, m, n, float(eps)), n, m, x.device,
+    _launch(rmsnorm_fwd, (x2, _weight("weight", weight, n), y, m, n, float(eps)), n, m, x.device,
             backend, block_rows, programs)
     return y.reshape(x.shape)
 
@@ -189,7 +202,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, e
     m, n = x2.shape
     dx = torch.empty(m, n, dtype=x.dtype, device=x.device)
     dw = torch.zeros(1, n, dtype=torch.float32, device=x.device)
-    _launch(rmsnorm_bwd, (x2, readable(weight.reshape(1, n)), dy2, dx, dw, m, n, float(eps)), n, m,
+    _launch(rmsnorm_bwd, (x2, _weight("weight", weight, n), dy2, dx, dw, m, n, float(eps)), n, m,
             x.device, backend, block_rows, programs)
     return dx.reshape(x.shape), dw.reshape(weight.shape).to(weight.dtype)
 
@@ -224,7 +237,7 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     if bias is None:
         bias = torch.zeros(n, dtype=torch.float32, device=x.device)
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    _launch(layernorm_fwd, (x2, readable(weight.reshape(1, n)), readable(bias.reshape(1, n)), y, m, n,
+    _launch(layernorm_fwd, (x2, _weight("weight", weight, n), _weight("bias", bias, n), y, m, n,
                             float(eps)), n, m, x.device, backend, block_rows, programs)
     return y.reshape(x.shape)
 
@@ -238,7 +251,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     dx = torch.empty(m, n, dtype=x.dtype, device=x.device)
     dw = torch.zeros(1, n, dtype=torch.float32, device=x.device)
     db = torch.zeros(1, n, dtype=torch.float32, device=x.device)
-    _launch(layernorm_bwd, (x2, readable(weight.reshape(1, n)), dy2, dx, dw, db, m, n, float(eps)), n, m,
+    _launch(layernorm_bwd, (x2, _weight("weight", weight, n), dy2, dx, dw, db, m, n, float(eps)), n, m,
             x.device, backend, block_rows, programs)
     return dx.reshape(x.shape), dw.reshape(weight.shape).to(weight.dtype), db.reshape(weight.shape).to(weight.dtype)
 

@@ -3,8 +3,10 @@ block's columns in tiles of ``BN``, keeping a running maximum ``m`` and a runnin
 exp(x - m) rescaled whenever the maximum grows (the online softmax of flash attention), then
 walks them again to write exp(x - m) / l. A copy role streams the column tiles through a ring
 of ``STAGES`` slots, both passes through the same ring, so the second pass's first loads
-overlap the first pass's last tiles. Columns past ``N`` read as -1e30 (their exp is 0);
-rows past ``M`` are dropped by the store.
+overlap the first pass's last tiles. The running maximum starts at float32's lowest finite
+value and columns past ``N`` are left out of the sum by a mask (not by a sentinel value, which
+rows below it would lose to): rows of huge negative values come out uniform, a row of -inf comes
+out NaN, as in torch; rows past ``M`` are dropped by the store.
 
 Programs walk the row blocks with ``xs.tile_range``. On Ascend both roles sit on one vector
 core and the ring is a GM workspace; on Hopper the copy role is a 1-warp TMA producer; on the
@@ -16,7 +18,7 @@ import torch
 
 import xsync as xs
 
-from ._host import backend_for, launch_rows, pow2, readable
+from ._host import backend_for, check_block, launch_rows, pow2, readable
 
 EXAMPLE = dict(x=xs.bfloat16, y=xs.bfloat16, BM=16, BN=256, STAGES=2)
 
@@ -30,7 +32,7 @@ def softmax_rows(x, y, M, N, BM: xs.constexpr, BN: xs.constexpr, STAGES: xs.cons
     for tile in xs.tile_range(xs.cdiv(M, BM)):
         row = tile * BM
         with work:
-            m = xs.full([BM], -1.0e30, xs.float32)
+            m = xs.full([BM], -3.4028234663852886e38, xs.float32)     # float32's lowest
             l = xs.zeros([BM], xs.float32)
         for c in range(0, N, BN):              # pass 1: running max and sum
             with load:
@@ -41,9 +43,11 @@ def softmax_rows(x, y, M, N, BM: xs.constexpr, BN: xs.constexpr, STAGES: xs.cons
                 got = cols.wait()
                 v = got.x.to(xs.float32)
                 cols.release()
-                v = xs.where((c + xs.arange(0, BN))[None, :] < N, v, -1.0e30)
+                inside = (c + xs.arange(0, BN))[None, :] < N
+                v = xs.where(inside, v, -3.4028234663852886e38)
                 m_new = xs.maximum(m, xs.max(v, 1))
-                l = l * xs.exp(m - m_new) + xs.sum(xs.exp(v - m_new[:, None]), 1)
+                p = xs.where(inside, xs.exp(v - m_new[:, None]), 0.0)
+                l = l * xs.exp(m - m_new) + xs.sum(p, 1)
                 m = m_new
         for c in range(0, N, BN):              # pass 2: normalize
             with load:
@@ -62,8 +66,14 @@ def softmax(x: torch.Tensor, *, backend=None, block: tuple[int, int] | None = No
     """softmax(x, dim=-1) in x's dtype; ``block`` = (rows, columns) of a tile (default: up to
     16 rows and up to 1024 columns, so a [BM, BN] fp32 tile stays <= 32 KB)."""
     backend = backend_for(backend)
+    if x.dim() == 0:
+        raise ValueError("x is a 0-d tensor: softmax runs over the last dimension")
+    if x.numel() == 0:
+        return torch.empty_like(x)
     x2 = readable(x.reshape(-1, x.shape[-1]))
     m, n = x2.shape
+    if block is not None:
+        check_block(block, 2)
     bn = block[1] if block else min(pow2(n), 1024)
     bm = block[0] if block else max(1, min(16, 8192 // bn))
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)

@@ -17,7 +17,7 @@ import torch
 
 import xsync as xs
 
-from ._host import backend_for, readable
+from ._host import backend_for, check_block, check_matrix, readable
 
 EXAMPLE = dict(a=xs.bfloat16, b=xs.bfloat16, c=xs.float32, BM=128, BN=128, BK=64, STAGES=3)
 
@@ -68,10 +68,14 @@ def matmul_split_k(a: torch.Tensor, b: torch.Tensor, splits: int | None = None, 
     enough programs to fill the device, at most one split per BK columns of K); the result in
     ``out_dtype`` (a's dtype)."""
     backend = backend_for(backend)
+    check_matrix("a", a)
+    check_matrix("b", b)
     (m, k), n = a.shape, b.shape[1]
     if b.shape[0] != k:
         raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: inner dimensions differ")
-    bm, bn, bk = block
+    bm, bn, bk = check_block(block, 3)
+    if m == 0 or n == 0:
+        return torch.zeros(m, n, dtype=out_dtype or a.dtype, device=a.device)
     tiles = -(-m // bm) * -(-n // bn)
     steps = max(1, -(-k // bk))
     if splits is None:

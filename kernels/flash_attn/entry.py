@@ -107,7 +107,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     _dims(entry, "[batch, seq, heads, head_dim]", 4, q=q, k=k, v=v)
     _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes)
     o, lse = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bool(causal), softmax_scale,
-                       window_size=tuple(window_size))
+                       window_size=None if window_size is None else tuple(window_size))
     out = o.transpose(1, 2)
     return (out, lse, None) if return_attn_probs else out
 
@@ -126,6 +126,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if block_table is not None:
         _unsupported(entry, "block_table", "<tensor>", "pass contiguous packed k and v (block_table=None)")
     k, v = layouts.mqa_heads(k, v, 1)
+    window = None if window_size is None else tuple(window_size)
     o, lse = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              bool(causal), softmax_scale, window_size=tuple(window_size))
+                              bool(causal), softmax_scale, window_size=window)
     return (o, lse, None) if return_attn_probs else o

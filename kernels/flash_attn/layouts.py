@@ -87,10 +87,10 @@ class Layout:
     def view2d(self, t: torch.Tensor, packed: bool) -> torch.Tensor:
         """``t`` (in this layout) as the kernels' 2-D view; ``t.view(-1, d)`` when contiguous."""
         rows, cols = self.extent(t.shape, packed)
+        if rows <= 0 or cols <= 0 or t.numel() == 0:      # (a view of 0 elements cannot infer -1)
+            return t.new_empty((max(rows, 0), max(cols, 0)))
         if t.is_contiguous():
             return t.view(t.shape[0], -1) if packed else t.view(-1, t.shape[-1])
-        if rows <= 0 or cols <= 0 or t.numel() == 0:
-            return t.new_empty((max(rows, 0), max(cols, 0)))
         pitch = t.stride(0 if packed else 2)
         if (t.shape[0] if packed else t.shape[2]) == 1:
             pitch = self._pitch_of(t, packed)

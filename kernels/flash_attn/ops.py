@@ -478,8 +478,10 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 def _op_window(left: int, right: int):
     """The ops' window arguments as attention_impl takes them: (-1, -1) is no window (a
-    normalized window is never that: window.normalize)."""
-    return None if (left, right) == _window.NONE else (int(left), int(right))
+    normalized window is never that: window.normalize). The ops are public (torch.compile
+    graphs call them), so a side below -1 is refused here too."""
+    left, right = _window.sides((left, right), "torch.ops.xsync attention")
+    return None if (left, right) == _window.NONE else (left, right)
 
 
 @_attention_op.register_fake

@@ -21,13 +21,9 @@ from xsync.errors import LaunchError
 NONE = (-1, -1)
 
 
-def normalize(window_size, causal: bool, entry: str = "attention"):
-    """(causal, window): the mask the kernels run. ``window`` is None without a window (also for
-    (-1, -1), and for (-1, 0) under causal, which is the causal mask), else (left, right) with
-    -1 for an unbounded side and right = 0 under causal; ``causal`` is False when a window runs
-    (the window carries it). Bad values raise LaunchError naming ``window_size``."""
-    if window_size is None:
-        return bool(causal), None
+def sides(window_size, entry: str = "attention") -> tuple[int, int]:
+    """(left, right) of a window given as two ints, each >= -1; else a LaunchError naming
+    ``window_size``."""
     try:
         left, right = window_size
     except (TypeError, ValueError):
@@ -39,7 +35,17 @@ def normalize(window_size, causal: bool, entry: str = "attention"):
                 f"or -1 for no bound on that side", objects=("window_size",),
                 fix="pass window_size=(left, right) as two ints (e.g. (128, 0): each query sees "
                     "itself and the 128 keys before it), -1 for an unbounded side, (-1, -1) for none")
-    left, right = int(left), int(right)
+    return int(left), int(right)
+
+
+def normalize(window_size, causal: bool, entry: str = "attention"):
+    """(causal, window): the mask the kernels run. ``window`` is None without a window (also for
+    (-1, -1), and for (-1, 0) under causal, which is the causal mask), else (left, right) with
+    -1 for an unbounded side and right = 0 under causal; ``causal`` is False when a window runs
+    (the window carries it). Bad values raise LaunchError naming ``window_size``."""
+    if window_size is None:
+        return bool(causal), None
+    left, right = sides(window_size, entry)
     if causal:
         right = 0
     if left == -1 and right == -1:

@@ -104,3 +104,20 @@ def test_exported_and_documented():
     assert xsync.sdpa is xsync.kernels.flash_attn.entry.sdpa
     for name in ("sdpa", "flash_attn_func"):
         assert name in ops.attention.__doc__
+
+
+def test_varlen_with_no_keys_at_all_gives_zeros():
+    """Was: a RuntimeError from a 0-element view when k and v held no token."""
+    q = torch.randn(8, 2, 64, dtype=torch.bfloat16)
+    k = torch.randn(0, 2, 64, dtype=torch.bfloat16)
+    cu_q, cu_k = torch.tensor([0, 3, 8], dtype=torch.int32), torch.tensor([0, 0, 0], dtype=torch.int32)
+    out = xsync.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 5, 0)
+    assert out.shape == q.shape and not out.any()
+
+
+def test_window_size_none_is_no_window_and_the_raw_op_checks_its_window():
+    q = torch.randn(1, 16, 2, 64, dtype=torch.bfloat16)
+    torch.testing.assert_close(xsync.flash_attn_func(q, q, q, window_size=None), xsync.flash_attn_func(q, q, q))
+    qh = q.transpose(1, 2).contiguous()
+    with pytest.raises(LaunchError, match=r"window_size=\(-5, 3\) is not a window"):
+        torch.ops.xsync.attention(qh, qh, qh, False, 0.125, -5, 3)

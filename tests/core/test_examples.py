@@ -2,6 +2,7 @@
 (`xsync check`), and the torch functions that launch them match torch in float64 on the CPU
 emulator, on shapes the tiles do not divide and with fewer programs than tiles (persistent)."""
 import os
+import re
 import subprocess
 import sys
 
@@ -188,3 +189,39 @@ def test_benchmark_rows_run_on_the_emulator():
         got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
         assert [(g.shape, g.dtype) for g in got] == [(w.shape, w.dtype) for w in want], name
         assert all(g.isfinite().all() for g in got), name
+
+
+# ---------------------------------------------------------------- edges found by a new user
+@pytest.mark.parametrize("row", [[-3e30, -2e30, -4e30], [-1e32] * 8, [float("-inf")] * 16, [float("-inf")] * 5,
+                                 [float("-inf")] * 20 + [1.0, 2.0]])
+def test_softmax_of_rows_below_any_sentinel(row):
+    """Was: a running max starting at -1e30 and padding columns of -1e30 gave rows of huge
+    negative values 0 (padding counted exp(0) = 1), and a -inf row 0 or NaN by its width."""
+    x = torch.tensor([row])
+    for block in (None, (4, 16)):
+        y = row_softmax.softmax(x, backend="cpu", block=block)
+        torch.testing.assert_close(y, torch.softmax(x.double(), -1).float(), equal_nan=True)
+
+
+def test_the_example_wrappers_take_empty_inputs_and_name_bad_arguments():
+    assert split_k.matmul_split_k(torch.randn(0, 8), torch.randn(8, 5), backend="cpu").shape == (0, 5)
+    assert split_k.matmul_split_k(torch.randn(4, 8), torch.randn(8, 0), backend="cpu").shape == (4, 0)
+    assert row_softmax.softmax(torch.randn(3, 0), backend="cpu").shape == (3, 0)
+    assert norms.rms_norm(torch.randn(3, 0), torch.randn(0), backend="cpu").shape == (3, 0)
+    x = torch.randn(0, 8, requires_grad=True)
+    norms.layer_norm(x, torch.randn(8), backend="cpu").sum().backward()
+    assert x.grad.shape == (0, 8)
+    for call, words in [
+        (lambda: norms.rms_norm(torch.randn(4, 40), torch.randn(39), backend="cpu"), "weight has shape (39,)"),
+        (lambda: norms.layer_norm(torch.randn(4, 40), torch.randn(40), torch.randn(41), backend="cpu"),
+         "bias has shape (41,)"),
+        (lambda: gemm_epilogue.matmul_bias_act(torch.randn(4, 8), torch.randn(8, 50), torch.randn(49),
+                                               backend="cpu"), "bias has shape (49,)"),
+        (lambda: gemm_epilogue.matmul_bias_act(torch.randn(8), torch.randn(8, 5), backend="cpu"), "a has shape (8,)"),
+        (lambda: row_softmax.softmax(torch.tensor(1.0), backend="cpu"), "0-d tensor"),
+        (lambda: row_softmax.softmax(torch.randn(4, 4), backend="cpu", block=(0, 16)), "block=(0, 16)"),
+        (lambda: split_k.matmul_split_k(torch.randn(4, 8), torch.randn(8, 5), backend="cpu", block=(16, 16)),
+         "block=(16, 16)"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            call()
