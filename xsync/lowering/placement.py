@@ -103,6 +103,9 @@ class Target:
     # program of the cluster, or, where it cannot, why each program loads its own copy
     multicast: str = ""
     multicast_missing: str = "the target has no multicast copy"
+    # how a role merged onto another's agent asks for an agent of its own, where the target
+    # can give one ("" where roles' agents are fixed by their kind, as Ascend's cores)
+    own_agent: str = ""
 
     @property
     def bounded(self) -> bool:

@@ -40,7 +40,8 @@ TARGET = Target(
     # Gluon exposes TMA multicast and cluster-scope mbarrier arrives from Triton 3.8 only, and
     # there as one program spread over the cluster's CTAs (CGA layouts), not one per CTA:
     # xsync/backends/nvidia/cluster_ctas.py decides per kernel whether it can spell that
-    multicast_missing="each program loads its own copy, which L2 serves")
+    multicast_missing="each program loads its own copy, which L2 serves",
+    own_agent='a warpgroup of its own (`xs.role(..., placement="own")`)')
 
 
 def place(kernel):

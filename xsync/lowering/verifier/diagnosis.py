@@ -213,10 +213,9 @@ def _programs_differ(run, left) -> bool:
     for obj in {o for o, _, _ in left if o in skel.multicast}:
         link = run.links[obj]
         for verb in (Verb.COMMIT, Verb.WAIT, Verb.RELEASE):
-            side = "producers" if verb is Verb.COMMIT else "consumers"
             counts: dict = {}
             for ch in link.channels:
-                for e in getattr(ch, side):
+                for e in (ch.producers if verb is Verb.COMMIT else ch.consumers):
                     p = skel.program_of(e.instance)
                     counts[p] = counts.get(p, 0) + run.total((e, verb, obj))
             if len(set(counts.values())) > 1:
@@ -481,9 +480,9 @@ def _gather_wait_fix(run, a, ch) -> str:
 
 def _one_agent_pipe_fix(run, link) -> str:
     agent = run.skel.instances[link.channels[0].producers[0].instance].agent
-    own = (f"; or give '{link.dst}' a warpgroup of its own (`xs.role(..., placement=\"own\")`), where "
-           f"the pipe is a ring of {link.stages} slot(s) that may hold several (tutorial §14)"
-           if run.skel.backend == "nvidia" else "")
+    target = run.skel.target
+    own = (f"; or give '{link.dst}' {target.own_agent}, where the pipe is a ring of {link.stages} "
+           f"slot(s) that may hold several (tutorial §14)" if target.own_agent else "")
     return (f"pipe '{link.obj}' runs from '{link.src}' to '{link.dst}', which share agent '{agent}' "
             f"on the {run.skel.backend} placement: there it holds one value at a time (so no slot "
             f"is held while another is waited) and the agent runs its roles in source order, so "
