@@ -234,13 +234,18 @@ def _agent_raised(compiled, pid, label, exc, frame, scalars) -> LaunchError:
     so this is the kernel's arithmetic."""
     k = compiled.kernel
     line, at = position(compiled, frame)
-    text = str(exc).splitlines()[0] if str(exc) else ""
+    text = _first_line(exc)
     return LaunchError(
         f"kernel '{k.name}' raised {type(exc).__name__} in role '{label}' on the CPU emulator "
         f"(program {pid}){at_text(at)}" + (f": {text}" if text else ""),
         loc=SourceLoc(k.file, line, k.name) if line else None, objects=(label,), details=scalars.rstrip(),
         fix="the kernel's own code failed at this line with these scalars: guard the value it "
             "computes (on a GPU the same code gives an undefined result, not an error)")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's text ("" for none): a report row holds one line."""
+    return next(iter(str(exc).splitlines()), "")
 
 
 def _threads_overtime(compiled, pid, threads, agents, status, deadline, progress) -> LaunchError:
@@ -254,7 +259,8 @@ def _threads_overtime(compiled, pid, threads, agents, status, deadline, progress
         frame = None if t.is_alive() else ag.stopped_at
         if ag.stopped_by is not None and not t.is_alive():   # its own error, raised past the deadline
             line, at = position(compiled, frame)
-            where[ag.label] = (f"failed: {type(ag.stopped_by).__name__}: {ag.stopped_by}", line, at)
+            where[ag.label] = (f"failed: {type(ag.stopped_by).__name__}: {_first_line(ag.stopped_by)}",
+                               line, at)
         elif st == "done" or (frame is None and not t.is_alive()):   # finished before it saw the stop
             where[ag.label] = ("done", None, None)
         elif isinstance(st, tuple):        # ("blocked", what, line, at)

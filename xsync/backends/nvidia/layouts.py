@@ -409,8 +409,8 @@ class LayoutRules:
         at = self.type_of(a) if self.smem_operand_type(a) is None else self.smem_operand_type(a)
         for name, t in (("A", at), ("B", bt)):
             if t.dtype is not None and t.dtype.name not in WGMMA_DTYPES and not self.dead:
-                self.fail(f"xs.mma's {name} operand is {t.dtype.name}: the Hopper lowering multiplies 16-bit tiles (wgmma with bf16 or "
-                          f"fp16 operands)", loc=self.loc,
+                self.fail(f"xs.mma's {name} operand is {t.dtype.name}: the Hopper lowering multiplies "
+                          f"16-bit tiles (wgmma with bf16 or fp16 operands)", loc=self.loc,
                           fix="convert the operand where it is made (`slot.f = (...).to(xs.bfloat16)`, or "
                               "declare the pipe field bfloat16/float16); the accumulator stays float32")
         m, n = at.shape[0], bt.shape[1]
