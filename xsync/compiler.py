@@ -415,11 +415,15 @@ def launch_grid(name: str, grid) -> tuple[int, ...]:
 
 
 def caller_loc() -> SourceLoc | None:
-    """The innermost frame outside xsync (and its library kernels' ops): the user's call."""
+    """The innermost frame outside xsync, its library kernels and torch: the user's call."""
     import sys
 
     root = os.path.dirname(os.path.abspath(__file__))
     ours = (root + os.sep, os.path.join(os.path.dirname(root), "kernels") + os.sep)  # + a checkout's kernels/
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        # torch.ops dispatch and autograd sit between the user's call and the library's checks
+        ours += (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,)
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)

@@ -84,10 +84,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 def _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes):
     if dropout_p:
         _unsupported(entry, "dropout_p", dropout_p, "pass dropout_p=0.0 (flash-attn's own kernels do dropout)")
-    try:
-        _window.normalize(window_size, False, entry)
-    except LaunchError as e:        # raised here, so it names the caller's line
-        raise LaunchError(e.what, loc=caller_loc(), objects=e.objects, fix=e.fix) from None
+    _window.normalize(window_size, False, entry)
     if softcap:
         _unsupported(entry, "softcap", softcap, "pass softcap=0.0")
     if alibi_slopes is not None:
@@ -125,7 +122,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes)
     if block_table is not None:
         _unsupported(entry, "block_table", "<tensor>", "pass contiguous packed k and v (block_table=None)")
-    k, v = layouts.mqa_heads(k, v, 1)
+    k, v = layouts.mqa_heads(k, v, 1, q.shape[1])
     window = None if window_size is None else tuple(window_size)
     o, lse = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               bool(causal), softmax_scale, window_size=window)

@@ -236,11 +236,14 @@ def output_layouts(q, k, packed: bool, padded: bool = False) -> tuple[Layout, La
     return lq, lk
 
 
-def mqa_heads(k, v, head_axis: int):
+def mqa_heads(k, v, head_axis: int, q_heads: int):
     """K and V expanded over their head axis (stride 0, e.g. ``k.expand(b, h, s, d)`` of one kv
     head): one kv head, which the kernels share among the query heads as grouped-query
-    attention does, so nothing is materialized. A view: autograd sums the heads' gradients."""
-    if k.shape[head_axis] > 1 and k.stride(head_axis) == 0 and v.stride(head_axis) == 0 \
+    attention does, so nothing is materialized. A view: autograd sums the heads' gradients.
+    Only where the expanded count divides ``q_heads``: otherwise the shapes stay, and the checks
+    refuse them as torch and flash-attn do."""
+    heads = k.shape[head_axis]
+    if heads > 1 and q_heads % heads == 0 and k.stride(head_axis) == 0 and v.stride(head_axis) == 0 \
             and k.shape == v.shape:
         index = (slice(None),) * head_axis + (slice(0, 1),)
         return k[index], v[index]

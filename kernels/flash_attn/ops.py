@@ -23,6 +23,7 @@ import math
 import torch
 
 from xsync import config as _config
+from xsync.compiler import caller_loc
 from xsync.kernels.flash_attn import layouts, schedule, tiles
 from xsync.kernels.flash_attn import window as _window
 from xsync.kernels.flash_attn.kernel import attention_fwd
@@ -77,7 +78,7 @@ def scale_constexprs(sm_scale: float | None) -> dict:
 
 
 def _fail(msg: str, fix: str):
-    raise LaunchError(f"attention: {msg}", fix=fix)
+    raise LaunchError(f"attention: {msg}", loc=caller_loc(), fix=fix)
 
 
 def _check(q, k, v, packed: bool, sm_scale):
@@ -572,7 +573,7 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, wind
             return hit
     _tensor_args(q=q, k=k, v=v)
     if k.dim() == 4 and v.dim() == 4:
-        k, v = layouts.mqa_heads(k, v, 1)
+        k, v = layouts.mqa_heads(k, v, 1, q.shape[1])
     scale = _scale_arg(q, sm_scale)
     if _direct(q, k, v):
         return attention_impl(q, k, v, causal, scale, window)
@@ -594,7 +595,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     _refuse_transforms("attention_varlen", q, k, v)
     causal, window = _window.normalize(window_size, causal, "attention_varlen")
     if k.dim() == 3 and v.dim() == 3:
-        k, v = layouts.mqa_heads(k, v, 1)
+        k, v = layouts.mqa_heads(k, v, 1, q.shape[1])
     if _direct(q, k, v, cu_seqlens_q, cu_seqlens_k):
         return attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, _int_arg(max_seqlen_q),
                                      _int_arg(max_seqlen_k), causal, _scale_arg(q, sm_scale), window)

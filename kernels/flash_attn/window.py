@@ -17,6 +17,7 @@ is proportional to the window, not to the sequence.
 from __future__ import annotations
 
 from xsync.errors import LaunchError
+from xsync.compiler import caller_loc
 
 NONE = (-1, -1)
 
@@ -32,7 +33,7 @@ def sides(window_size, entry: str = "attention") -> tuple[int, int]:
         if isinstance(side, bool) or not isinstance(side, int) or side < -1:
             raise LaunchError(
                 f"{entry}: window_size={window_size!r} is not a window; each side is an int >= 0, "
-                f"or -1 for no bound on that side", objects=("window_size",),
+                f"or -1 for no bound on that side", loc=caller_loc(), objects=("window_size",),
                 fix="pass window_size=(left, right) as two ints (e.g. (128, 0): each query sees "
                     "itself and the 128 keys before it), -1 for an unbounded side, (-1, -1) for none")
     return int(left), int(right)

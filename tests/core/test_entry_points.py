@@ -121,3 +121,33 @@ def test_window_size_none_is_no_window_and_the_raw_op_checks_its_window():
     qh = q.transpose(1, 2).contiguous()
     with pytest.raises(LaunchError, match=r"window_size=\(-5, 3\) is not a window"):
         torch.ops.xsync.attention(qh, qh, qh, False, 0.125, -5, 3)
+
+
+LOWER_ERRORS = [
+    ("dtype", lambda q: xsync.kernels.flash_attn.attention(q.double(), q, q)),
+    ("head_dim", lambda q: torch.ops.xsync.attention(q, q, q[..., :32], False, 0.125)),
+    ("heads", lambda q: xsync.flash_attn_func(q, q[:, :, :1].expand(1, 8, 3, D), q[:, :, :1].expand(1, 8, 3, D))),
+    ("window", lambda q: xsync.kernels.flash_attn.attention(q, q, q, window_size=(-5, 0))),
+]
+
+
+@pytest.mark.parametrize("what,call", LOWER_ERRORS, ids=[e[0] for e in LOWER_ERRORS])
+def test_checks_below_the_entry_points_name_the_callers_line(what, call):
+    """The op's own checks (reached through the attention op, the public torch op and
+    torch.ops dispatch) name the user's line, not a frame of xsync or torch."""
+    with pytest.raises(LaunchError) as err:
+        call(bf(1, 8, 4, D))
+    assert err.value.fix
+    assert err.value.loc is not None and err.value.loc.file == HERE, err.value
+
+
+def test_expanded_kv_heads_that_do_not_divide_the_query_heads_are_refused():
+    """K/V expanded to 3 heads beside 4 query heads is refused as torch refuses it (it ran as
+    one shared kv head); an expansion to a divisor still runs as one kv head."""
+    torch.manual_seed(5)
+    q, k1, v1 = bf(1, 4, 8, D), bf(1, 1, 8, D), bf(1, 1, 8, D)
+    with pytest.raises(LaunchError, match="4 query heads are not a multiple of 3"):
+        xsync.sdpa(q, k1.expand(1, 3, 8, D), v1.expand(1, 3, 8, D), enable_gqa=True)
+    got = xsync.sdpa(q, k1.expand(1, 2, 8, D), v1.expand(1, 2, 8, D), enable_gqa=True)
+    torch.testing.assert_close(got.double(), torch_sdpa(q, k1.expand(1, 4, 8, D), v1.expand(1, 4, 8, D)),
+                               atol=2e-2, rtol=2e-2)
