@@ -16,8 +16,8 @@ is proportional to the window, not to the sequence.
 """
 from __future__ import annotations
 
-from xsync.errors import LaunchError
 from xsync.compiler import caller_loc
+from xsync.errors import LaunchError
 
 NONE = (-1, -1)
 
