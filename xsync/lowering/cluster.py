@@ -88,11 +88,40 @@ def multicast_flag(fe, fnode: ast.Call, s, pipe: str, field: str) -> bool:
 
 
 # ---------------------------------------------------------------- rules 2 and 3
+@dataclasses.dataclass(frozen=True)
+class _Origin:
+    """Where a value that differs between a cluster's programs comes from: the program-dependent
+    call, and the joins (a branch, a loop's bounds) through which it reached a name."""
+    op: ir.TileOp               # one of PROGRAM_DEPENDENT
+    through: tuple = ()         # e.g. ("the branch at line 12",)
+
+    def via(self, where: str) -> "_Origin":
+        return _Origin(self.op, self.through + (where,))
+
+    @property
+    def call(self) -> str:
+        return f"xs.{self.op}()"
+
+    def __str__(self) -> str:
+        return ", through ".join((self.call,) + self.through)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Hit:
+    """What makes an expression differ between the programs: a program-dependent call in it, or
+    a name it reads that one tainted."""
+    origin: _Origin
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return f"`{self.name}` (computed from {self.origin})" if self.name else self.origin.call
+
+
 @dataclasses.dataclass
 class _Branch:
     """The outermost branch on a program-dependent condition that a statement runs in, and the
     slots acquired inside it (a slot acquired before it gets a different tile in each arm)."""
-    why: str       # the call the condition comes from
+    why: _Origin   # what the condition comes from
     line: int
     acquired: set = dataclasses.field(default_factory=set)
 
@@ -108,17 +137,17 @@ class _Taint:
     takes fewer slots is a deadlock with a counterexample)."""
     kernel: ir.KernelIR
     multicast: set
-    names: dict = dataclasses.field(default_factory=dict)     # name -> where it comes from
+    names: dict = dataclasses.field(default_factory=dict)     # name -> _Origin
 
-    def source(self, e) -> str | None:
+    def source(self, e) -> _Hit | None:
         """What makes ``e`` differ between the programs of a cluster, or None. ``program_id``
         of axis 1 and up is the same for them (a cluster is programs of axis 0), and with
         clusters of one program ``program_id(0)`` is the cluster."""
         for x in ir.subexprs(e):
             if isinstance(x, ir.Call) and x.op in PROGRAM_DEPENDENT and not self._same_in_cluster(x):
-                return f"xs.{x.op}()"
+                return _Hit(_Origin(x.op))
             if isinstance(x, ir.Name) and x.id in self.names:
-                return f"`{x.id}` (computed from {self.names[x.id]})"
+                return _Hit(self.names[x.id], x.id)
         return None
 
     def _same_in_cluster(self, call: ir.Call) -> bool:
@@ -127,27 +156,28 @@ class _Taint:
         axis = call.args[0] if call.args else ir.Const(0)
         return isinstance(axis, ir.Const) and (axis.value != 0 or self.kernel.cluster == 1)
 
-    def assign(self, names, hit: str | None) -> None:
+    def assign(self, names, origin: _Origin | None) -> None:
         for n in names:
-            if hit:
-                self.names[n] = _root(hit)
+            if origin:
+                self.names[n] = origin
             else:
                 self.names.pop(n, None)
 
-    def joined(self, stmts, hit: str, where: str) -> None:
+    def joined(self, stmts, hit: _Hit, where: str) -> None:
         """Taint what ``stmts`` assign: after them their values depend on ``hit``."""
         for n in set().union(*map(dataflow.assigned, stmts)):
-            self.names[n] = f"{_root(hit)}, through {where}"
+            self.names[n] = hit.origin.via(where)
 
     def walk(self, stmts, branch: _Branch | None = None) -> None:
         for s in stmts:
             if isinstance(s, ir.Assign):
-                self.assign(s.targets, self.source(s.value))
+                hit = self.source(s.value)
+                self.assign(s.targets, hit and hit.origin)
             elif isinstance(s, ir.For):
                 self.loop(s, branch)
             elif isinstance(s, ir.If):
                 hit = self.source(s.cond)
-                inner = branch or (_Branch(_root(hit), s.loc.line) if hit else None)
+                inner = branch or (_Branch(hit.origin, s.loc.line) if hit else None)
                 entry = dict(self.names)
                 self.walk(s.body, inner)
                 taken = self.names
@@ -170,7 +200,7 @@ class _Taint:
         entry = dict(self.names)
         while True:      # to the fixpoint: taint only grows, over finitely many names
             self.names = dict(entry)
-            self.assign((s.var,), first and f"computed from {_root(first)}, through {where})")
+            self.assign((s.var,), first and first.origin.via(where))
             self.walk(s.body, branch)
             joined = {**self.names, **entry}
             if joined.keys() == entry.keys():
@@ -198,7 +228,8 @@ class _Taint:
                     f"is filled inside it")
         else:
             return
-        who = ("the replicas of its copy role" if "xs.replica_id()" in (_root(hit) if hit else branch.why)
+        origin = hit.origin if hit else branch.why
+        who = ("the replicas of its copy role" if origin.op is ir.TileOp.REPLICA_ID
                else "the programs of the cluster")
         raise KernelSourceError(
             f"{where}, but {what}: {who} would load different tiles into one slot", loc=s.loc,
@@ -207,10 +238,6 @@ class _Taint:
                  "xs.tile_range, scalars and the counters of loops whose bounds are the same in "
                  "every program, outside branches on the program; a tile that differs by program "
                  "is an ordinary field (drop multicast=True)"))
-
-
-def _root(hit: str) -> str:
-    return hit.split("computed from ", 1)[1][:-1] if "computed from " in hit else hit
 
 
 def lower(kernel: ir.KernelIR) -> ir.KernelIR:
