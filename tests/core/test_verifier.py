@@ -336,3 +336,33 @@ def test_cluster_verdicts_cross_check_every_interleaving():
             else:
                 with pytest.raises(DeadlockError, match="program 1 of the cluster never releases"):
                     verify(kir, place(kir, backend), exhaustive=True)
+
+
+@xs.kernel(example=dict(x=xs.float32, y=xs.float32, BLOCK=16, STAGES=2))
+def _wait_in_if_release_after(x, y, n, BLOCK: xs.constexpr, STAGES: xs.constexpr):
+    load = xs.role("load", kind="copy")
+    work = xs.role("work", kind="vector")
+    ring = xs.pipe(load, work, stages=STAGES, t=xs.tile([BLOCK, BLOCK], xs.float32))
+    for i in range(n):
+        with load:
+            s = ring.acquire()
+            s.t = xs.load(x, [i * BLOCK, 0], [BLOCK, BLOCK])
+            ring.commit()
+        with work:
+            if n > 2:
+                a = ring.wait()
+                xs.store(y, [i * BLOCK, 0], a.t)
+            ring.release(a)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "nvidia", "ascend"])
+def test_counterexample_names_the_branches_it_takes(backend):
+    """A wait inside an `if`, its release after it: the counterexample says which way the
+    kernel's own `if` went (a guard a Hopper pass adds is not named: it is not in the source)."""
+    with pytest.raises(ProtocolError) as info:
+        _wait_in_if_release_after.lower(backend)
+    msg = str(info.value)
+    lines, start = inspect.getsourcelines(_wait_in_if_release_after.fn)
+    line = start + next(k for k, t in enumerate(lines) if "if n > 2" in t)
+    assert f"`if n > 2` at line {line} is false" in msg, msg
+    assert "`if 0 <" not in msg

@@ -217,7 +217,7 @@ class _Frontend:
             return self.for_loop(s)
         if isinstance(s, ast.If):
             return ir.If(self.expr(s.test), tuple(self.block(s.body)), tuple(self.block(s.orelse)),
-                         self.loc(s))
+                         self.loc(s), written=True)
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
             if self.is_xs(s.value.func) == "cluster":
                 return cluster.declare(self, s.value, s, top)

@@ -403,6 +403,7 @@ class If:
     body: tuple["Stmt", ...]
     orelse: tuple["Stmt", ...]
     loc: SourceLoc
+    written: bool = False    # the kernel's own `if` (a pass's guard is not: messages name only these)
 
 
 @dataclass(frozen=True)

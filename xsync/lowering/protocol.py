@@ -326,6 +326,7 @@ class Branch:
     body: tuple
     orelse: tuple
     loc: SourceLoc
+    written: bool = False    # the kernel's own `if` (ir.If.written)
 
 
 Node = Act | Let | Loop | Branch
@@ -619,7 +620,7 @@ class _Builder:
             if not body and not orelse:
                 return []
             self.control(role, s.loc, s.cond)
-            return [Branch(s.cond, body, orelse, s.loc)]
+            return [Branch(s.cond, body, orelse, s.loc, s.written)]
         return []
 
     def control(self, role, loc, *exprs):

@@ -33,8 +33,8 @@ def _keep_roles(body, roles):
         elif isinstance(s, ir.For):
             out.append(dataclasses.replace(s, body=tuple(_keep_roles(s.body, roles))))
         elif isinstance(s, ir.If):
-            out.append(ir.If(s.cond, tuple(_keep_roles(s.body, roles)),
-                             tuple(_keep_roles(s.orelse, roles)), s.loc))
+            out.append(dataclasses.replace(s, body=tuple(_keep_roles(s.body, roles)),
+                                           orelse=tuple(_keep_roles(s.orelse, roles))))
         else:
             out.append(s)
     return out
@@ -98,7 +98,7 @@ def _prune(body, live_after):
             orelse, _ = _prune(list(s.orelse), live)
             if not body and not orelse:
                 continue
-            s = ir.If(s.cond, body, orelse, s.loc)
+            s = dataclasses.replace(s, body=body, orelse=orelse)
             live |= reads(s)
             out.append(s)
         else:

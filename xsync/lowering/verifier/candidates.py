@@ -8,8 +8,7 @@ condition is evaluated from them, with the kernel's own assignments in program o
 related loops stay consistent: ``range(0, n)`` and ``range(1, n)`` under ``if n > 0``,
 ``cdiv(K, BK)`` and ``K // BK``.
 
-Which values (``Scalars.assignments``)
--------------------------------------
+Which values (``Scalars.assignments``):
 1. Symbolic pass: every bound and condition is written over the free scalars (assignments
    inlined; the loop counters stay symbols). Its *observations* are what the protocol can
    depend on: the trip count of every loop whose bounds do not involve a loop counter, the
@@ -72,10 +71,10 @@ class Scalars:
         self.consts = dict(kernel.constexpr_values)
         self.params = {p.name: p.kind for p in kernel.params}
         self.observations: dict[Observation, None] = {}
-        # loops whose bounds read an outer loop's counter and a free scalar (no observation
-        # of their own: their trip counts change from one iteration of the outer loop to the next)
+        # loops bounded by an outer counter and a free scalar (trips change with the outer loop)
         self._counter_trips: dict[Observation, None] = {}
         self.loops: dict[int, LoopFacts] = {}
+        self.branches: dict[Observation, tuple[int, str]] = {}   # cond -> (line, condition's text)
         self.opaque: dict[str, str] = {}      # key -> "bool" | "trip"
         self.programs = []
         self._unrollers = None    # one generated function per program (see compile_unroller)
@@ -88,8 +87,7 @@ class Scalars:
         # episodes: check each episode loop iteration by iteration (see episode_loops)
         self.episodes = episode_loops(skel) if episodes else {}
         self.episodes_wanted = episodes
-        # episode loops: (name, line) of the counter and the values computed from it -> the
-        # values they take (see episode_loops)
+        # episode loops: (name, line) of the counter and values computed from it -> their values
         self.episode_images: dict[tuple[str, int], list[int]] = {}
         self.episode_trip_lines = {episode_trips(line): line for line in self.episodes}
         self.episode_more: dict[int, EpisodeSweep] = {}   # episode loop line -> (episode_candidates)
@@ -349,7 +347,9 @@ class Scalars:
                     self._static_pass(n.body if form.value else n.orelse, env, guard, loops)
                     continue
                 if not is_dynamic(form):
-                    self.observations[Observation("cond", form, guard)] = None
+                    self.observations[cond := Observation("cond", form, guard)] = None
+                    if n.written:       # named in counterexamples
+                        self.branches.setdefault(cond, (n.loc.line, text(n.cond)))
                     then_env, else_env = dict(env), dict(env)
                     self._static_pass(n.body, then_env, guard + ((form, True),), loops)
                     self._static_pass(n.orelse, else_env, guard + ((form, False),), loops)

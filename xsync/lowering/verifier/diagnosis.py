@@ -57,6 +57,9 @@ def scalar_note(run) -> str:
             facts = run.sc.loops.get(o.loop_line)
             key = cluster_loop_text(run.skel, o.form) or (facts.key if facts else "?")
             loops.append((o.loop_line, f"loop at line {o.loop_line} `{key}` runs {t} time(s)"))
+        elif o.kind == "cond" and v is not None and o in run.sc.branches:
+            line, cond = run.sc.branches[o]
+            loops.append((line, f"`if {cond}` at line {line} is {'true' if v else 'false'}"))
     for key, kind in sorted(run.sc.opaque.items()):
         v = run.assignment.get(key)
         loops.append((0, f"{key} {'is ' + str(v) if kind == 'bool' else f'= {v}'} (not computable "

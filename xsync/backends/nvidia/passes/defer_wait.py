@@ -87,8 +87,8 @@ def _rewrite(stmts, kernel, placement, agent, log):
                 out.extend(_apply(s, *plan))
                 continue
         elif isinstance(s, ir.If):
-            s = ir.If(s.cond, _rewrite(s.body, kernel, placement, agent, log),
-                      _rewrite(s.orelse, kernel, placement, agent, log), s.loc)
+            s = dataclasses.replace(s, body=_rewrite(s.body, kernel, placement, agent, log),
+                                    orelse=_rewrite(s.orelse, kernel, placement, agent, log))
         elif isinstance(s, ir.RoleBlock):
             s = ir.RoleBlock(s.role, _rewrite(s.body, kernel, placement, agent, log), s.loc)
         out.append(s)

@@ -57,8 +57,8 @@ def _fuse(stmts, kernel, placement, agent, log):
         if isinstance(s, ir.For):
             s = dataclasses.replace(s, body=_fuse(s.body, kernel, placement, agent, log))
         elif isinstance(s, ir.If):
-            s = ir.If(s.cond, _fuse(s.body, kernel, placement, agent, log),
-                      _fuse(s.orelse, kernel, placement, agent, log), s.loc)
+            s = dataclasses.replace(s, body=_fuse(s.body, kernel, placement, agent, log),
+                                    orelse=_fuse(s.orelse, kernel, placement, agent, log))
         elif isinstance(s, ir.RoleBlock):
             s = ir.RoleBlock(s.role, tuple(_nested(s.body, kernel, placement, agent, log)), s.loc)
         out.append(s)

@@ -122,7 +122,7 @@ class _Rewriter:
                     continue
             elif isinstance(s, ir.If):
                 ok = uniform and not replica_dirty(s.cond, self.tainted)
-                s = ir.If(s.cond, self.block(s.body, ok), self.block(s.orelse, ok), s.loc)
+                s = dataclasses.replace(s, body=self.block(s.body, ok), orelse=self.block(s.orelse, ok))
             elif isinstance(s, ir.RoleBlock):
                 s = ir.RoleBlock(s.role, self.block(s.body, uniform), s.loc)
             out.append(s)

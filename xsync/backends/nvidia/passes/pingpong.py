@@ -122,7 +122,7 @@ class _Rewriter:
                 s = dataclasses.replace(s, body=self.block(s.body, ok, role))
             elif isinstance(s, ir.If):
                 ok = uniform and not replica_dirty(s.cond, self.tainted)
-                s = ir.If(s.cond, self.block(s.body, ok, role), self.block(s.orelse, ok, role), s.loc)
+                s = dataclasses.replace(s, body=self.block(s.body, ok, role), orelse=self.block(s.orelse, ok, role))
             elif isinstance(s, ir.RoleBlock):
                 s = ir.RoleBlock(s.role, self.block(s.body, uniform, s.role), s.loc)
             out.append(s)
