@@ -21,6 +21,13 @@ def check_block(block, size: int, name: str = "block") -> tuple:
     return tuple(block)
 
 
+def check_positive(name: str, n) -> int:
+    """``n`` (a positive int), or a ValueError naming the argument."""
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        raise ValueError(f"{name}={n!r}: give a positive integer")
+    return n
+
+
 def check_matrix(name: str, t: torch.Tensor) -> None:
     if t.dim() != 2:
         raise ValueError(f"{name} has shape {tuple(t.shape)}: give a 2-D tensor [rows, columns]")

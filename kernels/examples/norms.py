@@ -27,7 +27,7 @@ import torch
 
 import xsync as xs
 
-from ._host import backend_for, check_block, check_vector, launch_rows, pow2, readable
+from ._host import backend_for, check_positive, check_vector, launch_rows, pow2, readable
 
 RMS_FWD = dict(x=xs.bfloat16, w=xs.float32, y=xs.bfloat16, BM=16, BN=256, STAGES=2)
 RMS_BWD = dict(x=xs.bfloat16, w=xs.float32, dy=xs.bfloat16, dx=xs.bfloat16, dw=xs.float32,
@@ -172,7 +172,7 @@ def _launch(kernel, args, n: int, m: int, device, backend, block_rows, programs_
     if m == 0 or n == 0:
         return                                             # nothing to normalize
     bn = pow2(n)
-    bm = check_block((block_rows,), 1, "block_rows")[0] if block_rows is not None else \
+    bm = check_positive("block_rows", block_rows) if block_rows is not None else \
         max(1, min(16, 8192 // bn))                      # a [BM, BN] fp32 tile of <= 32 KB
     launch_rows(kernel, args, m, device, backend, dict(BN=bn, STAGES=2), bm, programs_)
 

@@ -73,9 +73,10 @@ def softmax(x: torch.Tensor, *, backend=None, block: tuple[int, int] | None = No
     x2 = readable(x.reshape(-1, x.shape[-1]))
     m, n = x2.shape
     if block is not None:
-        check_block(block, 2)
-    bn = block[1] if block else min(pow2(n), 1024)
-    bm = block[0] if block else max(1, min(16, 8192 // bn))
+        bm, bn = check_block(block, 2)
+    else:
+        bn = min(pow2(n), 1024)
+        bm = max(1, min(16, 8192 // bn))
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     launch_rows(softmax_rows, (x2, y, m, n), m, x.device, backend, dict(BN=bn, STAGES=2), bm, programs)
     return y.reshape(x.shape)

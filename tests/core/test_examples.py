@@ -220,6 +220,8 @@ def test_the_example_wrappers_take_empty_inputs_and_name_bad_arguments():
         (lambda: gemm_epilogue.matmul_bias_act(torch.randn(8), torch.randn(8, 5), backend="cpu"), "a has shape (8,)"),
         (lambda: row_softmax.softmax(torch.tensor(1.0), backend="cpu"), "0-d tensor"),
         (lambda: row_softmax.softmax(torch.randn(4, 4), backend="cpu", block=(0, 16)), "block=(0, 16)"),
+        (lambda: norms.rms_norm_forward(torch.randn(4, 8), torch.randn(8), backend="cpu", block_rows=0),
+         "block_rows=0: give a positive integer"),
         (lambda: split_k.matmul_split_k(torch.randn(4, 8), torch.randn(8, 5), backend="cpu", block=(16, 16)),
          "block=(16, 16)"),
     ]:
