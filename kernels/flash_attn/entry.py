@@ -82,6 +82,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 
 
 def _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes):
+    """Refuse what the kernels do not compute; the window as attention takes it."""
     if dropout_p:
         _unsupported(entry, "dropout_p", dropout_p, "pass dropout_p=0.0 (flash-attn's own kernels do dropout)")
     _window.normalize(window_size, False, entry)
@@ -89,6 +90,7 @@ def _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes):
         _unsupported(entry, "softcap", softcap, "pass softcap=0.0")
     if alibi_slopes is not None:
         _unsupported(entry, "alibi_slopes", "<tensor>", "pass alibi_slopes=None")
+    return None if window_size is None else tuple(window_size)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -102,9 +104,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     backward is always deterministic."""
     entry = "xsync.flash_attn_func"
     _dims(entry, "[batch, seq, heads, head_dim]", 4, q=q, k=k, v=v)
-    _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes)
+    window = _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes)
     o, lse = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bool(causal), softmax_scale,
-                       window_size=None if window_size is None else tuple(window_size))
+                       window_size=window)
     out = o.transpose(1, 2)
     return (out, lse, None) if return_attn_probs else out
 
@@ -119,11 +121,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out [total_q, Hq, D], with ``return_attn_probs`` (out, softmax_lse [Hq, total_q], None)."""
     entry = "xsync.flash_attn_varlen_func"
     _dims(entry, "[total, heads, head_dim]", 3, q=q, k=k, v=v)
-    _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes)
+    window = _flash_args(entry, dropout_p, window_size, softcap, alibi_slopes)
     if block_table is not None:
         _unsupported(entry, "block_table", "<tensor>", "pass contiguous packed k and v (block_table=None)")
     k, v = layouts.mqa_heads(k, v, 1, q.shape[1])
-    window = None if window_size is None else tuple(window_size)
     o, lse = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               bool(causal), softmax_scale, window_size=window)
     return (o, lse, None) if return_attn_probs else o
